@@ -1,0 +1,84 @@
+"""M6 admission gate (`admission_gate`): may new rollouts be dispatched?
+
+What lives here: the gate's two states and the *set* of owners holding it closed
+(`weight_sync`, `checkpoint`, `train_switch`). What it does not know: who the owners are
+or why they hold; the coordinator passes the owner as the input's argument.
+
+    +------+  HOLD(o)                      +--------+  HOLD(o) / RELEASE(o), others remain
+    | open | ----------------------------> | closed | <-------------------------------+
+    +------+ <---------------------------- +--------+ --------------------------------+
+               RELEASE(o) [last_holder]
+
+The gate is open iff the holder set is empty. A repeated hold by the same owner is a
+no-op (sets dedupe); a release by one owner never reopens what another still holds,
+because the row back to `open` is guarded by `last_holder`. Releasing a hold the owner
+does not have changes nothing: an owner never releases another owner's hold.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from quiesce.fsm import Table, Value, on
+
+
+class GateState(Enum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+class GateInput(Enum):
+    HOLD = "hold"  # an owner starts holding admission closed
+    RELEASE = "release"  # an owner stops holding
+
+
+Holders = frozenset[str]
+
+
+def _is_last_holder(value: Value[Any, Holders], owner: str) -> bool:
+    # Only the last remaining holder reopens the gate.
+    return value.data == frozenset({owner})
+
+
+def _add(holders: Holders, owner: str) -> Holders:
+    return holders | {owner}
+
+
+def _remove(holders: Holders, owner: str) -> Holders:
+    return holders - {owner}
+
+
+ADMISSION_GATE: Table[GateState, GateInput] = Table(
+    "admission_gate",
+    doc="M6: admission is open iff no owner holds it.",
+    states=GateState,
+    inputs=GateInput,
+    initial=GateState.OPEN,
+    initial_data=frozenset(),
+    rows=[
+        on(
+            GateState.OPEN,
+            GateInput.HOLD,
+            GateState.CLOSED,
+            update="add_holder",
+            effects="close_admission",
+        ),
+        on(GateState.OPEN, GateInput.RELEASE, None),  # nothing held: a stray release is a no-op
+        on(GateState.CLOSED, GateInput.HOLD, None, update="add_holder"),
+        on(
+            GateState.CLOSED,
+            GateInput.RELEASE,
+            GateState.OPEN,
+            guard="last_holder",
+            update="remove_holder",
+            effects="open_admission",
+        ),
+        on(GateState.CLOSED, GateInput.RELEASE, None, update="remove_holder"),
+    ],
+    guards={"last_holder": _is_last_holder},
+    updates={"add_holder": _add, "remove_holder": _remove},
+    invariants={
+        "open_iff_no_holder": lambda v: (v.state is GateState.OPEN) == (not v.data),
+    },
+)
