@@ -1,0 +1,9 @@
+"""Adapter tests run on both anyio backends where the adapter allows it."""
+
+import pytest
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Every `@pytest.mark.anyio` test here runs once on asyncio and once on trio."""
+    return str(request.param)
