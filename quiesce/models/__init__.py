@@ -1,1 +1,82 @@
-"""quiesce.models"""
+"""Formal checks over the same tables the runtime executes.
+
+The explorer (`check`) is an explicit-state BFS model checker over a `Model`; models are
+registered by name for `quiesce check`. `TwoPhase` is Lamport's two-phase commit written as
+quiesce tables, the standard yardstick (288 distinct states with 3 RMs).
+
+>>> from quiesce.models import build_model, check
+>>> check(build_model("two-phase", {"rms": "3"})).distinct_states
+288
+"""
+
+from quiesce.models._explorer import (
+    NO_STALL,
+    Action,
+    Always,
+    CheckResult,
+    Model,
+    Progress,
+    Step,
+    TableStepper,
+    Trace,
+    UnknownProjection,
+    Violation,
+    always,
+    check,
+    mermaid_sequence,
+)
+from quiesce.models._registry import (
+    BadModelParam,
+    ModelSpec,
+    Param,
+    UnknownModel,
+    UnsupportedOption,
+    build_model,
+    get_model_spec,
+    known_models,
+    register_model,
+)
+from quiesce.models._table_machine import TableMachine, arg_strategies, table_state_machine
+from quiesce.models._two_phase import (
+    RM_TABLE as TWO_PHASE_RM,
+)
+from quiesce.models._two_phase import (
+    TM_TABLE as TWO_PHASE_TM,
+)
+from quiesce.models._two_phase import (
+    TwoPhase,
+    TwoPhaseState,
+)
+
+__all__ = [
+    "NO_STALL",
+    "TWO_PHASE_RM",
+    "TWO_PHASE_TM",
+    "Action",
+    "Always",
+    "BadModelParam",
+    "CheckResult",
+    "Model",
+    "ModelSpec",
+    "Param",
+    "Progress",
+    "Step",
+    "TableMachine",
+    "TableStepper",
+    "Trace",
+    "TwoPhase",
+    "TwoPhaseState",
+    "UnknownModel",
+    "UnknownProjection",
+    "UnsupportedOption",
+    "Violation",
+    "always",
+    "arg_strategies",
+    "build_model",
+    "check",
+    "get_model_spec",
+    "known_models",
+    "mermaid_sequence",
+    "register_model",
+    "table_state_machine",
+]

@@ -18,9 +18,9 @@ does not have changes nothing: an owner never releases another owner's hold.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
 
-from quiesce.fsm import Table, Value, on
+from quiesce.fsm import Table, on
+from quiesce.protocol._holder_set import Holders, HolderSet
 
 
 class GateState(Enum):
@@ -33,20 +33,8 @@ class GateInput(Enum):
     RELEASE = "release"  # an owner stops holding
 
 
-Holders = frozenset[str]
-
-
-def _is_last_holder(value: Value[Any, Holders], owner: str) -> bool:
-    # Only the last remaining holder reopens the gate.
-    return value.data == frozenset({owner})
-
-
-def _add(holders: Holders, owner: str) -> Holders:
-    return holders | {owner}
-
-
-def _remove(holders: Holders, owner: str) -> Holders:
-    return holders - {owner}
+# The gate's data *is* its holder set; the input's argument names the owner.
+_OWNERS: HolderSet[Holders] = HolderSet(holders=lambda held: held, replace=lambda _, held: held)
 
 
 ADMISSION_GATE: Table[GateState, GateInput] = Table(
@@ -76,9 +64,9 @@ ADMISSION_GATE: Table[GateState, GateInput] = Table(
         ),
         on(GateState.CLOSED, GateInput.RELEASE, None, update="remove_holder"),
     ],
-    guards={"last_holder": _is_last_holder},
-    updates={"add_holder": _add, "remove_holder": _remove},
+    guards={"last_holder": _OWNERS.is_last},
+    updates={"add_holder": _OWNERS.add, "remove_holder": _OWNERS.remove},
     invariants={
-        "open_iff_no_holder": lambda v: (v.state is GateState.OPEN) == (not v.data),
+        "open_iff_no_holder": lambda v: (v.state is GateState.OPEN) == (not _OWNERS.held(v.data)),
     },
 )

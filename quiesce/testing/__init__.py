@@ -1,1 +1,61 @@
-"""quiesce.testing"""
+"""quiesce.testing: the conformance kit for participant servers you did not write.
+
+Check any server speaking the control routes of docs/wire.md against the reference
+participant of `quiesce.protocol` (the oracle), with hypothesis-generated request sequences;
+a failure comes back as the shortest failing sequence of HTTP requests, with the expected
+and the actual reply:
+
+>>> from quiesce.testing import LocalServer, check_conformance
+>>> with LocalServer.start({"name": "p", "role": "policy"}, token="t") as server:
+...     result = check_conformance(server.url, "policy", "t", examples=5)
+>>> result.ok
+True
+
+From the command line: `quiesce conform --url URL --role ROLE --token-file F`. In a pytest
+suite: `pytest_plugins = ["quiesce.testing.plugin"]` gives the `quiesce_conformance`
+fixture, or call `assert_conforms` directly. `_kit.py`'s docstring says exactly what is
+checked, and how one server is reused across examples.
+"""
+
+from quiesce.testing._broken import (
+    BROKEN_HOSTS,
+    FlakyCommitHost,
+    ReleaseOnRetireHost,
+    StalePrepareHost,
+    StuckCommitHost,
+)
+from quiesce.testing._kit import (
+    DEADLINE_AT,
+    ROLES,
+    ConformanceResult,
+    ConformanceSetupError,
+    ConformanceViolation,
+    Step,
+    assert_conforms,
+    check_conformance,
+)
+from quiesce.testing._local import LocalServer, ServerDidNotStart, free_port
+from quiesce.testing._wire import OPERATIONS, Exchange, ServerUnreachable, WireClient
+
+__all__ = [
+    "BROKEN_HOSTS",
+    "DEADLINE_AT",
+    "OPERATIONS",
+    "ROLES",
+    "ConformanceResult",
+    "ConformanceSetupError",
+    "ConformanceViolation",
+    "Exchange",
+    "FlakyCommitHost",
+    "LocalServer",
+    "ReleaseOnRetireHost",
+    "ServerDidNotStart",
+    "ServerUnreachable",
+    "StalePrepareHost",
+    "Step",
+    "StuckCommitHost",
+    "WireClient",
+    "assert_conforms",
+    "check_conformance",
+    "free_port",
+]

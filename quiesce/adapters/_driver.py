@@ -1,0 +1,984 @@
+"""The anyio driver: carries out the coordinator's effects and feeds their outcomes back.
+
+What lives here: the loop around `Coordinator.step`. One task takes inputs from an inbox,
+one at a time, steps the pure coordinator and executes every effect it returns against the
+adapter interfaces -- `Participant` clients, the `SnapshotStore`, the `ControllerJournal`
+(intent record, epoch), the trainer and data plane, and the clock's timers. What it does
+not know: the protocol. It never decides whether to retry, abort, publish, restore or
+redispatch; the coordinator (M1, M6-M9) does. The driver only reports what happened.
+
+How effects are carried (and what answers them):
+- `Call`: one task per call; the calls of one role are emitted together, so they run
+  concurrently; each is bounded by `clock.fail_at(deadline_at)` -> `Reply` or
+  `CallFailed(cause)`. RESTORE calls carry the participant's artifact loaded from the
+  snapshot, DISCARD calls the continuation's key;
+- `WriteIntent` / `ClearIntent`: the `ControllerJournal` (atomic, fsync) -> `LocalDone`;
+- `WriteStaging`: the participant's artifact into `staging/<id>/`;
+- `CaptureCut`: the data plane's cut (queue, dataloader, ledger as JSON) into staging;
+- `Validate`: every committed digest is staged as reported, then the manifest is written
+  -> `LocalDone` or `LocalFailed(artifact_mismatch)`;
+- `Publish`: fsync + atomic rename, then `keep_latest_k` pruning;
+- `InspectPublished` -> `PublishInspected`; `Quarantine`, `DiscardStaging`: the store;
+- `ListSnapshots` -> `SnapshotsListed` (trainer anchor, every snapshot and its condition);
+  `LoadSnapshot` -> `SnapshotLoaded` (digests, ledger) or `SnapshotLoadFailed`;
+  `RestoreCut`, `RewindToAnchor`: the data plane;
+- `ArmTimer` / `CancelTimer`: one clock sleep per timer; re-arming or cancelling makes the
+  older sleep stale -> `TimerDue`;
+- `Dispatch`: `begin` on the agent; a refusal or a failed call -> `RolloutFailed`;
+- `Log`, `Metric`, `Outcome`, `RestoreOutcome`, `Stopped`, ...: structlog and observers.
+
+Failures of a call become exactly one `Cause` each: the deadline passing is `timeout`, a
+lost request or reply is `request_lost` / `reply_lost`, a transport error `io_error`, a 5xx
+`participant_error` (the client says which: `CallFailed.cause`); a refusal is an answer,
+not a failure, and goes in as a `Reply`.
+
+Clocks: with a `RealClock` deadlines are `anyio.fail_at` and the driver runs on asyncio or
+trio; with a `VirtualClock` the whole run is a seeded discrete-event simulation, so the same
+seed gives the same run on either backend.
+
+Every transition is logged with structlog, bound to `checkpoint_id`, `participant` and
+`rollout_id` where they apply, on stderr (`configure_logging`: JSON when not a TTY).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, TextIO
+
+import anyio.to_thread
+import structlog
+from pydantic import ValidationError
+
+from quiesce.adapters._clock import Clock, ClockEvent, Queue, TaskGroup, VirtualClock
+from quiesce.adapters._intent import ControllerJournal, IntentPhase
+from quiesce.adapters._ledger_codec import CorruptLedger, ledger_from_json, ledger_to_json
+from quiesce.adapters._participant_api import CallFailed as CallFailedError
+from quiesce.adapters._participant_api import Participant
+from quiesce.adapters._snapshot_store import (
+    CorruptSnapshot,
+    Inspection,
+    SnapshotStore,
+    SnapshotStoreError,
+    Staging,
+    parse_checkpoint_id,
+)
+from quiesce.adapters._trainer import ControllerCut, CorruptCut, CutMismatch
+from quiesce.fsm import QuiesceError, label
+from quiesce.protocol._causes import Cause
+from quiesce.protocol._checkpoint import CheckpointState
+from quiesce.protocol._controller_effects import (
+    ArmTimer,
+    Call,
+    CancelTimer,
+    CaptureCut,
+    ClearIntent,
+    CloseAdmission,
+    ControllerEffect,
+    DiscardStaging,
+    Dispatch,
+    InspectPublished,
+    ListSnapshots,
+    LoadSnapshot,
+    LocalOp,
+    Log,
+    Metric,
+    Op,
+    OpenAdmission,
+    Outcome,
+    Publish,
+    Quarantine,
+    Redispatch,
+    RestoreCut,
+    RestoreOutcome,
+    RestoreTarget,
+    RewindToAnchor,
+    Stopped,
+    Validate,
+    WriteIntent,
+    WriteStaging,
+)
+from quiesce.protocol._controller_inputs import (
+    CallFailed,
+    ControllerInput,
+    Discovered,
+    LocalDone,
+    LocalFailed,
+    PublishInspected,
+    Recovered,
+    Reply,
+    RolloutCompleted,
+    RolloutFailed,
+    SnapshotLoaded,
+    SnapshotLoadFailed,
+    SnapshotsListed,
+    TimerDue,
+)
+from quiesce.protocol._coordinator import ControllerState, Coordinator
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._ledger import GroupRecord, GroupState, Ledger
+from quiesce.protocol._messages import (
+    AckRequest,
+    BeginRequest,
+    Capabilities,
+    ControlRequest,
+    DiscardRequest,
+    ErrorReply,
+    Message,
+    Receipt,
+    RestoreRequest,
+    RetireRequest,
+)
+from quiesce.protocol._participant import ParticipantOp
+from quiesce.protocol._restore import (
+    RestoreMetrics,
+    SnapshotCandidate,
+    SnapshotCondition,
+    SourceUnreadable,
+    TrainerAnchor,
+)
+
+__all__ = [
+    "CUT_ARTIFACT",
+    "Driver",
+    "DriverError",
+    "Observer",
+    "RestoreReport",
+    "artifact_name",
+    "configure_logging",
+]
+
+CUT_ARTIFACT = "controller_cut"
+"""The staged artifact holding the controller cut (queue, dataloader, ledger)."""
+
+Observer = Callable[[ControllerInput, tuple[ControllerEffect, ...], ControllerState], None]
+"""Called after every coordinator step with the input, its effects and the new state."""
+
+_OPS = {op.value: op for op in ParticipantOp}
+_LOG_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "critical": logging.CRITICAL,
+    "error": logging.ERROR,
+}
+_INTENT_PHASES = {"preparing": IntentPhase.PREPARING, "published": IntentPhase.RELEASING}
+_VERDICTS: dict[Inspection, Literal["verified", "unverifiable", "absent"]] = {
+    Inspection.PUBLISHED_VERIFIED: "verified",
+    Inspection.PUBLISHED_UNVERIFIABLE: "unverifiable",
+    Inspection.ABSENT: "absent",
+}
+
+
+def configure_logging(
+    level: str = "info", *, json_logs: bool | None = None, stream: TextIO | None = None
+) -> None:
+    """Send structlog output to `stream` (stderr) at `level`; JSON lines when `json_logs`
+    (default: when `stream` is not a TTY), a readable console format otherwise.
+
+    Commands call this once; stdout stays for results.
+    """
+    out = stream or sys.stderr
+    as_json = not out.isatty() if json_logs is None else json_logs
+    renderer: Any = (
+        structlog.processors.JSONRenderer(sort_keys=True)
+        if as_json
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LOG_LEVELS.get(level, logging.INFO)),
+        logger_factory=structlog.PrintLoggerFactory(out),
+        cache_logger_on_first_use=False,
+    )
+
+
+def artifact_name(participant: str) -> str:
+    """The staged artifact name of `participant`'s committed state."""
+    return f"p.{participant}"
+
+
+class DriverError(QuiesceError):
+    """The driver cannot go on: `reason` names what and the fix."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    """What a start-up did (the coordinator's `RestoreOutcome`, plus what the driver saw).
+
+    `kind`: `snapshot` (restored `snapshot_id`), `fresh_start` / `bootstrap` (no snapshot
+    matched the trainer anchor: rollouts restart at the anchor), `restore_failed`, or
+    `stopped` (the controller stopped before the restore ended). `redispatched` counts the
+    attempts the restore dispatched again; `released_orphans` the completions of the
+    rolled-back interval the driver ACKed so their agents can be ready again.
+    """
+
+    kind: Literal["snapshot", "fresh_start", "bootstrap", "restore_failed", "stopped"]
+    snapshot_id: str | None = None
+    intent: str | None = None
+    intent_action: str = "none"
+    rejected: tuple[tuple[str, str], ...] = ()
+    redispatched: int = 0
+    released_orphans: int = 0
+    metrics: RestoreMetrics = field(default_factory=RestoreMetrics)
+
+    @property
+    def discarded(self) -> int:
+        """Continuations discarded because they depend on a `restart_only` resource."""
+        return self.metrics.continuations_discarded_restart_only
+
+
+@dataclass(eq=False, slots=True)
+class _Waiter:
+    predicate: Callable[[ControllerState], bool]
+    event: ClockEvent
+
+
+class Driver:
+    """Runs one controller: the coordinator's effects against the adapters.
+
+    >>> import anyio, tempfile
+    >>> from quiesce.adapters import InMemoryDataPlane, InMemoryTrainer, VirtualClock
+    >>> from quiesce.adapters import ControllerJournal, SnapshotStore, InMemoryFleet
+    >>> from quiesce.protocol import Coordinator, QuiesceConfig, PeriodElapsed
+    >>> configure_logging("error")
+    >>> clock = VirtualClock(seed=3)
+    >>> async def main() -> str:
+    ...     fleet = InMemoryFleet(clock, policies=1, agents=1, resources=1)
+    ...     trainer = InMemoryTrainer()
+    ...     driver = Driver(Coordinator(QuiesceConfig()), clock, fleet.participants,
+    ...         store=SnapshotStore(tempfile.mkdtemp()),
+    ...         journal=ControllerJournal(tempfile.mkdtemp()),
+    ...         trainer=trainer, data_plane=InMemoryDataPlane(trainer))
+    ...     async with clock.task_group() as tg:
+    ...         tg.start_soon(fleet.run)
+    ...         tg.start_soon(driver.run)
+    ...         await driver.start()
+    ...         driver.submit(PeriodElapsed())
+    ...         await driver.wait_for(lambda s: s.phase.value == "idle" and s.seq == 1)
+    ...         driver.stop(); fleet.stop()
+    ...     return driver.outcomes[-1].result
+    >>> anyio.run(clock.run, main)
+    'completed'
+    """
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        clock: Clock,
+        participants: Mapping[str, Participant],
+        *,
+        store: SnapshotStore,
+        journal: ControllerJournal,
+        trainer: Any,
+        data_plane: Any,
+        depends_on: tuple[tuple[str, tuple[str, ...]], ...] | None = None,
+        turns: Callable[[Dispatch], int] | None = None,
+        has_group: Callable[[GroupRecord], bool] | None = None,
+        observers: Iterable[Observer] = (),
+        discovery_attempts: int = 20,
+        retry_backoff_s: float = 0.5,
+        store_in_thread: bool | None = None,
+    ) -> None:
+        self.coordinator = coordinator
+        self.config = coordinator.config
+        self.clock = clock
+        self.participants = dict(participants)
+        self.store = store
+        self.journal = journal
+        self.trainer = trainer
+        self.data_plane = data_plane
+        self.depends_on = depends_on
+        self.turns = turns or (lambda _dispatch: 2)
+        self.has_group = has_group
+        self.observers: list[Observer] = list(observers)
+        self.discovery_attempts = discovery_attempts
+        self.retry_backoff_s = retry_backoff_s
+        self.state: ControllerState = coordinator.initial(epoch=0)
+        self.outcomes: list[Outcome] = []
+        self.stopped: Stopped | None = None
+        self.restore_report: RestoreReport | None = None
+        self.steps = 0
+        self._inbox: Queue[ControllerInput] = Queue(clock)
+        self._tg: TaskGroup | None = None
+        self._started: ClockEvent = clock.event()
+        self._halt: ClockEvent = clock.event()
+        self._dead = False
+        self._timers: dict[str, int] = {}
+        self._timer_seq = 0
+        self._waiters: list[_Waiter] = []
+        self._staging: dict[str, Staging] = {}
+        self._loaded: tuple[str, Mapping[str, bytes]] | None = None
+        self._cuts: dict[str, tuple[int, int]] = {}
+        threaded = (
+            not isinstance(clock, VirtualClock) if store_in_thread is None else store_in_thread
+        )
+        self._lane: Queue[Callable[[], ControllerInput | None]] | None = (
+            Queue(clock) if threaded else None
+        )
+        self._sources: dict[tuple[str, int], str] = {}
+        self.orphans_released = 0
+        self._log = structlog.get_logger("quiesce.driver")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        """Run the controller's tasks until `stop()` or `crash()`; start it in a clock task
+        group (`tg.start_soon(driver.run)`), then `await driver.start()`."""
+        async with self.clock.task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self._loop, name="driver:loop")
+            if self._lane is not None:
+                tg.start_soon(self._store_lane, self._lane, name="driver:store")
+            self._started.set()
+            await self._halt.wait()
+            tg.cancel()
+        self._tg = None
+
+    def stop(self) -> None:
+        """Stop the controller's tasks (timers, calls in flight, the loop)."""
+        self._dead = True
+        self._halt.set()
+
+    def crash(self) -> None:
+        """The controller process dies now: nothing more is stepped or sent, calls in
+        flight are abandoned (requests already sent may still arrive), timers are gone.
+        Only the durable store (intent record, epoch, snapshots) survives."""
+        self._log.warning("controller_crashed", epoch=self.state.epoch)
+        self.stop()
+
+    @property
+    def alive(self) -> bool:
+        """False once stopped or crashed."""
+        return not self._dead
+
+    def submit(self, event: ControllerInput) -> None:
+        """Queue `event` for the coordinator (the trainer, the dataloader, completions)."""
+        if not self._dead:
+            self._inbox.put_nowait(event)
+
+    async def wait_for(self, predicate: Callable[[ControllerState], bool]) -> ControllerState:
+        """Return once `predicate(state)` holds (checked now and after every step)."""
+        if predicate(self.state):
+            return self.state
+        waiter = _Waiter(predicate, self.clock.event())
+        self._waiters.append(waiter)
+        await waiter.event.wait()
+        return self.state
+
+    def completed(self, participant: str, receipt: Receipt) -> None:
+        """An agent announced a completion: report it (the fleet's `on_completed` hook)."""
+        self._sources[(receipt.rollout_id, receipt.attempt)] = participant
+        self.submit(RolloutCompleted(receipt.rollout_id, receipt.attempt, receipt.receipt))
+
+    def _orphan(self, event: RolloutCompleted) -> None:
+        """A completion the ledger does not own, after a restore: it belongs to the interval
+        the restore rolled back (I1). Release it, or its agent is never ready again."""
+        agent = self._sources.pop((event.rollout_id, event.attempt), None)
+        if agent is None or self.restore_report is None:
+            return
+        self.orphans_released += 1
+        receipt = Receipt(rollout_id=event.rollout_id, attempt=event.attempt, receipt=event.receipt)
+        self._spawn(self._ack_orphans, agent, (receipt,), name=f"orphan:{event.rollout_id}")
+
+    async def _ack_orphans(self, agent: str, receipts: tuple[Receipt, ...]) -> None:
+        for _ in range(self.discovery_attempts):
+            deadline = self.clock.now() + self.config.control_timeout_s
+            result = await self.send(
+                agent, ParticipantOp.ACK, AckRequest(receipts=receipts), deadline
+            )
+            if not isinstance(result, Cause) or self._dead:
+                return
+            await self.clock.sleep(self.retry_backoff_s)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _loop(self) -> None:
+        while True:
+            event = await self._inbox.get()
+            if self._dead:
+                return
+            self._step(event)
+
+    def _step(self, event: ControllerInput) -> tuple[ControllerEffect, ...]:
+        before = self.state
+        try:
+            self.state, effects = self.coordinator.step(before, self.clock.now(), event)
+        except QuiesceError as error:
+            if isinstance(event, Discovered):
+                raise  # a setup refusal (S13, S14): the run cannot start
+            # The core refused an input it should have ignored; the state is unchanged.
+            self._log.warning("input_refused", input=type(event).__name__, error=str(error))
+            if isinstance(event, RolloutCompleted):
+                self._orphan(event)
+            self._after(event, ())
+            return ()
+        self.steps += 1
+        if isinstance(event, RolloutCompleted):
+            self._sources.pop((event.rollout_id, event.attempt), None)
+        if before.phase is not self.state.phase:
+            attempt = self.state.attempt or before.attempt
+            self._log.info(
+                "transition",
+                checkpoint_id=str(attempt.op_id) if attempt else None,
+                source=label(before.phase),
+                target=label(self.state.phase),
+                input=type(event).__name__,
+                **_input_fields(event),
+            )
+        for effect in effects:
+            self._execute(effect)
+            if isinstance(effect, RestoreOutcome):
+                self._restored(effect, effects)
+        self._after(event, effects)
+        return effects
+
+    def _after(self, event: ControllerInput, effects: tuple[ControllerEffect, ...]) -> None:
+        for observer in self.observers:
+            observer(event, effects, self.state)
+        self._notify()
+
+    def _notify(self) -> None:
+        if self._waiters:
+            ready = [w for w in self._waiters if w.predicate(self.state)]
+            for waiter in ready:
+                self._waiters.remove(waiter)
+                waiter.event.set()
+
+    def _spawn(self, fn: Callable[..., Any], *args: Any, name: str) -> None:
+        if self._tg is None or self._dead:
+            return
+        self._tg.start_soon(fn, *args, name=name)
+
+    # ------------------------------------------------------------------ effects
+
+    def _execute(self, effect: ControllerEffect) -> None:
+        if isinstance(effect, Call):
+            self._spawn(self._call, effect, name=f"call:{effect.op.value}:{effect.participant}")
+        elif isinstance(effect, Dispatch):
+            self._spawn(self._dispatch, effect, name=f"begin:{effect.rollout_id}#{effect.attempt}")
+        elif isinstance(effect, ArmTimer):
+            self._timer_seq += 1
+            self._timers[effect.name] = self._timer_seq
+            self._spawn(self._timer, effect, self._timer_seq, name=f"timer:{effect.name}")
+        elif isinstance(effect, CancelTimer):
+            self._timers.pop(effect.name, None)
+        elif isinstance(effect, WriteIntent | ClearIntent):
+            self._store(lambda: self._intent(effect))
+        elif isinstance(effect, WriteStaging):
+            self._store(lambda: self._write_staging(effect))
+        elif isinstance(effect, CaptureCut):
+            self._capture(effect)
+        elif isinstance(effect, Validate):
+            now = self.clock.now()
+            self._store(lambda: self._validate(effect, now))
+        elif isinstance(effect, Publish):
+            self._store(lambda: self._publish(effect))
+        elif isinstance(effect, InspectPublished):
+            self._store(lambda: self._inspect(effect))
+        elif isinstance(effect, Quarantine):
+            self._store(lambda: self._quietly(self.store.quarantine, effect.checkpoint_id))
+        elif isinstance(effect, DiscardStaging):
+            self._store(lambda: self._discard(effect))
+        elif isinstance(effect, ListSnapshots):
+            self._store(self._list_snapshots)
+        elif isinstance(effect, LoadSnapshot):
+            self._store(lambda: self._load_snapshot(effect))
+        elif isinstance(effect, RestoreCut):
+            self._restore_cut(effect)
+        elif isinstance(effect, RewindToAnchor):
+            self._rewind(effect)
+        else:
+            self._report(effect)
+
+    def _report(self, effect: ControllerEffect) -> None:
+        if isinstance(effect, Outcome):
+            self.outcomes.append(effect)
+            self._log.info(
+                "checkpoint_outcome",
+                checkpoint_id=str(effect.checkpoint_id),
+                result=effect.result,
+                reason=effect.reason,
+                consecutive_failures=effect.consecutive_failures,
+            )
+        elif isinstance(effect, Stopped):
+            self.stopped = effect
+            self._log.error(
+                "controller_stopped", reason=effect.reason, checkpoint_id=str(effect.checkpoint_id)
+            )
+        elif isinstance(effect, Log):
+            getattr(self._log, effect.level)(effect.event, **dict(effect.fields))
+        elif isinstance(effect, Metric):
+            self._log.debug("metric", name=effect.name, value=effect.value, **dict(effect.tags))
+        elif isinstance(effect, CloseAdmission | OpenAdmission):
+            self._log.debug(type(effect).__name__, owner=effect.owner)
+        elif isinstance(effect, Redispatch):
+            self._log.info("redispatch", group_id=effect.group_id, level=effect.level)
+
+    def _quietly(self, fn: Callable[[str], Any], checkpoint_id: OpId) -> None:
+        try:
+            fn(str(checkpoint_id))
+        except (SnapshotStoreError, OSError) as error:
+            self._log.warning("store_error", checkpoint_id=str(checkpoint_id), error=str(error))
+
+    def _inspect(self, effect: InspectPublished) -> ControllerInput:
+        verdict = _VERDICTS[self.store.inspect(str(effect.checkpoint_id))]
+        return PublishInspected(effect.checkpoint_id, verdict)
+
+    def _discard(self, effect: DiscardStaging) -> None:
+        self._staging.pop(str(effect.checkpoint_id), None)
+        self._quietly(self.store.discard_staging, effect.checkpoint_id)
+
+    # ------------------------------------------------------------------ remote calls
+
+    async def _call(self, call: Call) -> None:
+        try:
+            request = self._request(call)
+        except (SnapshotStoreError, OSError) as error:
+            # The snapshot to restore from cannot be read now: the call cannot be made.
+            self._log.warning(
+                "restore_artifact_unreadable", participant=call.participant, error=str(error)
+            )
+            self.submit(CallFailed(call.participant, call.op, call.op_id, Cause.IO_ERROR))
+            return
+        result = await self.send(call.participant, _OPS[call.op.value], request, call.deadline_at)
+        if self._dead:
+            return
+        if isinstance(result, Cause):
+            self._log.info(
+                "call_failed",
+                participant=call.participant,
+                op=call.op.value,
+                checkpoint_id=str(call.op_id) if call.op_id else None,
+                cause=result.value,
+            )
+            self.submit(CallFailed(call.participant, call.op, call.op_id, result))
+        else:
+            self.submit(Reply(call.participant, call.op, call.op_id, result))
+
+    def _request(self, call: Call) -> Message:
+        return _wire_request(call, self._artifact)
+
+    async def send(
+        self, participant: str, op: ParticipantOp, request: Message | None, deadline_at: float
+    ) -> Message | Cause:
+        """Send one call bounded by `deadline_at`: its reply, or the `Cause` it failed by."""
+        client = self.participants.get(participant)
+        if client is None:
+            return Cause.IO_ERROR
+        try:
+            with self.clock.fail_at(deadline_at):
+                return await client.call(op, request, deadline_at)
+        except TimeoutError:
+            return Cause.TIMEOUT
+        except CallFailedError as failed:
+            self._log.debug(
+                "call_error",
+                participant=participant,
+                op=op.value,
+                cause=failed.cause.value,
+                detail=failed.detail,
+            )
+            return failed.cause
+        except OSError:
+            return Cause.IO_ERROR
+
+    async def _dispatch(self, dispatch: Dispatch) -> None:
+        request = BeginRequest(
+            rollout_id=dispatch.rollout_id,
+            attempt=dispatch.attempt,
+            group_id=dispatch.group_id,
+            turns=max(1, self.turns(dispatch)),
+            resume_from_turn=dispatch.resume_from_turn,
+        )
+        deadline = self.clock.now() + self.config.control_timeout_s
+        result = await self.send(dispatch.agent, ParticipantOp.BEGIN, request, deadline)
+        if self._dead:
+            return
+        if isinstance(result, Cause | ErrorReply):
+            why = result.value if isinstance(result, Cause) else result.code
+            self._log.info(
+                "begin_refused",
+                participant=dispatch.agent,
+                rollout_id=dispatch.rollout_id,
+                attempt=dispatch.attempt,
+                why=why,
+            )
+            self.submit(RolloutFailed(dispatch.rollout_id, dispatch.attempt))
+
+    async def _timer(self, arm: ArmTimer, seq: int) -> None:
+        await self.clock.sleep_until(arm.at)
+        # Re-armed or cancelled meanwhile: this sleep is stale.
+        if self._timers.get(arm.name) == seq and not self._dead:
+            del self._timers[arm.name]
+            self.submit(TimerDue(arm.name))
+
+    # ------------------------------------------------------------------ the store
+
+    def _intent(self, effect: WriteIntent | ClearIntent) -> ControllerInput | None:
+        try:
+            if isinstance(effect, WriteIntent):
+                self.journal.write_intent(str(effect.checkpoint_id), _INTENT_PHASES[effect.phase])
+            else:
+                self.journal.clear_intent()
+        except OSError as error:
+            self._log.warning(
+                "intent_io_error", checkpoint_id=str(effect.checkpoint_id), error=str(error)
+            )
+            if isinstance(effect, WriteIntent):
+                return LocalFailed(LocalOp.INTENT, effect.checkpoint_id, Cause.IO_ERROR)
+        if isinstance(effect, WriteIntent):
+            return LocalDone(LocalOp.INTENT, effect.checkpoint_id)
+        return None
+
+    def _staging_of(self, checkpoint_id: OpId) -> Staging:
+        key = str(checkpoint_id)
+        staging = self._staging.get(key)
+        if staging is None:
+            staging = self._staging[key] = self.store.open_staging(key)
+        return staging
+
+    def _write_staging(self, effect: WriteStaging) -> ControllerInput | None:
+        try:
+            data = base64.b64decode(effect.artifact, validate=True)
+        except ValueError:
+            data = effect.artifact.encode()  # kept as sent: validation reports the mismatch
+        try:
+            self._staging_of(effect.checkpoint_id).write(artifact_name(effect.participant), data)
+        except (SnapshotStoreError, OSError) as error:
+            # Not answered: the missing artifact fails validation (artifact_mismatch).
+            self._log.warning(
+                "staging_error",
+                checkpoint_id=str(effect.checkpoint_id),
+                participant=effect.participant,
+                error=str(error),
+            )
+        return None
+
+    def _capture(self, effect: CaptureCut) -> None:
+        # The cut is taken now, at this instant of the controller; only its write waits.
+        cid = effect.checkpoint_id
+        ledger = ledger_to_json(effect.ledger) if isinstance(effect.ledger, Ledger) else None
+        cut: ControllerCut = self.data_plane.capture(ledger=ledger)
+        self._cuts[str(cid)] = (cut.trainer_step, cut.trainer_version)
+        data = cut.to_bytes()
+
+        def write() -> ControllerInput:
+            try:
+                self._staging_of(cid).write(CUT_ARTIFACT, data)
+            except (SnapshotStoreError, OSError) as error:
+                self._log.warning("capture_failed", checkpoint_id=str(cid), error=str(error))
+                return LocalFailed(LocalOp.CUT, cid, Cause.IO_ERROR)
+            return LocalDone(LocalOp.CUT, cid)
+
+        self._store(write)
+
+    def _store(self, job: Callable[[], ControllerInput | None]) -> None:
+        """Run a store job: inline on the virtual clock (deterministic), else in the store
+        lane, one job at a time in FIFO order in a worker thread, so fsyncs never block the
+        event loop while calls are in flight. The job's answer is submitted when it ends."""
+        if self._lane is None:
+            answer = job()
+            if answer is not None:
+                self.submit(answer)
+        else:
+            self._lane.put_nowait(job)
+
+    async def _store_lane(self, lane: Queue[Callable[[], ControllerInput | None]]) -> None:
+        while True:
+            job = await lane.get()
+            answer = await anyio.to_thread.run_sync(job)
+            if answer is not None and not self._dead:
+                self.submit(answer)
+
+    def _validate(self, effect: Validate, now: float) -> ControllerInput | None:
+        cid = effect.checkpoint_id
+        try:
+            staging = self._staging_of(cid)
+            for participant, digest in effect.manifest:
+                staging.expect_digest(artifact_name(participant), digest)
+            step, version = self._cuts.pop(str(cid))
+            staging.write_manifest(
+                trainer_step=step,
+                trainer_version=version,
+                topology_fingerprint=effect.fingerprint,
+                created_at=now,
+                participant_digests=dict(effect.manifest),
+                at_trainer_anchor=effect.at_trainer_anchor,
+            )
+        except SnapshotStoreError as error:
+            self._log.warning("validation_failed", checkpoint_id=str(cid), error=str(error))
+            return LocalFailed(LocalOp.VALIDATE, cid, Cause.ARTIFACT_MISMATCH)
+        except (OSError, KeyError) as error:  # KeyError: no cut was captured for this id
+            self._log.warning("validation_failed", checkpoint_id=str(cid), error=str(error))
+            return LocalFailed(LocalOp.VALIDATE, cid, Cause.IO_ERROR)
+        return LocalDone(LocalOp.VALIDATE, cid)
+
+    def _publish(self, effect: Publish) -> ControllerInput | None:
+        cid = str(effect.checkpoint_id)
+        try:
+            self.store.publish(cid)
+        except (SnapshotStoreError, OSError) as error:
+            self._log.warning("publish_failed", checkpoint_id=cid, error=str(error))
+            return LocalFailed(LocalOp.PUBLISH, effect.checkpoint_id, Cause.IO_ERROR)
+        self._staging.pop(cid, None)
+        try:
+            self.store.prune(self.config.keep_latest_k)
+        except (SnapshotStoreError, OSError) as error:
+            self._log.warning("prune_failed", error=str(error))
+        return LocalDone(LocalOp.PUBLISH, effect.checkpoint_id)
+
+    # ------------------------------------------------------------------ start-up (§2, §6, M9)
+
+    async def start(self) -> RestoreReport:
+        """Start the controller: a new epoch, discovery (§2), then `Recovered` with the
+        intent record (§6) and the trainer anchor, and the coordinator's restore (M9) until
+        it ends. Call once `run()` is running. Raises the setup refusals of discovery
+        (S13, S14) and `DriverError` if a participant never answers discovery."""
+        await self._started.wait()
+        epoch = self.journal.next_epoch()
+        self.state = self.coordinator.initial(epoch)
+        caps = await self._discover()
+        self._step(Discovered(caps, self.depends_on))
+        intent = self.journal.read_intent()
+        anchor = self.trainer.anchor()
+        intent_id = None if intent is None else OpId.parse(intent.checkpoint_id)
+        self._step(Recovered(intent_id, None if anchor is None else anchor.step))
+        await self.wait_for(
+            lambda s: self.restore_report is not None or s.phase is CheckpointState.STOPPED
+        )
+        if self.restore_report is None:
+            self.restore_report = RestoreReport("stopped", intent=_text(intent_id))
+            return self.restore_report
+        if self.restore_report.kind != "restore_failed":
+            self.store.clean_staging()
+            released = await self._release_orphans()
+            self.restore_report = replace(self.restore_report, released_orphans=released)
+        return self.restore_report
+
+    async def _discover(self) -> tuple[Capabilities, ...]:
+        """Ask every participant for its capabilities (concurrently), retrying the ones
+        that fail until `discovery_attempts` rounds are used up."""
+        caps: dict[str, Capabilities] = {}
+
+        async def ask(name: str, deadline: float) -> None:
+            reply = await self.send(name, ParticipantOp.CAPABILITIES, None, deadline)
+            if isinstance(reply, Capabilities):
+                caps[name] = reply
+
+        for attempt in range(self.discovery_attempts):
+            missing = sorted(set(self.participants) - set(caps))
+            if not missing:
+                break
+            if attempt:
+                await self.clock.sleep(self.retry_backoff_s)
+            deadline = self.clock.now() + self.config.control_timeout_s
+            async with self.clock.task_group() as tg:
+                for name in missing:
+                    tg.start_soon(ask, name, deadline, name=f"discover:{name}")
+        missing = sorted(set(self.participants) - set(caps))
+        if missing:
+            raise DriverError(
+                f"discovery failed for {missing} after {self.discovery_attempts} attempts; "
+                "check that every participant is up and reachable"
+            )
+        return tuple(caps[name] for name in sorted(caps))
+
+    def _list_snapshots(self) -> ControllerInput | None:
+        anchor = self.trainer.anchor()
+        listed_anchor = (
+            None
+            if anchor is None
+            else TrainerAnchor(anchor.step, str(anchor.version), anchor.dataloader_position)
+        )
+        try:
+            candidates = self._candidates()
+        except (SnapshotStoreError, OSError) as error:
+            return SnapshotsListed(listed_anchor, SourceUnreadable("snapshot_store", str(error)))
+        return SnapshotsListed(listed_anchor, candidates)
+
+    def _candidates(self) -> tuple[SnapshotCandidate, ...]:
+        """Every snapshot in the store as M9 sees it: published ones verified (a corrupt
+        one is listed as such), quarantined and half-written ones by their condition."""
+        out: list[SnapshotCandidate] = []
+        for name in self.store.published():
+            try:
+                op_id = parse_checkpoint_id(name)
+            except SnapshotStoreError:
+                continue
+            try:
+                manifest = self.store.verify(name)
+            except CorruptSnapshot:
+                out.append(SnapshotCandidate(op_id, -1, "", "", SnapshotCondition.CORRUPT))
+                continue
+            out.append(
+                SnapshotCandidate(
+                    op_id,
+                    manifest.trainer_step,
+                    str(manifest.trainer_version),
+                    manifest.topology_fingerprint,
+                    SnapshotCondition.VERIFIED,
+                    manifest.at_trainer_anchor,
+                )
+            )
+        for location, condition in (
+            (self.store.quarantine_dir, SnapshotCondition.QUARANTINED),
+            (self.store.staging_dir, SnapshotCondition.HALF_WRITTEN),
+        ):
+            for path in sorted(location.iterdir()):
+                try:
+                    op_id = parse_checkpoint_id(path.name.split(".")[0])
+                except SnapshotStoreError:
+                    continue
+                out.append(SnapshotCandidate(op_id, -1, "", "", condition))
+        return tuple(out)
+
+    def _load_snapshot(self, effect: LoadSnapshot) -> ControllerInput | None:
+        name = str(effect.snapshot_id)
+        try:
+            loaded = self.store.load(name)
+            cut_bytes = loaded.artifacts[CUT_ARTIFACT]
+            cut = ControllerCut.model_validate_json(cut_bytes)
+            ledger = ledger_from_json(cut.ledger)
+        except (SnapshotStoreError, OSError, KeyError, CorruptLedger, ValidationError) as error:
+            self._log.warning("snapshot_unreadable", snapshot=name, error=str(error))
+            return SnapshotLoadFailed(effect.snapshot_id, "corrupt")
+        self._loaded = (name, loaded.artifacts)
+        trained = tuple(
+            g.group_id
+            for g in ledger.groups
+            if g.state is GroupState.FINALIZING and self.has_group is not None and self.has_group(g)
+        )
+        digests = tuple(sorted(loaded.manifest.participant_digests.items()))
+        return SnapshotLoaded(effect.snapshot_id, digests, ledger, trained)
+
+    def _artifact(self, snapshot_id: OpId, participant: str) -> bytes:
+        if self._loaded is None or self._loaded[0] != str(snapshot_id):
+            loaded = self.store.load(str(snapshot_id))
+            self._loaded = (str(snapshot_id), loaded.artifacts)
+        return self._loaded[1].get(artifact_name(participant), b"")
+
+    def _restore_cut(self, effect: RestoreCut) -> None:
+        try:
+            data = self._artifact(effect.snapshot_id, "")
+            data = self._loaded[1][CUT_ARTIFACT] if self._loaded else data
+            self.data_plane.restore_cut(data)
+        except (SnapshotStoreError, OSError, KeyError, CorruptCut, CutMismatch) as error:
+            # The coordinator already verified this snapshot: a cut that does not install
+            # now means the trainer moved under the restore. Nothing to decide here: say so.
+            self._log.error(
+                "restore_cut_failed", snapshot=str(effect.snapshot_id), error=str(error)
+            )
+
+    def _rewind(self, effect: RewindToAnchor) -> None:
+        rewind = getattr(self.data_plane, "rewind_to_anchor", None)
+        if rewind is not None:
+            rewind()
+        self._log.info(
+            "rewound_to_anchor", step=effect.step, dataloader_position=effect.dataloader_position
+        )
+
+    def _restored(self, outcome: RestoreOutcome, effects: tuple[ControllerEffect, ...]) -> None:
+        metrics = dict(outcome.metrics)
+        known = {name: metrics.get(name, 0) for name in RestoreMetrics.__slots__}
+        self.restore_report = RestoreReport(
+            outcome.result,
+            snapshot_id=_text(outcome.snapshot_id),
+            intent=_text(outcome.intent),
+            intent_action=outcome.intent_action,
+            rejected=outcome.rejected,
+            redispatched=sum(1 for e in effects if isinstance(e, Dispatch) and e.attempt > 0),
+            metrics=RestoreMetrics(**known),
+        )
+        self._log.info(
+            "restore_outcome",
+            result=outcome.result,
+            snapshot=_text(outcome.snapshot_id),
+            intent=_text(outcome.intent),
+            intent_action=outcome.intent_action,
+            rejected=[list(r) for r in outcome.rejected],
+            redispatched=self.restore_report.redispatched,
+        )
+
+    async def _release_orphans(self) -> int:
+        """ACK completions the restored ledger does not own: they belong to the interval
+        the restore rolled back (I1: never trained), and an agent holding them unACKed
+        would never be ready for a prepare again."""
+        released = 0
+        for agent in sorted(self.participants):
+            fleet = self.state.fleet
+            if fleet is None or fleet.role_of(agent) != "agent":
+                continue
+            try:
+                reply = await self.participants[agent].completions(
+                    deadline_at=self.clock.now() + self.config.control_timeout_s
+                )
+            except CallFailedError:
+                continue
+            ledger = self.state.ledger
+            orphans = tuple(r for r in reply.receipts if not ledger.owns(r.rollout_id, r.attempt))
+            if orphans:
+                released += len(orphans)
+                await self._ack_orphans(agent, orphans)
+        self.orphans_released += released
+        return released
+
+
+def _text(op_id: OpId | None) -> str | None:
+    return None if op_id is None else str(op_id)
+
+
+def _input_fields(event: ControllerInput) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    participant = getattr(event, "participant", None)
+    if participant is not None:
+        fields["participant"] = participant
+    rollout = getattr(event, "rollout_id", None)
+    if rollout is not None:
+        fields["rollout_id"] = rollout
+    cause = getattr(event, "cause", None)
+    if isinstance(cause, Cause):
+        fields["cause"] = cause.value
+    return fields
+
+
+def _wire_request(call: Call, artifact: Callable[[OpId, str], bytes]) -> Message:
+    """The wire request of a coordinator call (`artifact(snapshot_id, participant)` loads
+    a restore's artifact)."""
+    if call.op is Op.RESTORE and isinstance(call.payload, RestoreTarget) and call.op_id:
+        target = call.payload
+        data = artifact(target.snapshot_id, call.participant)
+        return RestoreRequest(
+            op_id=call.op_id,
+            deadline_at=call.deadline_at,
+            snapshot_id=target.snapshot_id,
+            artifact=base64.b64encode(data).decode("ascii"),
+            expected_digest=target.digest,
+        )
+    if call.op is Op.DISCARD and call.op_id is not None:
+        rollout_id, attempt = call.payload
+        return DiscardRequest(op_id=call.op_id, rollout_id=rollout_id, attempt=attempt)
+    if call.op is Op.ACK:
+        receipts = tuple(
+            Receipt(rollout_id=o.rollout_id, attempt=o.attempt, receipt=o.receipt)
+            for o in call.payload
+        )
+        return AckRequest(receipts=receipts)
+    if call.op is Op.RETIRE:
+        rollout_id, attempt = call.payload
+        return RetireRequest(rollout_id=rollout_id, attempt=attempt)
+    if call.op_id is None:
+        raise DriverError(f"{call.op.value} to {call.participant!r} carries no op id")
+    return ControlRequest(op_id=call.op_id, deadline_at=call.deadline_at)

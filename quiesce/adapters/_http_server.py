@@ -1,0 +1,270 @@
+"""The HTTP participant server: a Starlette app hosting one `ParticipantHost`.
+
+What lives here: the routes of docs/wire.md (`/control/v1/<op>`, one per operation), bearer
+authentication, the body size limit, and the mapping from what the host answers to an HTTP
+status. What it does not know: any protocol rule (the host's pure participant decides every
+answer) or how the process is started (`quiesce serve`, `quiesce/cli/_serve.py`).
+
+Status codes (the whole rule; docs/wire.md has the tables):
+- 200: the operation's reply model;
+- 409: a protocol refusal, body = `ErrorReply` (`checkpoint_conflict` with `active_id`,
+  `stale_checkpoint` with `high_watermark`, `invalid_phase`, `admission_closed`, ...);
+- 401 (missing/wrong token), 404 (unknown route), 405 (wrong method), 413 (body over the
+  limit), 422 (malformed body, `field` named): body = `WireError`, nothing changed, checked
+  before the host is touched;
+- 503 / 500: the server itself failed (journal not writable, host stopped, a bug). No
+  input, however malformed, produces a 5xx.
+
+The token is compared with `hmac.compare_digest`, never logged, never echoed in an error.
+The journal is fsynced before a 200 or 409 leaves (the host does it before replying).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import anyio
+import structlog
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from quiesce.adapters._participant_api import QueryOp
+from quiesce.adapters._participant_host import HostStopped, ParticipantHost
+from quiesce.protocol._messages import (
+    AckRequest,
+    BeginRequest,
+    BoundaryRequest,
+    ControlRequest,
+    DiscardRequest,
+    ErrorReply,
+    FinishRequest,
+    Message,
+    RestoreRequest,
+    RetireRequest,
+)
+from quiesce.protocol._participant import ParticipantOp
+
+__all__ = [
+    "API_PREFIX",
+    "DEFAULT_MAX_BODY_BYTES",
+    "REQUEST_MODELS",
+    "ROUTES",
+    "WireError",
+    "create_app",
+    "status_of",
+]
+
+API_PREFIX = "/control/v1"
+DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: a restore artifact of an agent fits many times
+
+P = ParticipantOp
+ROUTES: dict[ParticipantOp | str, tuple[Literal["GET", "POST"], str]] = {
+    P.CAPABILITIES: ("GET", f"{API_PREFIX}/capabilities"),
+    P.STATUS: ("GET", f"{API_PREFIX}/status"),
+    QueryOp.COMPLETIONS: ("GET", f"{API_PREFIX}/completions"),
+    P.PREPARE: ("POST", f"{API_PREFIX}/prepare"),
+    P.COMMIT: ("POST", f"{API_PREFIX}/commit"),
+    P.RESUME: ("POST", f"{API_PREFIX}/resume"),
+    P.RESTORE: ("POST", f"{API_PREFIX}/restore"),
+    P.DISCARD: ("POST", f"{API_PREFIX}/discard"),
+    P.ACK: ("POST", f"{API_PREFIX}/ack"),
+    P.RETIRE: ("POST", f"{API_PREFIX}/retire"),
+    P.BEGIN: ("POST", f"{API_PREFIX}/begin"),
+    P.BOUNDARY: ("POST", f"{API_PREFIX}/boundary"),
+    P.FINISH: ("POST", f"{API_PREFIX}/finish"),
+}
+"""Method and path of every operation (and the `completions` query)."""
+
+REQUEST_MODELS: dict[ParticipantOp, type[Message]] = {
+    P.PREPARE: ControlRequest,
+    P.COMMIT: ControlRequest,
+    P.RESUME: ControlRequest,
+    P.RESTORE: RestoreRequest,
+    P.DISCARD: DiscardRequest,
+    P.ACK: AckRequest,
+    P.RETIRE: RetireRequest,
+    P.BEGIN: BeginRequest,
+    P.BOUNDARY: BoundaryRequest,
+    P.FINISH: FinishRequest,
+}
+"""The request body model of every POST route."""
+
+# Which refusal answers with which status: a malformed body is the client's fault in form
+# (422); every other refusal is the protocol saying "not now / not this" (409).
+_REFUSAL_STATUS = {"malformed_request": 422}
+
+log = structlog.get_logger("quiesce.http")
+
+
+class WireError(Message):
+    """The body of a transport-level 4xx/5xx (not a protocol refusal): `code` is one of
+    `unauthorized`, `not_found`, `method_not_allowed`, `body_too_large`,
+    `malformed_request`, `unavailable`, `internal_error`; `field` names the bad field of a
+    422."""
+
+    code: str
+    message: str
+    field: str | None = None
+
+
+def status_of(reply: Message) -> int:
+    """The HTTP status a host reply is sent with (200, 409 or 422)."""
+    if isinstance(reply, ErrorReply):
+        return _REFUSAL_STATUS.get(reply.code, 409)
+    return 200
+
+
+def _error(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+    body = WireError(code=code, message=message, field=field).model_dump(mode="json")
+    headers = {"WWW-Authenticate": 'Bearer realm="quiesce"'} if status == 401 else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _TooLarge
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _TooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _validate(model: type[Message], body: bytes) -> Message | JSONResponse:
+    if not body.strip():
+        return _error(422, "malformed_request", "the request body is empty; send JSON", "<body>")
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(part) for part in first["loc"]) or "<body>"
+        message = f"{field!r}: {first['msg']}"
+        return _error(422, "malformed_request", message, field)
+
+
+def create_app(
+    host: ParticipantHost,
+    *,
+    token: str,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    run_host: bool = True,
+) -> Starlette:
+    """A Starlette app serving `host` under `/control/v1`, every route behind
+    `Authorization: Bearer <token>`. The app's lifespan runs `host.run()` (the role's
+    work) unless `run_host=False`, and stops the host on shutdown.
+
+    >>> from quiesce.adapters import ParticipantHost, RealClock
+    >>> host = ParticipantHost.start({"name": "p", "role": "policy"}, clock=RealClock())
+    >>> app = create_app(host, token="s3cret")
+    >>> sorted(r.path for r in app.routes)[:2]
+    ['/control/v1/ack', '/control/v1/begin']
+    """
+    if not token:
+        raise ValueError("an HTTP participant needs a non-empty bearer token")
+    expected = token.encode()
+    bound = log.bind(participant=host.name)
+
+    def authorized(request: Request) -> bool:
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        # Compare even when the scheme is wrong, so timing does not tell which part failed.
+        ok = hmac.compare_digest(given.strip().encode(), expected)
+        return ok and scheme.lower() == "bearer"
+
+    def endpoint(op: ParticipantOp | str) -> Any:
+        model = REQUEST_MODELS.get(op) if isinstance(op, ParticipantOp) else None
+        name = op.value if isinstance(op, ParticipantOp) else op
+
+        async def serve(request: Request) -> Response:
+            if not authorized(request):
+                bound.warning("unauthorized", op=name)
+                return _error(401, "unauthorized", "missing or wrong bearer token")
+            try:
+                body = await _read_body(request, max_body_bytes) if model else b""
+            except _TooLarge:
+                limit = f"the request body exceeds {max_body_bytes} bytes"
+                return _error(413, "body_too_large", limit)
+            payload: Message | None = None
+            if model is not None:
+                parsed = _validate(model, body)
+                if isinstance(parsed, JSONResponse):
+                    bound.info("malformed_request", op=name)
+                    return parsed
+                payload = parsed
+            try:
+                if not isinstance(op, ParticipantOp):
+                    reply: Message = host.completions()
+                else:
+                    reply = await host.handle(op, payload)
+            except HostStopped:
+                return _error(503, "unavailable", "this participant is shutting down")
+            except OSError as error:
+                bound.error("journal_write_failed", op=name, error=type(error).__name__)
+                return _error(503, "unavailable", "the participant journal is not writable")
+            status = status_of(reply)
+            bound.debug("answered", op=name, status=status)
+            return Response(
+                reply.model_dump_json(), status_code=status, media_type="application/json"
+            )
+
+        return serve
+
+    routes = [
+        Route(path, endpoint(op), methods=[method], name=str(getattr(op, "value", op)))
+        for op, (method, path) in ROUTES.items()
+    ]
+    routes.append(Route("/healthz", _healthz, methods=["GET"]))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        if exc.status_code == 405:
+            response = _error(405, "method_not_allowed", f"{request.method} is not allowed here")
+            if exc.headers and "Allow" in exc.headers:
+                response.headers["Allow"] = exc.headers["Allow"]
+            return response
+        if exc.status_code == 404:
+            return _error(404, "not_found", f"no route {request.url.path}; see docs/wire.md")
+        return _error(exc.status_code, "http_error", str(exc.detail))
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        # A bug in the server: say so without echoing anything from the request.
+        bound.error("internal_error", error=type(exc).__name__)
+        return _error(500, "internal_error", "the participant server failed")
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            if run_host:
+                tg.start_soon(host.run)
+            bound.info("participant_serving", role=host.config.role, incarnation=host.incarnation)
+            try:
+                yield
+            finally:
+                host.stop()
+
+    return Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: http_error, Exception: internal_error},
+        lifespan=lifespan,
+    )
+
+
+async def _healthz(request: Request) -> Response:
+    """Liveness only (no state, no auth): for process supervisors and tests."""
+    return Response(json.dumps({"ok": True}), media_type="application/json")

@@ -1,0 +1,834 @@
+"""`ParticipantHost`: one pure participant running in a process, and the role's work.
+
+What lives here: the glue between the pure participant (`quiesce.protocol`
+`new_participant` / `handle` / `from_journal`) and a runtime. The host serialises every
+operation on the state, writes the journal (§6) *before* a reply is released, carries out
+the role effects the pure core returns, and runs the role's work for the simulation. What
+it does not know: the transport (the in-memory, HTTP and Ray adapters call `handle`), or any
+protocol rule: every decision (refusals, replays, readiness, what a resume releases) is the
+pure core's; the host only executes it.
+
+API (stable; the in-memory client and the driver build on it):
+
+    host = ParticipantHost.start(config, clock=clock, journal=MemoryJournal())
+    host = ParticipantHost.recover(journal, "inc-2", clock=clock)   # restart (§6)
+    host = ParticipantHost.open(config, journal, clock=clock)       # recover if journal
+    host.connect(policies=[...], resources=[...])                   # agent's services
+    async with clock.task_group() as tg:
+        tg.start_soon(host.run)          # the role's work (executions); returns on stop
+        reply = await host.handle("prepare", ControlRequest(...))  # any ParticipantOp
+        host.crash()                     # executions die; only the journal survives
+    host.state / host.incarnation / host.name / host.alive / host.completions()
+
+- `handle(op, request)` answers every `ParticipantOp` with the pure core's reply (an
+  `ErrorReply` for a refusal, including `malformed_request`). It raises `HostStopped` once
+  the host crashed or stopped, and lets a journal write's `OSError` through (state and
+  reply are then *not* released: a failure records nothing).
+- Operations are serialised by one clock `Lock`. A concurrent duplicate of an in-flight
+  `(op, op_id)` (prepare, commit, resume, restore) waits for the first and gets the same
+  reply; if the first failed, the duplicate runs on its own.
+- Journal: `JournalSink` with `FileJournal(state_dir)` (atomic write + fsync of file and
+  directory via `_durable.atomic_write`, in a worker thread) and `MemoryJournal` (keeps
+  exactly the last journal written: what would be on disk). The incarnation is picked at
+  start by `incarnation_factory` (default: 64 bits from `clock.rng`, so a seeded virtual
+  run is reproducible; `quiesce serve` passes `secrets.token_hex`).
+- Role effects: `ReleaseWaiters` wakes the held policy calls / resources mutations,
+  `WakeExecutions` wakes parked executions, `CancelExecution` stops a tombstoned one.
+
+The role's work (simulation; every sleep is on the injected `Clock`, every draw from
+`clock.rng`):
+- **agent**: a successful `begin` starts an execution task that goes turn by turn: at a
+  boundary it starts the turn's policy call only if `may_start_outbound_call` (else it
+  reports the boundary, parks, and waits to be woken), then makes `mutations_per_turn`
+  resources mutations, then reports `boundary(turn+1)`; after the last turn (again parked
+  first if the fence is closed) it reports `finish`, and a completion is announced to
+  `on_completed(participant, receipt)`. A policy call held as a waiter makes the
+  execution `frozen` (`agent_policy_call_held`) until the policy releases it
+  (`agent_policy_call_resumed`). A crash cancels every execution.
+- **policy**: `generate(call_id, held=..., released=...)` admits the call or holds it as a
+  waiter (`policy_call_started`), sleeps the generation latency, then
+  `policy_call_finished` (the last call of a drain pauses the server).
+- **resources**: `mutate(mutation_id, rollout_id)` admits or holds the mutation
+  (`mutation_started`), sleeps, then `mutation_finished` (the last one freezes the server).
+- A service call on a crashed host raises `HostStopped`; an agent retries it after
+  `retry_backoff_s` (up to `max_service_retries`), since a restarted server answers again.
+  `HostRef` is a stable handle on "the current host named X" for such wiring.
+
+A host that is not `run()` still answers every request, but runs no work (useful for
+conformance tests, or when an external runtime reports `boundary` / `finish` itself; pass
+`run_work=False` to disable the executions of a running host).
+"""
+
+from __future__ import annotations
+
+import secrets
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio.to_thread
+import structlog
+from pydantic import ValidationError
+
+from quiesce.adapters._clock import Clock, ClockEvent, Lock, TaskGroup
+from quiesce.adapters._durable import atomic_write
+from quiesce.adapters._participant_api import CompletionsReply
+from quiesce.fsm import QuiesceError, TransitionNotAllowed
+from quiesce.protocol._agent_execution import ExecState
+from quiesce.protocol._agent_role import AgentRole
+from quiesce.protocol._control_fence import FenceState
+from quiesce.protocol._errors import Refusal
+from quiesce.protocol._journal import Journal, JournalWrite
+from quiesce.protocol._messages import (
+    BeginRequest,
+    BoundaryRequest,
+    ErrorReply,
+    ExecutionReply,
+    FinishRequest,
+    Message,
+    Receipt,
+)
+from quiesce.protocol._participant import (
+    Answer,
+    ParticipantConfig,
+    ParticipantEffect,
+    ParticipantOp,
+    ParticipantState,
+    agent_policy_call_held,
+    agent_policy_call_resumed,
+    from_journal,
+    handle,
+    may_start_outbound_call,
+    mutation_finished,
+    mutation_started,
+    new_participant,
+    policy_call_finished,
+    policy_call_started,
+)
+from quiesce.protocol._participant_state import (
+    CancelExecution,
+    ReleaseWaiters,
+    WakeExecutions,
+    stamp,
+)
+
+__all__ = [
+    "FileJournal",
+    "HostRef",
+    "HostStopped",
+    "JournalCorrupt",
+    "JournalSink",
+    "MemoryJournal",
+    "NoJournal",
+    "ParticipantHost",
+    "PolicyService",
+    "ResourcesService",
+    "WorkConfig",
+    "random_incarnation",
+    "secret_incarnation",
+]
+
+log = structlog.get_logger("quiesce.host")
+
+Key = tuple[str, int]
+Hook = Callable[[], Awaitable[None]]
+
+# Operations whose concurrent duplicates share one answer (M2: "a concurrent duplicate
+# waits for the first").
+_FENCED_OPS = frozenset(
+    {ParticipantOp.PREPARE, ParticipantOp.COMMIT, ParticipantOp.RESUME, ParticipantOp.RESTORE}
+)
+_OPS = {op.value: op for op in ParticipantOp}
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+class HostStopped(QuiesceError):
+    """Participant `participant` crashed or was stopped: this host answers nothing more
+    (a restarted participant is a new host, with a new incarnation)."""
+
+    def __init__(self, participant: str) -> None:
+        self.participant = participant
+        super().__init__(
+            f"participant {participant!r} is not running (crashed or stopped); "
+            "restart it with ParticipantHost.recover(journal, new_incarnation)"
+        )
+
+
+class NoJournal(QuiesceError):
+    """`recover` found no journal in `where`: there is nothing to restart from."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        super().__init__(f"no participant journal in {where}; use ParticipantHost.start")
+
+
+class JournalCorrupt(QuiesceError):
+    """The journal file `path` does not parse: `field` names the first bad field."""
+
+    def __init__(self, path: Path, field: str, detail: str) -> None:
+        self.path = path
+        self.field = field
+        self.detail = detail
+        super().__init__(
+            f"participant journal {path} is corrupt at {field!r}: {detail}; "
+            "move it aside to start this participant fresh (its fence state will be lost)"
+        )
+
+
+# ---------------------------------------------------------------------------- journals
+
+
+class JournalSink(ABC):
+    """Where a host keeps its journal (§6). `write` returns only once it is durable."""
+
+    @abstractmethod
+    async def write(self, journal: Journal) -> None:
+        """Persist `journal`, replacing the previous one; durable when this returns."""
+
+    @abstractmethod
+    def load(self) -> Journal | None:
+        """The last journal written, or None if there is none."""
+
+    def describe(self) -> str:
+        """Where the journal lives, for messages."""
+        return type(self).__name__
+
+
+class MemoryJournal(JournalSink):
+    """The in-memory fleet's "disk": exactly the last journal written, nothing else.
+
+    `fail_writes` makes every write raise `OSError` (a disk failure, for tests).
+
+    >>> MemoryJournal().load() is None
+    True
+    """
+
+    def __init__(self, journal: Journal | None = None) -> None:
+        self.journal = journal
+        self.writes = 0
+        self.fail_writes = False
+
+    async def write(self, journal: Journal) -> None:
+        """Keep `journal` (raises `OSError` while `fail_writes`)."""
+        if self.fail_writes:
+            raise OSError("injected journal write failure")
+        self.journal = journal
+        self.writes += 1
+
+    def load(self) -> Journal | None:
+        """The last journal written."""
+        return self.journal
+
+
+class FileJournal(JournalSink):
+    """`<state_dir>/journal.json`, written atomically and fsynced (file and directory)
+    before `write` returns; the write runs in a worker thread so the event loop keeps
+    serving other requests' reads.
+
+    >>> import tempfile
+    >>> FileJournal(Path(tempfile.mkdtemp())).load() is None
+    True
+    """
+
+    FILE_NAME = "journal.json"
+
+    def __init__(self, state_dir: Path | str) -> None:
+        self.state_dir = Path(state_dir)
+        self.path = self.state_dir / self.FILE_NAME
+
+    async def write(self, journal: Journal) -> None:
+        """Atomic write + fsync (`_durable.atomic_write`)."""
+        data = journal.model_dump_json().encode()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        await anyio.to_thread.run_sync(atomic_write, self.path, data)
+
+    def load(self) -> Journal | None:
+        """The journal on disk; raises `JournalCorrupt` naming the file and field."""
+        if not self.path.exists():
+            return None
+        try:
+            return Journal.model_validate_json(self.path.read_bytes())
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "<file>"
+            raise JournalCorrupt(self.path, where, first["msg"]) from None
+
+    def describe(self) -> str:
+        """The journal's path."""
+        return str(self.path)
+
+
+# ---------------------------------------------------------------------------- services
+
+
+class PolicyService(Protocol):
+    """What an agent execution needs from a policy server (one generation call)."""
+
+    async def generate(
+        self, call_id: str, *, held: Hook | None = None, released: Hook | None = None
+    ) -> None:
+        """Run generation call `call_id`. If the server holds it as a waiter, `held()` is
+        awaited first and `released()` once it proceeds. Raises `HostStopped` if the
+        server is down."""
+
+
+class ResourcesService(Protocol):
+    """What an agent execution needs from a resources server (state mutations)."""
+
+    @property
+    def restart_only(self) -> bool:
+        """Whether this server's state cannot be restored (`restart_only` recovery mode)."""
+
+    async def mutate(self, mutation_id: str, rollout_id: str) -> None:
+        """Change `rollout_id`'s state (waits while the server is frozen). Raises
+        `HostStopped` if the server is down."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkConfig:
+    """How the simulated work behaves: latencies are drawn uniformly from `(low, high)`
+    seconds on the host's clock."""
+
+    policy_latency_s: tuple[float, float] = (0.02, 0.1)
+    mutation_latency_s: tuple[float, float] = (0.005, 0.02)
+    step_latency_s: tuple[float, float] = (0.01, 0.05)  # a turn with no policy wired
+    mutations_per_turn: int = 1
+    retry_backoff_s: float = 0.05
+    max_service_retries: int = 200
+
+
+def random_incarnation(clock: Clock) -> str:
+    """A 64-bit incarnation token drawn from `clock.rng` (reproducible under a seed)."""
+    return f"inc-{clock.rng.getrandbits(64):016x}"
+
+
+def secret_incarnation() -> str:
+    """A 64-bit incarnation token from the OS's CSPRNG (real servers)."""
+    return f"inc-{secrets.token_hex(8)}"
+
+
+@dataclass(eq=False, slots=True)
+class _Pending:
+    done: ClockEvent
+    reply: Message | None = None
+
+
+@dataclass(eq=False, slots=True)
+class _Waiter:
+    event: ClockEvent
+    dead: bool = False
+
+
+@dataclass(slots=True)
+class _Wiring:
+    policies: tuple[PolicyService, ...] = ()
+    resources: tuple[ResourcesService, ...] = ()
+    on_completed: Callable[[str, Receipt], None] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------- the host
+
+
+class ParticipantHost:
+    """Runs one pure participant: see the module docstring for the whole API."""
+
+    def __init__(
+        self,
+        state: ParticipantState,
+        *,
+        clock: Clock,
+        journal: JournalSink,
+        work: WorkConfig | None = None,
+        run_work: bool = True,
+        on_completed: Callable[[str, Receipt], None] | None = None,
+    ) -> None:
+        self.clock = clock
+        self.journal = journal
+        self.work = work or WorkConfig()
+        self.run_work = run_work
+        self._state = state
+        self._lock = Lock(clock)
+        self._alive = True
+        self._inflight: dict[tuple[str, str], _Pending] = {}
+        self._waiters: dict[str, _Waiter] = {}
+        self._wakes: dict[Key, ClockEvent] = {}
+        self._turns: dict[Key, int] = {}
+        self._tg: TaskGroup | None = None
+        self._pending_starts: list[Key] = []
+        self._stopped = clock.event()
+        self._wiring = _Wiring(on_completed=on_completed)
+        self._log = log.bind(participant=state.config.name, incarnation=state.incarnation)
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def start(
+        cls,
+        config: ParticipantConfig | Mapping[str, Any],
+        *,
+        clock: Clock,
+        journal: JournalSink | None = None,
+        incarnation: str | None = None,
+        incarnation_factory: Callable[[], str] | None = None,
+        **options: Any,
+    ) -> ParticipantHost:
+        """A fresh participant (fence idle, nothing journaled yet).
+
+        The incarnation is `incarnation`, else `incarnation_factory()`, else drawn from
+        `clock.rng` (`random_incarnation`)."""
+        chosen = incarnation or (
+            incarnation_factory() if incarnation_factory else random_incarnation(clock)
+        )
+        state = new_participant(config, chosen)
+        return cls(state, clock=clock, journal=journal or MemoryJournal(), **options)
+
+    @classmethod
+    def recover(
+        cls, journal: JournalSink, new_incarnation: str, *, clock: Clock, **options: Any
+    ) -> ParticipantHost:
+        """Restart after a crash (§6): rebuild from `journal` under `new_incarnation`.
+        Raises `NoJournal` if nothing was ever journaled, `JournalCorrupt` if it is bad."""
+        saved = journal.load()
+        if saved is None:
+            raise NoJournal(journal.describe())
+        state = from_journal(saved, new_incarnation)
+        return cls(state, clock=clock, journal=journal, **options)
+
+    @classmethod
+    def open(
+        cls,
+        config: ParticipantConfig | Mapping[str, Any],
+        journal: JournalSink,
+        *,
+        clock: Clock,
+        incarnation_factory: Callable[[], str] | None = None,
+        **options: Any,
+    ) -> ParticipantHost:
+        """`recover` from `journal` if it holds one (with a new incarnation), else `start`.
+        A journal written by another participant (name or role differ) is refused."""
+        cfg = (
+            config
+            if isinstance(config, ParticipantConfig)
+            else ParticipantConfig.model_validate(config)
+        )
+        factory = incarnation_factory or (lambda: random_incarnation(clock))
+        saved = journal.load()
+        if saved is None:
+            return cls.start(cfg, clock=clock, journal=journal, incarnation=factory(), **options)
+        if (saved.config.name, saved.config.role) != (cfg.name, cfg.role):
+            raise JournalCorrupt(
+                Path(journal.describe()),
+                "config",
+                f"journal belongs to {saved.config.role} {saved.config.name!r}, "
+                f"not {cfg.role} {cfg.name!r}",
+            )
+        return cls.recover(journal, factory(), clock=clock, **options)
+
+    def connect(
+        self,
+        *,
+        policies: Sequence[PolicyService] = (),
+        resources: Sequence[ResourcesService] = (),
+        on_completed: Callable[[str, Receipt], None] | None = None,
+    ) -> None:
+        """Wire an agent's executions to the services they call (and the completion hook)."""
+        self._wiring.policies = tuple(policies)
+        self._wiring.resources = tuple(resources)
+        if on_completed is not None:
+            self._wiring.on_completed = on_completed
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def state(self) -> ParticipantState:
+        """The current pure state (a frozen value)."""
+        return self._state
+
+    @property
+    def name(self) -> str:
+        """The participant's name."""
+        return self._state.config.name
+
+    @property
+    def config(self) -> ParticipantConfig:
+        """The participant's configuration."""
+        return self._state.config
+
+    @property
+    def incarnation(self) -> str:
+        """This process's incarnation token (in every reply)."""
+        return self._state.incarnation
+
+    @property
+    def alive(self) -> bool:
+        """False once `crash()` or `stop()` was called."""
+        return self._alive
+
+    def completions(self) -> CompletionsReply:
+        """Receipts of completed-but-unACKed executions (empty for policy and resources)."""
+        role = self._state.role
+        receipts: tuple[Receipt, ...] = ()
+        if isinstance(role, AgentRole):
+            receipts = tuple(
+                Receipt(
+                    rollout_id=e.data.rollout_id, attempt=e.data.attempt, receipt=e.data.receipt
+                )
+                for e in role.completed()
+            )
+        return CompletionsReply(**stamp(self._state), receipts=receipts)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> None:
+        """Run the role's work (agent executions) until `stop()` or `crash()`.
+
+        Start it in a clock task group (`tg.start_soon(host.run)`)."""
+        async with self.clock.task_group() as tg:
+            self._tg = tg
+            for key in self._pending_starts:
+                tg.start_soon(self._execute, key, name=f"{self.name}:{key[0]}#{key[1]}")
+            self._pending_starts.clear()
+            await self._stopped.wait()
+            tg.cancel()
+        self._tg = None
+
+    def stop(self) -> None:
+        """Stop answering and cancel the work (a clean shutdown keeps the journal too)."""
+        self.crash()
+
+    def crash(self) -> None:
+        """The process dies: every execution and held call dies with it; only the journal
+        survives. Later calls raise `HostStopped`."""
+        if not self._alive:
+            return
+        self._alive = False
+        self._log.info("participant_stopped")
+        for waiter in self._waiters.values():
+            waiter.dead = True
+            waiter.event.set()
+        self._waiters.clear()
+        for wake in self._wakes.values():
+            wake.set()
+        self._wakes.clear()
+        for pending in self._inflight.values():
+            pending.done.set()
+        self._stopped.set()
+        if self._tg is not None:
+            self._tg.cancel()
+
+    def _check_alive(self) -> None:
+        if not self._alive:
+            raise HostStopped(self.name)
+
+    # ------------------------------------------------------------------ requests
+
+    async def handle(self, op: ParticipantOp | str, request: Any = None) -> Message:
+        """Answer one request (see the module docstring). Raises `HostStopped` when the
+        host is down and `OSError` when the journal cannot be written."""
+        self._check_alive()
+        parsed = op if isinstance(op, ParticipantOp) else _OPS.get(str(op))
+        key = _dedupe_key(parsed, request)
+        if key is None:
+            return await self._apply(op, request)
+        while (pending := self._inflight.get(key)) is not None:
+            await pending.done.wait()
+            self._check_alive()
+            if pending.reply is not None:
+                return pending.reply
+        entry = _Pending(self.clock.event())
+        self._inflight[key] = entry
+        try:
+            entry.reply = await self._apply(op, request)
+            return entry.reply
+        finally:
+            if self._inflight.get(key) is entry:
+                del self._inflight[key]
+            entry.done.set()
+
+    async def _apply(self, op: ParticipantOp | str, request: Any) -> Message:
+        async with self._lock:
+            self._check_alive()
+            before = self._state
+            after, reply, effects = handle(before, op, request, self.clock.now())
+            await self._persist(effects)
+            self._check_alive()  # died while writing: the reply is never released
+            self._state = after
+            self._carry(effects)
+            if before.fence.state is not FenceState.IDLE and after.fence.state is FenceState.IDLE:
+                self._wake_all()  # an execution waiting for the fence may go on
+            if isinstance(reply, ExecutionReply) and _op_name(op) == "begin":
+                self._started(request, reply)
+        if isinstance(reply, ErrorReply):
+            self._log.debug("refused", op=_op_name(op), code=reply.code)
+        return reply
+
+    async def _persist(self, effects: tuple[ParticipantEffect, ...]) -> None:
+        for effect in effects:
+            if isinstance(effect, JournalWrite):
+                await self.journal.write(effect.journal)
+
+    def _carry(self, effects: tuple[ParticipantEffect, ...]) -> None:
+        for effect in effects:
+            if isinstance(effect, ReleaseWaiters):
+                for waiter_id in effect.ids:
+                    waiter = self._waiters.pop(waiter_id, None)
+                    if waiter is not None:
+                        waiter.event.set()
+            elif isinstance(effect, WakeExecutions):
+                for key in effect.keys:
+                    self._wake(key)
+            elif isinstance(effect, CancelExecution):
+                # The execution sees `tombstoned` at its next step and ends there.
+                self._wake((effect.rollout_id, effect.attempt))
+
+    async def _internal(self, event: Callable[[ParticipantState], Answer]) -> None:
+        """Apply an internal event of the role under the lock. A refusal or a machine
+        rejection here is a late event (the execution was retired meanwhile): dropped."""
+        async with self._lock:
+            self._check_alive()
+            try:
+                state, _, effects = event(self._state)
+            except (Refusal, TransitionNotAllowed) as late:
+                self._log.debug("late_event_dropped", detail=str(late))
+                return
+            await self._persist(effects)
+            self._check_alive()
+            self._state = state
+            self._carry(effects)
+
+    async def _update(self, event: Callable[[ParticipantState], ParticipantState]) -> None:
+        async with self._lock:
+            self._check_alive()
+            self._state = event(self._state)
+
+    # ------------------------------------------------------------------ agent work
+
+    def _started(self, request: Any, reply: ExecutionReply) -> None:
+        if reply.state != ExecState.RUNNING.value or not self.run_work:
+            return
+        begin = (
+            request if isinstance(request, BeginRequest) else BeginRequest.model_validate(request)
+        )
+        key = (begin.rollout_id, begin.attempt)
+        self._turns[key] = begin.turns
+        if self._tg is None:
+            self._pending_starts.append(key)
+        else:
+            self._tg.start_soon(self._execute, key, name=f"{self.name}:{key[0]}#{key[1]}")
+
+    def _execution_state(self, key: Key) -> ExecState | None:
+        role = self._state.role
+        execution = role.find(key) if isinstance(role, AgentRole) else None
+        return None if execution is None else execution.state
+
+    def _turn(self, key: Key) -> int:
+        role = self._state.role
+        execution = role.find(key) if isinstance(role, AgentRole) else None
+        return 0 if execution is None else execution.data.turn
+
+    def _wake(self, key: Key) -> None:
+        event = self._wakes.pop(key, None)
+        if event is not None:
+            event.set()
+
+    def _wake_all(self) -> None:
+        for key in list(self._wakes):
+            self._wake(key)
+
+    async def _wait_wake(self, key: Key) -> None:
+        event = self._wakes.get(key)
+        if event is None:
+            event = self._wakes[key] = self.clock.event()
+        await event.wait()
+        self._check_alive()
+
+    async def _execute(self, key: Key) -> None:
+        try:
+            await self._run_execution(key)
+        except HostStopped:
+            return  # this host, or a service with no more retries, is gone
+
+    async def _run_execution(self, key: Key) -> None:
+        rollout_id, attempt = key
+        turns = self._turns[key]
+        while True:
+            if not await self._at_boundary(key):
+                return
+            turn = self._turn(key)
+            if turn >= turns:
+                break
+            dependency = await self._one_turn(key, turn)
+            boundary = BoundaryRequest(
+                rollout_id=rollout_id,
+                attempt=attempt,
+                turn=turn + 1,
+                restart_only_dependency=dependency,
+            )
+            reply = await self.handle(ParticipantOp.BOUNDARY, boundary)
+            if not isinstance(reply, ExecutionReply) or reply.state == "tombstoned":
+                return
+        result = {"reward": round(self.clock.rng.random(), 6), "turns": turns}
+        finish = FinishRequest(rollout_id=rollout_id, attempt=attempt, result=result)
+        reply = await self.handle(ParticipantOp.FINISH, finish)
+        self._turns.pop(key, None)
+        if isinstance(reply, ExecutionReply) and reply.receipt is not None:
+            self._log.debug("execution_completed", rollout_id=rollout_id, attempt=attempt)
+            hook = self._wiring.on_completed
+            if hook is not None:
+                hook(self.name, reply.receipt)
+
+    async def _at_boundary(self, key: Key) -> bool:
+        """Wait at the current boundary until a new outbound call may start: True to go
+        on, False if the execution is gone (tombstoned, or never started)."""
+        while True:
+            self._check_alive()
+            state = self._execution_state(key)
+            if state is None or state is ExecState.TOMBSTONED:
+                return False
+            if state is ExecState.RUNNING and may_start_outbound_call(self._state):
+                return True
+            if state is ExecState.PARK_REQUESTED:
+                # The fence closed while we sit at a boundary: report it, which parks us.
+                request = BoundaryRequest(rollout_id=key[0], attempt=key[1], turn=self._turn(key))
+                reply = await self.handle(ParticipantOp.BOUNDARY, request)
+                if isinstance(reply, ErrorReply):
+                    return False
+                continue
+            # parked (or running behind a closed fence): wait for a wake or a resume.
+            await self._wait_wake(key)
+
+    async def _one_turn(self, key: Key, turn: int) -> bool:
+        """One turn: the policy call, then the resources mutations. Returns whether it
+        changed state on a `restart_only` resources server."""
+        rollout_id, attempt = key
+        call_id = f"{rollout_id}#{attempt}/t{turn}"
+        rng = self.clock.rng
+        policies, resources = self._wiring.policies, self._wiring.resources
+        if policies:
+            policy = policies[rng.randrange(len(policies))]
+
+            async def held() -> None:
+                await self._internal(lambda s: agent_policy_call_held(s, rollout_id, attempt))
+
+            async def released() -> None:
+                await self._internal(lambda s: agent_policy_call_resumed(s, rollout_id, attempt))
+
+            await self._retrying(
+                lambda n: policy.generate(f"{call_id}~{n}", held=held, released=released)
+            )
+        else:
+            await self.clock.sleep(rng.uniform(*self.work.step_latency_s))
+        dependency = False
+        for index in range(self.work.mutations_per_turn if resources else 0):
+            server = resources[rng.randrange(len(resources))]
+            mutation_id = f"{call_id}/m{index}"
+            await self._retrying(
+                lambda n, s=server, m=mutation_id: s.mutate(f"{m}~{n}", rollout_id)  # type: ignore[misc]
+            )
+            dependency = dependency or server.restart_only
+        return dependency
+
+    async def _retrying(self, call: Callable[[int], Awaitable[None]]) -> None:
+        for attempt in range(self.work.max_service_retries):
+            self._check_alive()
+            try:
+                await call(attempt)
+                return
+            except HostStopped:
+                await self.clock.sleep(self.work.retry_backoff_s)
+        raise HostStopped(self.name)
+
+    # ------------------------------------------------------------------ policy / resources
+
+    async def generate(
+        self, call_id: str, *, held: Hook | None = None, released: Hook | None = None
+    ) -> None:
+        """A generation call on this policy server (see `PolicyService`)."""
+        admitted = await self._admit(lambda s: policy_call_started(s, call_id), call_id)
+        if admitted is not None:
+            if held is not None:
+                await held()
+            await self._held(admitted)
+            if released is not None:
+                await released()
+        await self.clock.sleep(self.clock.rng.uniform(*self.work.policy_latency_s))
+        await self._update(lambda s: policy_call_finished(s, call_id))
+
+    @property
+    def restart_only(self) -> bool:
+        """Whether this (resources) server cannot restore its state."""
+        return self._state.config.recovery_mode == "restart_only"
+
+    async def mutate(self, mutation_id: str, rollout_id: str) -> None:
+        """A state mutation on this resources server (see `ResourcesService`)."""
+        waiter = await self._admit(
+            lambda s: mutation_started(s, mutation_id, rollout_id), mutation_id
+        )
+        if waiter is not None:
+            await self._held(waiter)
+        await self.clock.sleep(self.clock.rng.uniform(*self.work.mutation_latency_s))
+        await self._update(lambda s: mutation_finished(s, mutation_id, rollout_id))
+
+    async def _admit(
+        self, event: Callable[[ParticipantState], tuple[ParticipantState, bool]], waiter_id: str
+    ) -> _Waiter | None:
+        """Start a call; None if admitted, else its waiter (registered under the lock, so
+        the `ReleaseWaiters` of a resume can never be missed)."""
+        async with self._lock:
+            self._check_alive()
+            state, admitted = event(self._state)
+            self._state = state
+            if admitted:
+                return None
+            waiter = self._waiters[waiter_id] = _Waiter(self.clock.event())
+            return waiter
+
+    async def _held(self, waiter: _Waiter) -> None:
+        await waiter.event.wait()
+        if waiter.dead:
+            raise HostStopped(self.name)
+
+
+def _op_name(op: ParticipantOp | str) -> str:
+    return op.value if isinstance(op, ParticipantOp) else str(op)
+
+
+def _dedupe_key(op: ParticipantOp | None, request: Any) -> tuple[str, str] | None:
+    if op not in _FENCED_OPS or op is None:
+        return None
+    op_id = getattr(request, "op_id", None)
+    if op_id is None and isinstance(request, Mapping):
+        op_id = request.get("op_id")
+    if op_id is None:
+        return None
+    return op.value, str(op_id)
+
+
+class HostRef:
+    """A stable handle on "the current host named X": a crash-restart swaps `host`, and
+    wiring that holds the ref (an agent's policies and resources) follows it.
+
+    Implements `PolicyService` and `ResourcesService` by delegation."""
+
+    def __init__(self, host: ParticipantHost) -> None:
+        self.host = host
+
+    @property
+    def restart_only(self) -> bool:
+        """See `ParticipantHost.restart_only`."""
+        return self.host.restart_only
+
+    async def generate(
+        self, call_id: str, *, held: Hook | None = None, released: Hook | None = None
+    ) -> None:
+        """See `ParticipantHost.generate`."""
+        await self.host.generate(call_id, held=held, released=released)
+
+    async def mutate(self, mutation_id: str, rollout_id: str) -> None:
+        """See `ParticipantHost.mutate`."""
+        await self.host.mutate(mutation_id, rollout_id)

@@ -1,0 +1,630 @@
+"""A simulated training run on the in-memory fleet, on the virtual clock (`quiesce simulate`).
+
+What lives here: the *environment* of one controller -- a dataloader that opens prompt
+groups of G siblings, a trainer that takes finished groups in batches, a periodic
+trigger, injected faults, an optional controller crash and restart -- and an oracle that
+judges the run. What it does not know: the protocol. The coordinator decides; the driver
+executes; this module only plays the world around them and counts.
+
+The run:
+1. a fleet of P policies, A agents and R resources servers (`InMemoryFleet`), every control
+   call faulted with probability `fault_rate` (kind drawn from the seeded RNG);
+2. the dataloader keeps `2 * groups_per_step` groups in flight while admission is open;
+   each rollout runs 1..`max_turns` turns through policy and resources on its agent;
+3. the trainer takes `groups_per_step` finished groups per optimizer step (and any
+   remainder once the dataloader is exhausted); every trainer boundary triggers a
+   checkpoint (`save_period` 1), and the periodic trigger runs beside it;
+4. with `crash_at_step=k`, the controller crashes right after the first checkpoint at or
+   after step k that published a snapshot matching the trainer anchor while rollouts are
+   in flight (so the snapshot holds unfinished work); the next controller starts from the
+   durable store alone: intent, restore, redispatch;
+5. after the last prompt is consumed, the run drains: every group still in flight
+   finishes and is trained, so the oracle sees the whole data.
+
+The oracle (PROTOCOL.md §8), independent of the coordinator: the trainer's final lineage
+(after rollbacks to the restored anchor) and the dataloader's consumption. `duplicated`
+counts `(prompt, sibling)` items trained more than once; `lost` counts items of consumed
+prompts that are neither trained nor still in flight (a prompt is in flight when it is
+consumed in the final timeline and not yet trained: only a stopped run leaves any).
+
+The result is a `SimulationResult` (pydantic); the same seed gives the same JSON (virtual
+time only: no wall-clock figure is in it).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+from pydantic import BaseModel, ConfigDict, Field
+
+from quiesce.adapters._clock import ClockEvent, TaskGroup, VirtualClock
+from quiesce.adapters._driver import Driver, RestoreReport
+from quiesce.adapters._in_memory import Faults, InMemoryFleet
+from quiesce.adapters._intent import ControllerJournal
+from quiesce.adapters._participant_host import WorkConfig
+from quiesce.adapters._snapshot_store import SnapshotStore
+from quiesce.adapters._trainer import FinishedGroup, InMemoryDataPlane, InMemoryTrainer
+from quiesce.protocol._admission_gate import GateState
+from quiesce.protocol._checkpoint import CheckpointState
+from quiesce.protocol._config import QuiesceConfig
+from quiesce.protocol._controller_effects import (
+    ControllerEffect,
+    Dispatch,
+    Metric,
+    Outcome,
+    Redispatch,
+)
+from quiesce.protocol._controller_inputs import (
+    ControllerInput,
+    GroupOpened,
+    GroupTrained,
+    OptimizerStepBegin,
+    OptimizerStepEnd,
+    PeriodElapsed,
+    RolloutCompleted,
+    TrainerBoundary,
+)
+from quiesce.protocol._coordinator import ControllerState, Coordinator
+from quiesce.protocol._ledger import GroupRecord, GroupState
+from quiesce.protocol._recovery_levels import RecoveryLevel
+
+__all__ = [
+    "CheckpointCounts",
+    "RolloutCounts",
+    "SimulationConfig",
+    "SimulationResult",
+    "run_simulation",
+    "simulate",
+]
+
+_S = CheckpointState
+_BUSY = frozenset(
+    {
+        _S.CLOSING_ADMISSION,
+        _S.FLUSHING_ACKS,
+        _S.PREPARING,
+        _S.COMMITTING,
+        _S.CAPTURING,
+        _S.VALIDATING,
+        _S.PUBLISHING,
+        _S.RELEASING,
+        _S.ABORTING,
+    }
+)
+
+
+class SimulationConfig(BaseModel):
+    """Every knob of `quiesce simulate` (defaults finish in a few seconds)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    steps: int = Field(default=8, ge=1)
+    groups_per_step: int = Field(default=4, ge=1)
+    group_size: int = Field(default=4, ge=1)
+    agents: int = Field(default=2, ge=1)
+    policies: int = Field(default=1, ge=1)
+    resources: int = Field(default=1, ge=0)
+    resources_mode: Literal["export_restore", "stateless", "restart_only"] = "export_restore"
+    fault_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    crash_at_step: int | None = Field(default=None, ge=1)
+    target_level: RecoveryLevel = RecoveryLevel.TURN
+    group_scored: bool = False
+    max_turns: int = Field(default=3, ge=1)
+    seed: int = 0
+    snapshot_dir: Path | None = None
+    time_limit_s: float = Field(default=20_000.0, gt=0)
+    """Virtual seconds after which an unfinished run gives up (`stop_reason` says so)."""
+
+
+class CheckpointCounts(BaseModel):
+    """Checkpoint attempts by outcome; `aborted`, `release_retried`, `abort_retried` count
+    attempts (entries into `aborting` / retries of a pending release or abort)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    completed: int
+    skipped: int
+    failed: int
+    aborted: int
+    release_retried: int
+    abort_retried: int
+
+
+class RolloutCounts(BaseModel):
+    """Rollouts: dispatched and completed attempts, trained items, the oracle's lost and
+    duplicated items, and what restores redispatched (resumed at a turn or rerun)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dispatched: int
+    completed: int
+    trained: int
+    lost: int
+    duplicated: int
+    redispatched: int
+    resumed_from_turn: int
+    rerun_from_scratch: int
+    retried_live: int
+
+
+class Quantiles(BaseModel):
+    """Median and max of a sample (0.0 when empty)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    median: float
+    max: float
+
+
+class SimulationResult(BaseModel):
+    """The JSON of `quiesce simulate --json`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seed: int
+    steps: int
+    checkpoints: CheckpointCounts
+    rollouts: RolloutCounts
+    admission_closed_s: Quantiles
+    restores: list[dict[str, Any]]
+    faults_injected: int
+    participant_restarts: int
+    crashed_at_step: int | None
+    virtual_seconds: float
+    invariants_ok: bool
+    violations: list[str]
+    stopped: bool
+    stop_reason: str | None
+
+
+@dataclass
+class _Tally:
+    completed: int = 0
+    skipped: int = 0
+    failed: int = 0
+    aborted: int = 0
+    release_retried: int = 0
+    abort_retried: int = 0
+    dispatched: int = 0
+    completions: int = 0
+    retried_live: int = 0
+    admission_closed: list[float] = field(default_factory=list)
+    restores: list[RestoreReport] = field(default_factory=list)
+
+
+def _turns(max_turns: int) -> Callable[[Dispatch], int]:
+    def turns(dispatch: Dispatch) -> int:
+        # Stable per rollout (not per attempt): a rerun does the same work again.
+        return 1 + zlib.crc32(dispatch.rollout_id.encode()) % max_turns
+
+    return turns
+
+
+def _prompt(group: GroupRecord) -> int:
+    return int(group.prompt)
+
+
+class _Run:
+    """One simulated run: the world around one controller (and its successor)."""
+
+    def __init__(
+        self,
+        config: SimulationConfig,
+        clock: VirtualClock,
+        root: Path,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.cfg = config
+        self.progress = progress
+        self.clock = clock
+        self.root = root
+        self.protocol = QuiesceConfig(
+            rollout_timeout_s=120.0,
+            prepare_timeout_s=5.0,
+            control_timeout_s=2.0,
+            prepare_retry_interval_s=0.2,
+            snapshot_attempt_interval_s=4.0,
+            save_period=1,
+            max_consecutive_failures=3,
+            keep_latest_k=2,
+            rollout_recovery={"target_level": config.target_level},
+        )
+        self.fleet = InMemoryFleet(
+            clock,
+            policies=config.policies,
+            agents=config.agents,
+            resources=config.resources,
+            resources_modes=(config.resources_mode,),
+            group_scored=config.group_scored,
+            group_size=config.group_size,
+            latency_s=(0.001, 0.004),
+            faults=Faults(rate=config.fault_rate),
+            work=WorkConfig(retry_backoff_s=0.05, max_service_retries=10_000),
+        )
+        self.trainer = InMemoryTrainer()
+        self.plane = InMemoryDataPlane(self.trainer)
+        self.store = SnapshotStore(root / "snapshots")
+        self.journal = ControllerJournal(root / "controller")
+        self.budget = config.steps * config.groups_per_step
+        self.window = 2 * config.groups_per_step
+        self.agents = self.fleet.names("agent")
+        self.tally = _Tally()
+        self.pushed: set[int] = set()
+        self.open: set[int] = set()
+        self.phase = _S.IDLE
+        self.driver: Driver | None = None
+        self.crashed_at: int | None = None
+        self.crash_pending = config.crash_at_step is not None
+        self.stop_reason: str | None = None
+        self.done: ClockEvent = clock.event()
+        self.wake_trainer: ClockEvent = clock.event()
+        self.training = False
+        self.boundaries = 0
+
+    # ------------------------------------------------------------------ controller life
+
+    def _new_driver(self) -> Driver:
+        driver = Driver(
+            Coordinator(self.protocol),
+            self.clock,
+            self.fleet.participants,
+            store=self.store,
+            journal=self.journal,
+            trainer=self.trainer,
+            data_plane=self.plane,
+            depends_on=self.fleet.depends_on(),
+            turns=_turns(self.cfg.max_turns),
+            has_group=self._trainer_has,
+            observers=[self._observe],
+        )
+        self.fleet.on_completed = driver.completed
+        return driver
+
+    def _trainer_has(self, group: GroupRecord) -> bool:
+        prompt = _prompt(group)
+        return any(item[0] == prompt for item in self.trainer.trained_items())
+
+    async def main(self) -> None:
+        async with self.clock.task_group() as tg:
+            tg.start_soon(self.fleet.run, name="fleet")
+            while True:
+                restarted = await self._controller(tg)
+                if not restarted:
+                    break
+            self.fleet.stop()
+
+    async def _controller(self, outer: TaskGroup) -> bool:
+        """One controller process: start (restore), then play the world until done or a
+        crash. True if it crashed (a successor starts)."""
+        driver = self.driver = self._new_driver()
+        self.phase = _S.IDLE
+        self.trainer.rollback_to_anchor()  # a (re)starting trainer loads its checkpoint
+        crashed = False
+        async with self.clock.task_group() as tg:
+            tg.start_soon(driver.run, name="driver")
+            report = await driver.start()
+            self.tally.restores.append(report)
+            if report.kind == "stopped":
+                self._finish("stopped", driver)
+            else:
+                self._after_restore()
+                tg.start_soon(self._trainer_loop, driver, name="trainer")
+                tg.start_soon(self._periodic, driver, name="periodic")
+                tg.start_soon(self._time_limit, name="time-limit")
+                self._react(driver.state)
+            await self._until_done_or_crash(driver)
+            crashed = self.crashed_at is not None and not self.done.is_set()
+            driver.stop()
+            tg.cancel()
+        if crashed:
+            self.fleet.on_completed = None
+        return crashed
+
+    async def _until_done_or_crash(self, driver: Driver) -> None:
+        while not self.done.is_set() and driver.alive:
+            await driver.wait_for(lambda _s: self.done.is_set() or not driver.alive)
+
+    def _after_restore(self) -> None:
+        """The controller's own view after a start: what is consumed and not trained is in
+        flight (the dataloader and the trainer were restored; the coordinator is not read)."""
+        trained = {prompt for prompt, _ in self.trainer.trained_items()}
+        queued = {g.prompt_id for g in self.plane.queued()}
+        consumed = {p for p in range(self.plane.position) if p not in trained}
+        self.open = consumed
+        self.pushed = trained | queued
+
+    def _finish(self, reason: str | None, driver: Driver) -> None:
+        if self.done.is_set():
+            return
+        self.stop_reason = reason
+        self.done.set()
+        driver._notify()  # wake `_until_done_or_crash`
+
+    async def _time_limit(self) -> None:
+        await self.clock.sleep_until(self.cfg.time_limit_s)
+        if self.driver is not None:
+            self._finish("time_limit", self.driver)
+
+    # ------------------------------------------------------------------ the world
+
+    def _observe(
+        self, event: ControllerInput, effects: tuple[ControllerEffect, ...], state: ControllerState
+    ) -> None:
+        tally = self.tally
+        if isinstance(event, RolloutCompleted):
+            tally.completions += 1
+        elif isinstance(event, TrainerBoundary):
+            self.boundaries -= 1
+        for effect in effects:
+            if isinstance(effect, Dispatch):
+                tally.dispatched += 1
+            elif isinstance(effect, Redispatch):
+                tally.retried_live += 1
+            elif isinstance(effect, Metric) and effect.name == "checkpoint.admission_closed_s":
+                tally.admission_closed.append(round(effect.value, 6))
+            elif isinstance(effect, Outcome):
+                if effect.result == "completed":
+                    tally.completed += 1
+                elif effect.result == "skipped":
+                    tally.skipped += 1
+                else:
+                    tally.failed += 1
+        before, after = self.phase, state.phase
+        if after is not before:
+            if after is _S.ABORTING:
+                if before is _S.ABORT_PENDING:
+                    tally.abort_retried += 1
+                else:
+                    tally.aborted += 1
+            elif after is _S.RELEASING and before is _S.RELEASE_PENDING:
+                tally.release_retried += 1
+        self.phase = after
+        if self.driver is not None and self.driver.alive:
+            self._maybe_crash(effects, state)
+            if self.driver.alive:
+                self._react(state)
+
+    def _react(self, state: ControllerState) -> None:
+        driver = self.driver
+        if driver is None or not driver.alive or self.done.is_set():
+            return
+        if driver.restore_report is None:
+            return  # still starting: the world waits for the restore
+        if state.phase is _S.STOPPED:
+            self._finish(driver.stopped.reason if driver.stopped else "stopped", driver)
+            return
+        for group in state.ledger.groups:
+            if group.state is GroupState.READY_TO_FINALIZE:
+                prompt = _prompt(group)
+                if prompt not in self.pushed:
+                    self.pushed.add(prompt)
+                    size = group.size
+                    self.plane.push_finished(
+                        FinishedGroup(prompt_id=prompt, siblings=tuple(range(size)))
+                    )
+        if self._trainable():
+            self.wake_trainer.set()
+        # The dataloader produces only while admission is open (the gate is closed for
+        # checkpoints, weight syncs and train switches).
+        if state.gate.state is GateState.OPEN:
+            while len(self.open) < self.window and self.plane.position < self.budget:
+                prompt = self.plane.next_prompt()
+                self.open.add(prompt)
+                agent = self.agents[prompt % len(self.agents)]
+                driver.submit(GroupOpened(f"p{prompt}", self.cfg.group_size, agent, str(prompt)))
+        if (
+            self.plane.position >= self.budget
+            and not self.open
+            and not self.plane.queued()
+            and not self.training
+            and self.boundaries == 0
+            and state.phase is _S.IDLE
+        ):
+            self._finish(None, driver)
+
+    def _trainable(self) -> bool:
+        queued = len(self.plane.queued())
+        exhausted = self.plane.position >= self.budget
+        # Full batches; the remainder once nothing else can join it.
+        return queued >= self.cfg.groups_per_step or (exhausted and 0 < queued == len(self.open))
+
+    async def _trainer_loop(self, driver: Driver) -> None:
+        while driver.alive and not self.done.is_set():
+            if not self._trainable():
+                self.wake_trainer = self.clock.event()
+                await self.wake_trainer.wait()
+                continue
+            if self.phase in _BUSY or self.boundaries:
+                # The trainer checkpoints at its boundary: the next optimizer step waits
+                # for the snapshot of this one (a periodic one may still race it: S9).
+                await driver.wait_for(
+                    lambda s: (s.phase not in _BUSY and not self.boundaries) or not driver.alive
+                )
+                continue
+            groups = self.plane.take_finished(self.cfg.groups_per_step)
+            self.training = True
+            self.trainer.begin_optimizer_step(groups)
+            driver.submit(OptimizerStepBegin())
+            await self.clock.sleep(0.05 + 0.01 * len(groups))
+            if not driver.alive:
+                return
+            in_flight = self.open - {g.prompt_id for g in groups}
+            batch = self.trainer.finish_optimizer_step(
+                dataloader_position=self.plane.low_watermark(in_flight)
+            )
+            for group in groups:
+                self.open.discard(group.prompt_id)
+            self.training = False
+            driver.submit(OptimizerStepEnd(batch.step))
+            if self.progress is not None:
+                self.progress(batch.step)
+            for group in groups:
+                driver.submit(GroupTrained(f"p{group.prompt_id}"))
+            self.boundaries += 1
+            driver.submit(TrainerBoundary(batch.step))
+
+    async def _periodic(self, driver: Driver) -> None:
+        interval = self.protocol.snapshot_attempt_interval_s
+        while driver.alive:
+            await self.clock.sleep(interval)
+            driver.submit(PeriodElapsed())
+
+    def _maybe_crash(self, effects: tuple[ControllerEffect, ...], state: ControllerState) -> None:
+        """Crash right after a completed checkpoint at or after `crash_at_step` whose
+        snapshot matches the trainer anchor while rollouts are in flight."""
+        target = self.cfg.crash_at_step
+        if not self.crash_pending or target is None:
+            return
+        for effect in effects:
+            if not isinstance(effect, Outcome) or effect.result != "completed":
+                continue
+            step = effect.checkpoint_id.step
+            anchor = self.trainer.anchor()
+            in_flight = bool(state.ledger.unfinished_groups())
+            if step >= target and step == anchor.step and in_flight:
+                self.crash_pending = False
+                self.crashed_at = self.trainer.step
+                assert self.driver is not None
+                self.driver.crash()
+                return
+
+    # ------------------------------------------------------------------ the oracle
+
+    def result(self, virtual_seconds: float) -> SimulationResult:
+        lineage = self.trainer.lineage()
+        counts = Counter(item for batch in lineage for item in batch.items)
+        duplicated = sum(n - 1 for n in counts.values() if n > 1)
+        trained = set(counts)
+        size = self.cfg.group_size
+        consumed = range(self.plane.position)
+        in_flight = self.open if self.stop_reason is not None else set()
+        lost = sum(
+            1
+            for prompt in consumed
+            if prompt not in in_flight
+            for sibling in range(size)
+            if (prompt, sibling) not in trained
+        )
+        violations: list[str] = []
+        if lost:
+            violations.append(f"lost: {lost} consumed items neither trained nor in flight")
+        if duplicated:
+            violations.append(f"duplicated: {duplicated} items trained more than once")
+        for name in self.store.published():
+            try:
+                self.store.verify(name)
+            except Exception as error:  # a published snapshot must always verify (I8)
+                violations.append(f"published snapshot {name} does not verify: {error}")
+        stopped = self.stop_reason not in (None, "time_limit")
+        if not stopped and self.stop_reason is None:
+            if self.journal.read_intent() is not None:
+                violations.append("the intent record was not cleared at the end (I3)")
+            for name, host in self.fleet.hosts.items():
+                if host.state.fence.state.value != "idle":
+                    violations.append(f"{name} is still fenced at the end (I7)")
+        if self.stop_reason == "time_limit":
+            violations.append("the run did not finish within the virtual time limit (I7)")
+        closed = self.tally.admission_closed
+        tally = self.tally
+        restores = [
+            {
+                "kind": r.kind,
+                "snapshot_id": r.snapshot_id,
+                "intent": r.intent,
+                "rejected": [list(x) for x in r.rejected],
+                "redispatched": r.redispatched,
+                "released_orphans": r.released_orphans,
+            }
+            for r in tally.restores[1:]  # the first start restores nothing of this run
+        ]
+        metrics = [r.metrics for r in tally.restores]
+        whole = sum(m.groups_rerun_whole + m.groups_rerun_group_scored for m in metrics)
+        return SimulationResult(
+            seed=self.cfg.seed,
+            steps=self.trainer.step,
+            checkpoints=CheckpointCounts(
+                completed=tally.completed,
+                skipped=tally.skipped,
+                failed=tally.failed,
+                aborted=tally.aborted,
+                release_retried=tally.release_retried,
+                abort_retried=tally.abort_retried,
+            ),
+            rollouts=RolloutCounts(
+                dispatched=tally.dispatched,
+                completed=tally.completions,
+                trained=sum(counts.values()),
+                lost=lost,
+                duplicated=duplicated,
+                redispatched=sum(r.redispatched for r in tally.restores),
+                resumed_from_turn=sum(m.siblings_resumed_from_turn for m in metrics),
+                rerun_from_scratch=sum(m.siblings_rerun_from_scratch for m in metrics)
+                + whole * size,
+                retried_live=tally.retried_live,
+            ),
+            admission_closed_s=Quantiles(
+                median=round(statistics.median(closed), 6) if closed else 0.0,
+                max=round(max(closed), 6) if closed else 0.0,
+            ),
+            restores=restores,
+            faults_injected=sum(sum(c.fault_counts.values()) for c in self.fleet.clients.values()),
+            participant_restarts=sum(self.fleet.restarts.values()),
+            crashed_at_step=self.crashed_at,
+            virtual_seconds=round(virtual_seconds, 6),
+            invariants_ok=not violations,
+            violations=violations,
+            stopped=stopped,
+            stop_reason=self.stop_reason,
+        )
+
+
+async def run_simulation(
+    config: SimulationConfig, progress: Callable[[int], None] | None = None
+) -> SimulationResult:
+    """Run one simulation inside a running anyio loop (asyncio or trio); `progress(step)`
+    is called after every optimizer step."""
+    clock = VirtualClock(seed=config.seed)
+    if config.snapshot_dir is not None:
+        config.snapshot_dir.mkdir(parents=True, exist_ok=True)
+        return await _run_in(config, clock, config.snapshot_dir, progress)
+    with tempfile.TemporaryDirectory(prefix="quiesce-sim-") as tmp:
+        return await _run_in(config, clock, Path(tmp), progress)
+
+
+async def _run_in(
+    config: SimulationConfig,
+    clock: VirtualClock,
+    root: Path,
+    progress: Callable[[int], None] | None,
+) -> SimulationResult:
+    run = _Run(config, clock, root, progress)
+    await clock.run(run.main)
+    return run.result(clock.now())
+
+
+def simulate(
+    config: SimulationConfig | None = None,
+    *,
+    backend: Literal["asyncio", "trio"] = "asyncio",
+    progress: Callable[[int], None] | None = None,
+    **overrides: Any,
+) -> SimulationResult:
+    """Run a simulation to completion (blocking) and return its result.
+
+    >>> result = simulate(steps=2, groups_per_step=2, group_size=2, seed=1)
+    >>> (result.invariants_ok, result.rollouts.lost, result.rollouts.duplicated)
+    (True, 0, 0)
+    """
+    cfg = config or SimulationConfig(**overrides)
+    if config is not None and overrides:
+        cfg = config.model_copy(update=overrides)
+    result: SimulationResult = anyio.run(run_simulation, cfg, progress, backend=backend)
+    return result

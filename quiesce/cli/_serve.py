@@ -1,0 +1,165 @@
+"""`quiesce serve`: run one participant (agent, policy or resources) as an HTTP server.
+
+The participant's journal (PROTOCOL.md §6) lives in `--state-dir` and is fsynced before
+every reply. Started on a state dir that already holds a journal, the server recovers from
+it under a new incarnation (the controller sees the restart). Logs go to stderr with
+structlog (JSON when stderr is not a TTY); the bearer token is read from `QUIESCE_TOKEN` or
+`--token-file` and never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import click
+import structlog
+
+from quiesce.adapters._clock import RealClock
+from quiesce.adapters._driver import configure_logging as configure_structlog
+from quiesce.adapters._participant_host import (
+    FileJournal,
+    JournalCorrupt,
+    ParticipantHost,
+    secret_incarnation,
+)
+from quiesce.cli._output import fail
+
+__all__ = ["configure_logging", "read_token", "serve"]
+
+TOKEN_ENV = "QUIESCE_TOKEN"
+
+
+def configure_logging(level: str = "info", stream: TextIO | None = None) -> None:
+    """The driver's structlog setup (JSON lines when `stream` is not a TTY), plus the
+    stdlib logging uvicorn writes to, on the same `stream` (stderr)."""
+    out = stream or sys.stderr
+    configure_structlog(level, stream=out)
+    logging.basicConfig(stream=out, level=level.upper(), force=True)
+
+
+def read_token(token_file: Path | None) -> str:
+    """The bearer token: the first line of `token_file` if given, else `$QUIESCE_TOKEN`.
+    Raises `click.UsageError` (never showing the token) when there is none."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text().strip()
+        except OSError as error:
+            message = f"cannot read --token-file {token_file}: {error.strerror}"
+            raise click.UsageError(message) from None
+        if not token:
+            raise click.UsageError(f"--token-file {token_file} is empty")
+        return token
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token:
+        raise click.UsageError(f"no bearer token: set ${TOKEN_ENV} or pass --token-file FILE")
+    return token
+
+
+@click.command()
+@click.option(
+    "--role", type=click.Choice(["agent", "policy", "resources"]), required=True, help="Role."
+)
+@click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Bind address.")
+@click.option("--port", type=click.IntRange(0, 65535), required=True, help="TCP port.")
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory of the participant's journal (created if missing).",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help=f"File holding the bearer token (default: ${TOKEN_ENV}).",
+)
+@click.option("--name", default=None, help="Participant name (default: <role>-<port>).")
+@click.option(
+    "--recovery-mode",
+    type=click.Choice(["stateless", "export_restore", "restart_only"]),
+    default="restart_only",
+    show_default=True,
+    help="How a resources server recovers (§1 M5).",
+)
+@click.option(
+    "--instance-role",
+    type=click.Choice(["primary", "auxiliary"]),
+    default="primary",
+    show_default=True,
+    help="An auxiliary policy is never fenced.",
+)
+@click.option("--max-body-bytes", type=click.IntRange(1), default=1 << 20, show_default=True)
+@click.option(
+    "--work/--no-work",
+    default=True,
+    show_default=True,
+    help="Run an agent's simulated executions; with --no-work an external runtime (or "
+    "`quiesce conform`) reports boundary and finish itself.",
+)
+@click.option("--log-level", default="info", show_default=True)
+def serve(
+    role: str,
+    bind: str,
+    port: int,
+    state_dir: Path,
+    token_file: Path | None,
+    name: str | None,
+    recovery_mode: str,
+    instance_role: str,
+    max_body_bytes: int,
+    work: bool,
+    log_level: str,
+) -> None:
+    """Serve one participant over HTTP (routes in docs/wire.md).
+
+    Runs uvicorn on asyncio only (uvicorn does not run on trio). Every control route needs
+    `Authorization: Bearer <token>`, the token read from --token-file or $QUIESCE_TOKEN.
+    An existing journal in --state-dir is recovered with a new incarnation (§6).
+    """
+    import uvicorn
+
+    from quiesce.adapters._http_server import create_app
+
+    token = read_token(token_file)
+    configure_logging(log_level)
+    config = {
+        "name": name or f"{role}-{port}",
+        "role": role,
+        "recovery_mode": recovery_mode,
+        "instance_role": instance_role,
+    }
+    journal = FileJournal(state_dir)
+    try:
+        host = ParticipantHost.open(
+            config,
+            journal,
+            clock=RealClock(),
+            incarnation_factory=secret_incarnation,
+            run_work=work,
+        )
+    except JournalCorrupt as error:
+        fail(error)
+    recovered = journal.load() is not None
+    structlog.get_logger("quiesce.serve").info(
+        "participant_start",
+        participant=host.name,
+        role=role,
+        incarnation=host.incarnation,
+        recovered=recovered,
+        state_dir=str(state_dir),
+        port=port,
+    )
+    app = create_app(host, token=token, max_body_bytes=max_body_bytes)
+    uvicorn.run(
+        app,
+        host=bind,
+        port=port,
+        loop="asyncio",
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+    )

@@ -1,0 +1,197 @@
+"""M3 agent execution (`agent_execution`, one per rollout attempt on an agent).
+
+What lives here: the life of one `(rollout_id, attempt)` on an agent server, from `begin`
+to its end (`acked` or `tombstoned`), and the data that travels with it (its group, how
+many turns, the last durable turn, whether a saved turn depends on a `restart_only`
+resource, and once finished its exact receipt and result). What it does not know: the
+other executions, the fence, or the refusal keys. The agent role (`_agent_role.py`) looks
+those up and passes the facts in as the argument of `BEGIN` (`Admission`) and of
+`POLICY_RESUMED` (whether the fence is idle).
+
+    new --BEGIN--> running --FENCE_PREPARE--> park_requested --TURN_BOUNDARY--> parked
+                    |  ^                          |                                  |
+   POLICY_CALL_HELD |  | POLICY_RESUMED           +------- FENCE_RESUME -------------+
+                    v  |                                   (-> running)
+                   frozen
+    running, park_requested --RUN_FINISHED--> completed --RECV_ACK [exact_receipt]--> acked
+    new, running, park_requested, parked, frozen --RETIRE--> tombstoned
+    completed --RETIRE--> (holds, answers completed_unacknowledged)
+
+Added state: `new` is the spec's "(new)" pseudo-state, so `begin` and its three refusals
+are rows like any other (the execution value is created in `new` with its key, then
+`BEGIN` fires). `new --RETIRE--> tombstoned` lets a retire that overtakes its `begin`
+tombstone the key, so the late `begin` is refused `stale_attempt`.
+
+One refinement of the spec: `frozen --POLICY_RESUMED-->` goes to `park_requested` while
+the agent's own fence is still closed (the policy resumes before the agents, §3), so the
+turn it finishes ends parked and "ready iff nothing running" stays true.
+
+Refusals (`begin` on a closed fence, a retired key, a live key) and non-releasing answers
+(`retire` of a completed result) are rows that hold and emit a named effect; everything
+no row maps is refused (`unmapped="forbidden"`): e.g. a finish reported for a parked
+execution is a local bug.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from quiesce.fsm import Table, Value, on
+
+__all__ = [
+    "AGENT_EXECUTION",
+    "ARG_EXAMPLES",
+    "Admission",
+    "AgentInput",
+    "Completion",
+    "ExecState",
+    "ExecutionData",
+]
+
+
+class ExecState(Enum):
+    NEW = "new"
+    RUNNING = "running"
+    PARK_REQUESTED = "park_requested"
+    PARKED = "parked"
+    FROZEN = "frozen"
+    COMPLETED = "completed"
+    ACKED = "acked"
+    TOMBSTONED = "tombstoned"
+
+
+class AgentInput(Enum):
+    BEGIN = "begin"  # controller: dispatch (rollout_id, attempt) here
+    FENCE_PREPARE = "fence_prepare"  # this agent's fence started a prepare
+    TURN_BOUNDARY = "turn_boundary"  # the execution ended a turn (its last turn is durable)
+    POLICY_CALL_HELD = "policy_call_held"  # the paused policy holds its call as a waiter
+    POLICY_RESUMED = "policy_resumed"  # the held call proceeds
+    FENCE_RESUME = "fence_resume"  # this agent's fence retired the op (resume/abort)
+    RUN_FINISHED = "run_finished"  # the execution's /run returned a result
+    RECV_ACK = "recv_ack"  # controller: ACK quoting a receipt
+    RETIRE = "retire"  # controller: deadline expired, or replaced on restore
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionData:
+    """One execution's facts. `turn`: the last durable boundary; `result`: canonical JSON."""
+
+    rollout_id: str
+    attempt: int
+    group_id: str = ""
+    turns: int = 1
+    turn: int = 0
+    restart_only_dependency: bool = False
+    receipt: str = ""
+    result: str = ""
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """`(rollout_id, attempt)`: the identity of the execution."""
+        return self.rollout_id, self.attempt
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The argument of `BEGIN`: is the agent's fence idle, and is the key retired (acked or
+    tombstoned: at or below the rollout's refusal key)?"""
+
+    fence_idle: bool = True
+    retired: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The argument of `RUN_FINISHED`: the exact receipt and the result (canonical JSON)."""
+
+    receipt: str
+    result: str = "{}"
+
+
+Execution = Value[ExecState, ExecutionData]
+
+
+def _boundary(data: ExecutionData, turn: int) -> ExecutionData:
+    return replace(data, turn=max(data.turn, turn))
+
+
+def _complete(data: ExecutionData, done: Completion) -> ExecutionData:
+    return replace(data, receipt=done.receipt, result=done.result)
+
+
+S = ExecState
+I = AgentInput  # noqa: E741  (h2's StreamInputs)
+LIVE = (S.RUNNING, S.PARK_REQUESTED, S.PARKED, S.FROZEN)  # can still be tombstoned
+WORKING = (S.RUNNING, S.PARK_REQUESTED)  # between boundaries, may finish or call
+ENDED = (S.ACKED, S.TOMBSTONED)
+
+AGENT_EXECUTION: Table[ExecState, AgentInput] = Table(
+    "agent_execution",
+    doc="M3: one rollout attempt on an agent; only an exact-receipt ACK releases a result.",
+    states=ExecState,
+    inputs=AgentInput,
+    initial=S.NEW,
+    initial_data=ExecutionData("", 0),  # the agent role starts each value with its own key
+    finals=ENDED,
+    unmapped="forbidden",
+    rows=[
+        on(S.NEW, I.BEGIN, None, guard="admission_closed", effects="refuse_admission_closed"),
+        on(S.NEW, I.BEGIN, None, guard="retired_key", effects="refuse_stale_attempt"),
+        on(S.NEW, I.BEGIN, S.RUNNING, effects="start_execution"),
+        on((*LIVE, S.COMPLETED), I.BEGIN, None, effects="refuse_duplicate_execution"),
+        on(ENDED, I.BEGIN, None, effects="refuse_stale_attempt"),
+        # A checkpoint's prepare: a running execution parks at its next boundary.
+        on(S.RUNNING, I.FENCE_PREPARE, S.PARK_REQUESTED),
+        on((S.PARK_REQUESTED, S.PARKED, S.FROZEN, S.COMPLETED), I.FENCE_PREPARE, None),
+        on(S.RUNNING, I.TURN_BOUNDARY, None, update="boundary"),
+        on(S.PARK_REQUESTED, I.TURN_BOUNDARY, S.PARKED, update="boundary", effects="parked"),
+        on(S.TOMBSTONED, I.TURN_BOUNDARY, None, effects="drop_late_event"),
+        # Only a policy call held as a waiter freezes: it sits exactly at its last boundary.
+        on(WORKING, I.POLICY_CALL_HELD, S.FROZEN),
+        on(S.TOMBSTONED, I.POLICY_CALL_HELD, None, effects="drop_late_event"),
+        on(S.FROZEN, I.POLICY_RESUMED, S.PARK_REQUESTED, guard="fence_closed"),
+        on(S.FROZEN, I.POLICY_RESUMED, S.RUNNING),
+        on(S.TOMBSTONED, I.POLICY_RESUMED, None, effects="drop_late_event"),
+        on((S.PARKED, S.PARK_REQUESTED), I.FENCE_RESUME, S.RUNNING, effects="wake"),
+        on((S.RUNNING, S.FROZEN, S.COMPLETED), I.FENCE_RESUME, None),
+        on(WORKING, I.RUN_FINISHED, S.COMPLETED, update="complete", effects="hold_result"),
+        on(S.TOMBSTONED, I.RUN_FINISHED, None, effects="drop_late_finish"),
+        on(S.COMPLETED, I.RECV_ACK, S.ACKED, guard="exact_receipt", effects="release_result"),
+        on(S.COMPLETED, I.RECV_ACK, None, effects="unknown_receipt"),
+        on(S.ACKED, I.RECV_ACK, None, guard="exact_receipt", effects="already_acked"),
+        on(S.ACKED, I.RECV_ACK, None, effects="unknown_receipt"),
+        on((S.NEW, *LIVE), I.RETIRE, S.TOMBSTONED, effects="tombstone"),
+        on(S.COMPLETED, I.RETIRE, None, effects="answer_completed_unacknowledged"),
+        on(ENDED, I.RETIRE, None, effects="already_retired"),
+    ],
+    guards={
+        "admission_closed": lambda v, adm: not adm.fence_idle,
+        "retired_key": lambda v, adm: adm.retired,
+        "fence_closed": lambda v, fence_idle: not fence_idle,
+        "exact_receipt": lambda v, receipt: bool(v.data.receipt) and receipt == v.data.receipt,
+    },
+    updates={"boundary": _boundary, "complete": _complete},
+    invariants={
+        "completed_has_receipt": lambda v: (
+            v.state not in (S.COMPLETED, S.ACKED) or bool(v.data.receipt)
+        ),
+        "turn_never_negative": lambda v: v.data.turn >= 0,
+    },
+)
+
+ARG_EXAMPLES: tuple[tuple[AgentInput, Any], ...] = (
+    *((I.BEGIN, Admission(idle, retired)) for idle in (True, False) for retired in (True, False)),
+    (I.FENCE_PREPARE, None),
+    (I.TURN_BOUNDARY, 1),
+    (I.POLICY_CALL_HELD, None),
+    (I.POLICY_RESUMED, True),
+    (I.POLICY_RESUMED, False),
+    (I.FENCE_RESUME, None),
+    (I.RUN_FINISHED, Completion("r0#0:abc", '{"reward":1}')),
+    (I.RECV_ACK, "r0#0:abc"),
+    (I.RECV_ACK, "wrong"),
+    (I.RETIRE, None),
+)
+"""Sample `(input, arg)` pairs for sweeps: each input with the argument type it takes."""

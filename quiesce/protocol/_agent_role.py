@@ -1,0 +1,360 @@
+"""The agent role of a participant: its executions (M3), refusal keys and saved turns.
+
+What lives here: every execution this agent still owes something for (live ones and
+completed-but-unACKed ones, each an `agent_execution` value), the **refusal keys** (per
+rollout, the highest attempt that is acked or tombstoned, with its receipt if it was
+acked, so a repeated ACK batch is answered again), and the continuations installed by a
+restore and not yet claimed. What it does not know: the fence (the participant passes
+`fence_idle`), the wire (it returns reply fields; refusals are raised as typed `Refusal`s
+before anything changes), or time.
+
+An execution leaves the map as soon as it is acked or tombstoned: its refusal key is all
+that remains, so memory stays bounded by the live work plus one key per rollout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from quiesce.fsm import Effect, Value
+from quiesce.protocol._agent_execution import (
+    AGENT_EXECUTION,
+    Admission,
+    AgentInput,
+    Completion,
+    ExecState,
+    ExecutionData,
+)
+from quiesce.protocol._errors import (
+    AdmissionClosed,
+    DuplicateExecution,
+    StaleAttempt,
+    UnknownExecution,
+)
+from quiesce.protocol._messages import Continuation, Receipt
+
+__all__ = ["AgentRole", "Readiness", "SavedTurn", "receipt_for"]
+
+Key = tuple[str, int]
+Execution = Value[ExecState, ExecutionData]
+RefusalKey = tuple[str, int, str]  # (rollout_id, highest acked/tombstoned attempt, receipt)
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """Whether a role may commit now, and if not, what blocks it (prepare's answer)."""
+
+    ready: bool
+    blockers: tuple[str, ...] = ()
+    parked: int = 0
+    frozen: int = 0
+    completed_unacknowledged: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SavedTurn:
+    """A continuation: execution `(rollout_id, attempt)` saved at the boundary of `turn`."""
+
+    rollout_id: str
+    attempt: int
+    group_id: str
+    turn: int
+    turns: int
+    restart_only_dependency: bool = False
+
+    def to_wire(self) -> Continuation:
+        """The wire form listed in commit and restore replies."""
+        return Continuation(
+            rollout_id=self.rollout_id,
+            attempt=self.attempt,
+            group_id=self.group_id,
+            turn=self.turn,
+            turns=max(self.turns, 1),
+            restart_only_dependency=self.restart_only_dependency,
+        )
+
+    @classmethod
+    def from_wire(cls, c: Continuation) -> SavedTurn:
+        """The saved turn a wire `Continuation` describes."""
+        return cls(c.rollout_id, c.attempt, c.group_id, c.turn, c.turns, c.restart_only_dependency)
+
+
+def receipt_for(rollout_id: str, attempt: int, result_json: str) -> str:
+    """The exact receipt of a completed execution: deterministic in key and result.
+
+    >>> receipt_for("r1", 0, "{}")  # doctest: +SKIP
+    'r1#0:44136fa355b3678a'
+    """
+    digest = hashlib.sha256(f"{rollout_id}#{attempt}\n{result_json}".encode()).hexdigest()
+    return f"{rollout_id}#{attempt}:{digest[:16]}"
+
+
+def canonical_json(value: Any) -> str:
+    """One byte-exact JSON text per value: sorted keys, no spaces."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _names(effects: Iterable[Any]) -> set[str]:
+    return {e.name for e in effects if isinstance(e, Effect)}
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRole:
+    """The agent's part of a participant state (frozen; sorted tuples, so it hashes)."""
+
+    executions: tuple[Execution, ...] = ()
+    refusal_keys: tuple[RefusalKey, ...] = ()
+    restored: tuple[SavedTurn, ...] = ()
+
+    # ------------------------------------------------------------------ lookups
+
+    def find(self, key: Key) -> Execution | None:
+        """The execution `(rollout_id, attempt)`, if this agent still holds it."""
+        for execution in self.executions:
+            if execution.data.key == key:
+                return execution
+        return None
+
+    def highest_retired(self, rollout_id: str) -> int:
+        """The rollout's refusal key: highest acked or tombstoned attempt (-1: none)."""
+        for rollout, attempt, _ in self.refusal_keys:
+            if rollout == rollout_id:
+                return attempt
+        return -1
+
+    def completed(self) -> tuple[Execution, ...]:
+        """Completed executions whose result is not yet ACKed."""
+        return tuple(e for e in self.executions if e.state is ExecState.COMPLETED)
+
+    def durable(self) -> tuple[Any, ...]:
+        """What the journal keeps (§6): completed results, refusal keys, restored turns."""
+        return (tuple(e.data for e in self.completed()), self.refusal_keys, self.restored)
+
+    # ------------------------------------------------------------------ internals
+
+    def _with(self, execution: Execution) -> AgentRole:
+        """Store `execution`; an acked or tombstoned one leaves only its refusal key."""
+        others = tuple(e for e in self.executions if e.data.key != execution.data.key)
+        if execution.state in (ExecState.ACKED, ExecState.TOMBSTONED):
+            receipt = execution.data.receipt if execution.state is ExecState.ACKED else ""
+            return replace(self, executions=others)._retire_key(execution.data.key, receipt)
+        ordered = tuple(sorted((*others, execution), key=lambda e: e.data.key))
+        return replace(self, executions=ordered)
+
+    def _retire_key(self, key: Key, receipt: str) -> AgentRole:
+        rollout_id, attempt = key
+        if attempt < self.highest_retired(rollout_id):
+            return self  # refusal keys only grow
+        if attempt == self.highest_retired(rollout_id) and not receipt:
+            return self
+        kept = tuple(k for k in self.refusal_keys if k[0] != rollout_id)
+        keys = tuple(sorted((*kept, (rollout_id, attempt, receipt))))
+        return replace(self, refusal_keys=keys)
+
+    def _step(
+        self, execution: Execution, input: AgentInput, arg: Any = None
+    ) -> tuple[Execution, tuple[Any, ...]]:
+        return AGENT_EXECUTION.step(execution, input, arg)
+
+    def _each(self, input: AgentInput, arg: Any = None) -> tuple[AgentRole, list[Key]]:
+        """Fire `input` on every execution that maps it; report the keys that moved."""
+        role, moved = self, []
+        for execution in self.executions:
+            if AGENT_EXECUTION.enabled(execution, input, arg):
+                after, effects = self._step(execution, input, arg)
+                if after.state is not execution.state or effects:
+                    moved.append(execution.data.key)
+                role = role._with(after)
+        return role, moved
+
+    def _live(self, key: Key) -> Execution:
+        execution = self.find(key)
+        if execution is None:
+            raise UnknownExecution(*key)
+        return execution
+
+    # ------------------------------------------------------------------ M3 events
+
+    def begin(
+        self, key: Key, group_id: str, turns: int, resume_from_turn: int, *, fence_idle: bool
+    ) -> AgentRole:
+        """Start execution `key`, or raise its refusal (`admission_closed`, `stale_attempt`,
+        `duplicate_execution`; `unknown_execution` for a continuation nobody saved).
+
+        `resume_from_turn > 0` claims the restored continuation of attempt `key[1] - 1`
+        (claimed once: it leaves `restored`, and that attempt is tombstoned)."""
+        existing = self.find(key)
+        execution = existing or AGENT_EXECUTION.start(
+            ExecutionData(key[0], key[1], group_id, turns, min(resume_from_turn, turns))
+        )
+        retired = key[1] <= self.highest_retired(key[0])
+        after, effects = self._step(execution, AgentInput.BEGIN, Admission(fence_idle, retired))
+        names = _names(effects)
+        if "refuse_admission_closed" in names:
+            raise AdmissionClosed(*key)
+        if "refuse_stale_attempt" in names:
+            raise StaleAttempt(*key)
+        if "refuse_duplicate_execution" in names:
+            raise DuplicateExecution(*key)
+        role = self
+        if resume_from_turn > 0:
+            previous = (key[0], key[1] - 1)
+            claimed = [t for t in self.restored if (t.rollout_id, t.attempt) == previous]
+            if not claimed or claimed[0].turn != resume_from_turn:
+                raise UnknownExecution(*previous)
+            role = replace(self, restored=tuple(t for t in self.restored if t != claimed[0]))
+            role = role._retire_key(previous, "")
+            after = replace(
+                after,
+                data=replace(
+                    after.data, restart_only_dependency=claimed[0].restart_only_dependency
+                ),
+            )
+        return role._with(after)
+
+    def boundary(self, key: Key, turn: int, restart_only_dependency: bool) -> Execution:
+        """Execution `key` ended `turn`; returns it as stored (a retired key: tombstoned)."""
+        execution = self._find_or_tombstone(key)
+        if restart_only_dependency and execution.state is not ExecState.TOMBSTONED:
+            execution = replace(
+                execution, data=replace(execution.data, restart_only_dependency=True)
+            )
+        after, _ = self._step(execution, AgentInput.TURN_BOUNDARY, turn)
+        return after
+
+    def finish(self, key: Key, result: dict[str, Any]) -> Execution:
+        """Execution `key`'s `/run` returned; a tombstoned one drops the result."""
+        execution = self._find_or_tombstone(key)
+        result_json = canonical_json(result)
+        done = Completion(receipt_for(key[0], key[1], result_json), result_json)
+        after, _ = self._step(execution, AgentInput.RUN_FINISHED, done)
+        return after
+
+    def _find_or_tombstone(self, key: Key) -> Execution:
+        execution = self.find(key)
+        if execution is not None:
+            return execution
+        if key[1] <= self.highest_retired(key[0]):
+            # A late event of a retired attempt: answered as tombstoned, then dropped.
+            return Value(ExecState.TOMBSTONED, ExecutionData(*key))
+        raise UnknownExecution(*key)
+
+    def store(self, execution: Execution) -> AgentRole:
+        """Put back an execution returned by `boundary`/`finish`/`policy_call_*`."""
+        if execution.state is ExecState.TOMBSTONED and self.find(execution.data.key) is None:
+            return self
+        return self._with(execution)
+
+    def policy_call_held(self, key: Key) -> Execution:
+        """The paused policy holds `key`'s call as a waiter: it freezes at its boundary."""
+        return self._step(self._find_or_tombstone(key), AgentInput.POLICY_CALL_HELD)[0]
+
+    def policy_call_resumed(self, key: Key, *, fence_idle: bool) -> Execution:
+        """`key`'s held call proceeds (it parks at its next boundary if the fence is closed)."""
+        after, _ = self._step(self._find_or_tombstone(key), AgentInput.POLICY_RESUMED, fence_idle)
+        return after
+
+    def ack(self, receipts: Iterable[Receipt]) -> tuple[AgentRole, list[Receipt], list[Receipt]]:
+        """Release every exactly-quoted result: `(role, acknowledged, unknown)`. Idempotent:
+        the receipt of a rollout's newest acked attempt is acknowledged again."""
+        role = self
+        acknowledged: list[Receipt] = []
+        unknown: list[Receipt] = []
+        for receipt in receipts:
+            key = (receipt.rollout_id, receipt.attempt)
+            execution = role.find(key)
+            if execution is None:
+                known = (receipt.rollout_id, receipt.attempt, receipt.receipt)
+                (acknowledged if known in role.refusal_keys else unknown).append(receipt)
+                continue
+            after, effects = self._step(execution, AgentInput.RECV_ACK, receipt.receipt)
+            (unknown if "unknown_receipt" in _names(effects) else acknowledged).append(receipt)
+            role = role._with(after)
+        return role, acknowledged, unknown
+
+    def retire(self, key: Key) -> tuple[AgentRole, str, Receipt | None]:
+        """Retire `key`: `(role, outcome, receipt)`; outcome is `tombstoned`,
+        `completed_unacknowledged` (only an ACK releases a result) or `already_retired`."""
+        execution = self.find(key)
+        if execution is None:
+            if key[1] <= self.highest_retired(key[0]):
+                return self, "already_retired", None
+            execution = AGENT_EXECUTION.start(ExecutionData(*key))  # retire overtook begin
+        after, effects = self._step(execution, AgentInput.RETIRE)
+        if "answer_completed_unacknowledged" in _names(effects):
+            data = execution.data
+            receipt = Receipt(rollout_id=key[0], attempt=key[1], receipt=data.receipt)
+            return self, "completed_unacknowledged", receipt
+        return self._with(after), "tombstoned", None
+
+    # ------------------------------------------------------------------ fence-driven
+
+    def close(self) -> AgentRole:
+        """The fence started a prepare or restore: every running execution parks."""
+        return self._each(AgentInput.FENCE_PREPARE)[0]
+
+    def reopen(self) -> tuple[AgentRole, list[Key]]:
+        """The fence retired its op: parked executions run again (their keys are woken)."""
+        return self._each(AgentInput.FENCE_RESUME)
+
+    def readiness(self) -> Readiness:
+        """Ready iff nothing is running or park_requested and nothing completed is unACKed."""
+        blockers = [
+            f"{e.state.value}:{e.data.rollout_id}#{e.data.attempt}"
+            for e in self.executions
+            if e.state in (ExecState.RUNNING, ExecState.PARK_REQUESTED)
+        ]
+        completed = self.completed()
+        blockers += [
+            f"completed_unacknowledged:{e.data.rollout_id}#{e.data.attempt}" for e in completed
+        ]
+        states = [e.state for e in self.executions]
+        return Readiness(
+            not blockers,
+            tuple(blockers),
+            states.count(ExecState.PARKED),
+            states.count(ExecState.FROZEN),
+            len(completed),
+        )
+
+    def continuations(self) -> tuple[SavedTurn, ...]:
+        """Parked and frozen executions, each saved at its last durable boundary."""
+        return tuple(
+            SavedTurn(
+                e.data.rollout_id,
+                e.data.attempt,
+                e.data.group_id,
+                e.data.turn,
+                e.data.turns,
+                e.data.restart_only_dependency,
+            )
+            for e in self.executions
+            if e.state in (ExecState.PARKED, ExecState.FROZEN)
+        )
+
+    def export(self) -> dict[str, Any]:
+        """The artifact payload of a commit: the continuations."""
+        return {"continuations": [t.to_wire().model_dump() for t in self.continuations()]}
+
+    def install(self, payload: dict[str, Any] | None) -> AgentRole:
+        """Install a verified artifact: its continuations wait to be claimed (or discarded)."""
+        if payload is None:
+            raise ValueError("an agent artifact is never empty")
+        turns = tuple(
+            SavedTurn.from_wire(Continuation.model_validate(c)) for c in payload["continuations"]
+        )
+        return replace(self.close(), restored=turns)
+
+    def discard(self, key: Key) -> AgentRole:
+        """Drop the restored continuation of `key` (idempotent: an absent one is a no-op)."""
+        kept = tuple(t for t in self.restored if (t.rollout_id, t.attempt) != key)
+        return replace(self, restored=kept)
+
+    def summary(self, fence_idle: bool) -> tuple[str, int, int]:
+        """`(role_state, live executions, completed_unacknowledged)` for status."""
+        completed = len(self.completed())
+        return ("open" if fence_idle else "closed", len(self.executions) - completed, completed)

@@ -1,0 +1,838 @@
+"""M9 restore, driven by the coordinator: the `restore` table's rows name the work, this
+module does it.
+
+What lives here: the controller's side of the restore at start, as the work behind every
+effect name of `RESTORE`'s rows (`finish_in_flight`, `send_restore`, `abort_restore`,
+`retry_same_op`, `send_discards`, `send_resume`, `drain_acks`, `redispatch`,
+`start_at_anchor`, `clear_intent`, `report_candidates`) plus the sub-steps that are not
+M9 transitions (one role restored, one discard answered, a failed call asked again). Every
+decision is one of `_restore`'s pure planning functions -- `decide_intent`,
+`select_snapshot`, `judge_restore`, `plan_discards`, `plan_redispatch` -- composed here,
+never re-implemented. What it does not know: how the store is read or how a call is
+carried (effects go out, outcomes come back as inputs), or the checkpoint lifecycle (M1
+finishes the in-flight id; this module only tells it which verdict the intent got).
+
+The flow (`RestoreFlow`, one per coordinator step; its state is `ControllerState.restore`,
+the M9 table value, and `ControllerState.restoring`, the `RestoreRun` bookkeeping):
+
+    Recovered(intent)      hold admission ("restore"); intent: M1 inspects, the verdict
+                           is decided (`decide_intent`) and M1 releases or aborts the id
+    SELECTING              ListSnapshots -> SnapshotsListed; `select_snapshot`
+    RESTORING              LoadSnapshot -> SnapshotLoaded; a fresh `rs-` id; restore calls
+                           policy -> agents -> resources; `judge_restore` per role: retry
+                           with the same id (timer), or reject -> resume (= abort) the rs id
+                           on everyone touched, then select an older snapshot (S16)
+    RESTORED_PAUSED        `plan_discards`: restart_only continuations (S12)
+    DISCARDING             one DISCARD call per continuation (one at a time per agent)
+    RESUMING               resume the rs id: resources -> policy -> agents
+    REDISPATCHING          install the restored ledger, drain its ACKs, `plan_redispatch`:
+                           Retire N on every agent, RestoreCut, Dispatch in plan order
+                           (unfinished groups first), deadlines started
+    idle                   release admission; RestoreOutcome and the per-restore metrics
+    FRESH_START            RewindToAnchor, an empty ledger (+ queued new work) -> idle
+    restore_failed         RestoreOutcome (every candidate and why) and Stopped
+
+Failed calls are retried with the same op id when `restore_retry_timer(op_id)` fires
+(`prepare_retry_interval_s` later): a restore call while the table allows (`max_retries`),
+discards and resumes until they succeed. A participant that *refused* a restore changed
+nothing, so it is not aborted. Checkpoint triggers wait while a restore runs, and groups
+the dataloader opens meanwhile are queued as new work, dispatched after every unfinished
+group.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from quiesce.fsm import Effect, Table, TransitionNotAllowed, Value
+from quiesce.protocol._causes import Cause, cause_of_refusal, classify
+from quiesce.protocol._checkpoint import CheckpointInput, CheckpointState
+from quiesce.protocol._config import QuiesceConfig
+from quiesce.protocol._controller_effects import (
+    ArmTimer,
+    Call,
+    CancelTimer,
+    ClearIntent,
+    ControllerEffect,
+    Dispatch,
+    ListSnapshots,
+    LoadSnapshot,
+    Metric,
+    Op,
+    Redispatch,
+    RestoreCut,
+    RestoreOutcome,
+    RestoreTarget,
+    RewindToAnchor,
+    Stopped,
+)
+from quiesce.protocol._controller_inputs import (
+    GroupOpened,
+    SnapshotLoaded,
+    SnapshotLoadFailed,
+    SnapshotsListed,
+)
+from quiesce.protocol._errors import LocalProtocolError
+from quiesce.protocol._ids import OpId, OpKind
+from quiesce.protocol._ledger import Ledger
+from quiesce.protocol._messages import Continuation, ErrorReply, RestoreReply, ResumeReply
+from quiesce.protocol._recovery_levels import EffectiveLevel, LevelPlan
+from quiesce.protocol._restore import (
+    RESTORE_ORDER,
+    RESUME_ORDER,
+    DiscardContinuation,
+    DispatchItem,
+    IntentAction,
+    IntentDecision,
+    IntentRecord,
+    NewGroup,
+    PublishedState,
+    RestoreData,
+    RestoreInput,
+    RestoreMetrics,
+    RestoreState,
+    Selection,
+    SelectionKind,
+    SnapshotCandidate,
+    SourceUnreadable,
+    TrainerAnchor,
+    VerdictAction,
+    decide_intent,
+    judge_restore,
+    plan_discards,
+    plan_redispatch,
+    select_snapshot,
+)
+
+if TYPE_CHECKING:
+    from quiesce.protocol._coordinator import ControllerState
+
+__all__ = ["RESTORE_HOLDER", "RestoreFlow", "RestoreHost", "RestoreRun", "restore_retry_timer"]
+
+RESTORE_HOLDER = "restore"
+"""The admission gate's owner while a restore runs (nothing is dispatched until it ends)."""
+
+
+def restore_retry_timer(op_id: OpId) -> str:
+    """The timer that asks again the participants whose restore-flow call `op_id` failed."""
+    return f"restore_retry:{op_id}"
+
+
+# ============================================================================ bookkeeping
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreRun:
+    """What the coordinator tracks about the restore in progress (M9's own data, the
+    snapshot and the retries used on it, is the `restore` table value's `RestoreData`).
+
+    `step` is the remote sub-phase on `op_id`: `restore`, `discard`, `resume`, `abort`
+    (of a rejected restore) or `""` (none); `role` indexes its phase order; `waiting` are
+    the calls out, `retry` the ones to send again when the retry timer fires; `touched` the
+    participants a restore call was sent to (aborted if the snapshot is rejected).
+    """
+
+    intent: OpId | None = None
+    decision: IntentDecision | None = None
+    started_at: float = 0.0
+    anchor: TrainerAnchor | SourceUnreadable | None = None
+    candidates: tuple[SnapshotCandidate, ...] | SourceUnreadable | None = None  # None: unlisted
+    selection: Selection | None = None
+    loaded: bool = False
+    digests: tuple[tuple[str, str], ...] = ()
+    ledger: Ledger | None = None
+    op_id: OpId | None = None
+    step: str = ""
+    role: int = 0
+    waiting: frozenset[str] = frozenset()
+    retry: frozenset[str] = frozenset()
+    touched: frozenset[str] = frozenset()
+    replies: tuple[tuple[str, RestoreReply], ...] = ()
+    failures: tuple[tuple[str, bool], ...] = ()  # participant -> retryable
+    restored: tuple[tuple[str, Continuation], ...] = ()
+    discards: tuple[DiscardContinuation, ...] = ()
+    pending_discards: tuple[DiscardContinuation, ...] = ()
+    new_work: tuple[NewGroup, ...] = ()
+    metrics: RestoreMetrics | None = None
+
+    @property
+    def snapshot(self) -> SnapshotCandidate | None:
+        """The snapshot selected last (None: none yet, or a fresh start)."""
+        return None if self.selection is None else self.selection.snapshot
+
+
+class RestoreHost(Protocol):
+    """What the restore flow needs from the coordinator's step (`_coordinator._Run`)."""
+
+    state: ControllerState
+    now: float
+    config: QuiesceConfig
+    restore_table: Table[RestoreState, RestoreInput]
+
+    @property
+    def intent_cleared(self) -> bool:
+        """Did M1 already clear the intent record in this step?"""
+        ...
+
+    def emit(self, *effects: ControllerEffect) -> None: ...
+
+    def log(self, event: str, level: str = "info", **fields: Any) -> None: ...
+
+    def fire(self, event: CheckpointInput, arg: Any = None) -> None: ...
+
+    def hold(self, owner: str, *, deadlines: bool) -> None: ...
+
+    def release(self, owner: str, *, deadlines: bool) -> None: ...
+
+    def send_acks(self) -> frozenset[str]: ...
+
+    def start_deadline(self, group_id: str) -> None: ...
+
+    def mint_id(self, kind: OpKind) -> OpId: ...
+
+
+# The M1 input that carries out each intent decision (the ambiguous-publish rule).
+_M1_VERDICT = {
+    IntentAction.RELEASE: CheckpointInput.INSPECTED_VERIFIED,
+    IntentAction.QUARANTINE_AND_ABORT: CheckpointInput.INSPECTED_UNVERIFIABLE,
+    IntentAction.ABORT: CheckpointInput.INSPECTED_ABSENT,
+}
+
+# The op each remote sub-phase sends.
+_STEP_OP = {"restore": Op.RESTORE, "discard": Op.DISCARD, "resume": Op.RESUME, "abort": Op.RESUME}
+
+_ENDED = (RestoreState.IDLE, RestoreState.RESTORE_FAILED)
+_ACTIVE = frozenset(s for s in RestoreState if s not in _ENDED)
+
+
+def restore_active(state: ControllerState) -> bool:
+    """Is a restore running (started and neither idle nor restore_failed)?"""
+    return state.restore is not None and state.restore.state in _ACTIVE
+
+
+def restore_failed(state: ControllerState) -> bool:
+    """Did the restore end in `restore_failed` (the controller does nothing more)?"""
+    return state.restore is not None and state.restore.state is RestoreState.RESTORE_FAILED
+
+
+# ============================================================================ the flow
+
+
+class RestoreFlow:
+    """The restore's work within one coordinator step (scratch: thrown away after it)."""
+
+    def __init__(self, host: RestoreHost) -> None:
+        self.h = host
+        self._queue: deque[tuple[RestoreInput, Any]] = deque()
+        self._draining = False
+
+    # ------------------------------------------------------------------ plumbing
+
+    @property
+    def value(self) -> Value[RestoreState, RestoreData]:
+        value = self.h.state.restore
+        if value is None:
+            raise LocalProtocolError("no restore has started: feed Recovered first")
+        return value
+
+    @property
+    def run(self) -> RestoreRun:
+        run = self.h.state.restoring
+        if run is None:
+            raise LocalProtocolError(f"no restore in progress ({self.value.state.value})")
+        return run
+
+    def update(self, **changes: Any) -> None:
+        self.h.state = replace(self.h.state, restoring=replace(self.run, **changes))
+
+    def active(self) -> bool:
+        """Is a restore running?"""
+        return restore_active(self.h.state)
+
+    def fire(self, event: RestoreInput, arg: Any = None) -> None:
+        """Feed M9; its named work runs in row order (queued if fired from inside work)."""
+        self._queue.append((event, arg))
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            while self._queue:
+                self._fire_one(*self._queue.popleft())
+        finally:
+            self._draining = False
+
+    def _fire_one(self, event: RestoreInput, arg: Any) -> None:
+        before = self.value
+        after, named = self.h.restore_table.step(before, event, arg)
+        self.h.state = replace(self.h.state, restore=after)
+        for effect in named:
+            if isinstance(effect, Effect):
+                _WORK[effect.name](self, arg)
+            else:  # a derived table may bind its own effect values
+                self.h.emit(effect)
+        if after.state is not before.state:
+            self._entered(after.state)
+
+    def _entered(self, state: RestoreState) -> None:
+        if state is RestoreState.SELECTING and self.run.step == "":
+            self.select()
+        elif state is RestoreState.RESTORED_PAUSED:
+            self.discard_plan()
+        elif state is RestoreState.IDLE:
+            self.finish()
+
+    def members(self, role: str) -> list[str]:
+        fleet = self.h.state.fleet
+        return [] if fleet is None else sorted(m.name for m in fleet.members if m.role == role)
+
+    def deadline(self) -> float:
+        return self.h.now + self.h.config.control_timeout_s
+
+    # ------------------------------------------------------------------ start and intent
+
+    def begin(self, intent: OpId | None) -> None:
+        """Controller start (`Recovered`): a fresh restore; admission stays closed until it
+        ends. With an intent record, M1 inspects the published path (the caller fires it)
+        and `on_inspected` decides; without one, selection starts at once."""
+        self.h.state = replace(
+            self.h.state,
+            restore=self.h.restore_table.start(),
+            restoring=RestoreRun(intent=intent, started_at=self.h.now),
+        )
+        self.h.hold(RESTORE_HOLDER, deadlines=False)
+        if intent is None:
+            decision = decide_intent(None, None)
+            self.update(decision=decision)
+            self.fire(RestoreInput.INTENT_READ, decision)
+
+    def finishing_intent(self, checkpoint_id: OpId) -> bool:
+        """Is `checkpoint_id` the in-flight id this restore is finishing?"""
+        return (
+            self.active()
+            and self.value.state is RestoreState.FINISHING_INTENT
+            and self.run.intent == checkpoint_id
+        )
+
+    def on_inspected(self, verdict: str) -> None:
+        """The published path of the in-flight id was inspected: decide and finish it."""
+        assert self.run.intent is not None
+        record = IntentRecord(self.run.intent, "recorded")
+        decision = decide_intent(record, PublishedState(verdict))
+        self.update(decision=decision)
+        self.fire(RestoreInput.INTENT_READ, decision)
+
+    def after_input(self) -> None:
+        """Once M1 finished the in-flight id (released or aborted: idle), select."""
+        if not self.active() or self.value.state is not RestoreState.FINISHING_INTENT:
+            return
+        decision = self.run.decision
+        if (
+            decision is not None
+            and decision.action is not IntentAction.NONE
+            and self.h.state.phase is CheckpointState.IDLE
+        ):
+            self.fire(RestoreInput.INTENT_FINISHED)
+
+    # ------------------------------------------------------------------ selection
+
+    def select(self) -> None:
+        """List the candidates once, then choose among those not yet rejected."""
+        run = self.run
+        if run.candidates is None:
+            self.h.emit(ListSnapshots())
+            return
+        fleet = self.h.state.fleet
+        selection = select_snapshot(
+            run.anchor,
+            run.candidates,
+            mode=self.h.config.restore_mode,
+            fingerprint="" if fleet is None else fleet.fingerprint,
+            rejected=self.value.data.rejected,
+        )
+        self.update(selection=selection, loaded=False, op_id=None, step="", touched=frozenset())
+        chosen = selection.snapshot
+        self.fire(selection.input, None if chosen is None else str(chosen.snapshot_id))
+
+    def on_listed(self, event: SnapshotsListed) -> None:
+        if (
+            not self.active()
+            or self.value.state is not RestoreState.SELECTING
+            or self.run.candidates is not None
+        ):
+            self.h.log("stale_snapshot_list")
+            return
+        self.update(anchor=event.anchor, candidates=event.candidates)
+        if self.run.step == "":
+            self.select()
+
+    def on_loaded(self, event: SnapshotLoaded) -> None:
+        if not self._loading(event.snapshot_id):
+            return
+        fleet = self.h.state.fleet
+        digests = dict(event.digests)
+        missing = sorted((set() if fleet is None else fleet.names) - digests.keys())
+        if missing:
+            self.h.log("snapshot_lacks_artifacts", level="warning", missing=missing)
+            self.fire(RestoreInput.RESTORE_REJECTED, "missing_artifact")
+            return
+        try:
+            ledger = event.ledger.controller_restarted()
+            for group in ledger.finalization_unknown_groups():
+                trained = group.group_id in event.trained
+                ledger = ledger.resolve_finalization(group.group_id, trained)
+        except (ValueError, TransitionNotAllowed) as error:
+            self.h.log("snapshot_ledger_unusable", level="warning", error=str(error))
+            self.fire(RestoreInput.RESTORE_REJECTED, "corrupt")
+            return
+        self.update(
+            loaded=True,
+            digests=tuple(sorted(digests.items())),
+            ledger=ledger,
+            op_id=self.h.mint_id("rs"),  # a fresh id per snapshot tried, never reused
+            step="restore",
+            role=0,
+            waiting=frozenset(),
+            retry=frozenset(),
+            replies=(),
+            failures=(),
+        )
+        self.call_role()
+
+    def on_load_failed(self, event: SnapshotLoadFailed) -> None:
+        if self._loading(event.snapshot_id):
+            self.fire(RestoreInput.RESTORE_REJECTED, event.reason)
+
+    def _loading(self, snapshot_id: OpId) -> bool:
+        snapshot = self.run.snapshot if self.active() else None
+        if (
+            snapshot is None
+            or self.value.state is not RestoreState.RESTORING
+            or self.run.loaded
+            or snapshot.snapshot_id != snapshot_id
+        ):
+            self.h.log("stale_snapshot_load", snapshot=str(snapshot_id))
+            return False
+        return True
+
+    def queue_group(self, event: GroupOpened) -> None:
+        """New dataloader work while restoring: dispatched after every unfinished group."""
+        work = NewGroup(event.group_id, event.size, event.prompt, event.environment)
+        self.update(new_work=(*self.run.new_work, work))
+        self.h.log("group_queued_during_restore", group=event.group_id)
+
+    # ------------------------------------------------------------------ remote sub-phases
+
+    def call_role(self) -> None:
+        """Call every participant of the sub-phase's next role that has someone to call."""
+        run = self.run
+        order = RESTORE_ORDER if run.step == "restore" else RESUME_ORDER
+        role = run.role
+        while role < len(order):
+            names = self.members(order[role])
+            if run.step == "abort":
+                names = [n for n in names if n in run.touched]
+            if names:
+                self.update(role=role, waiting=frozenset(names))
+                self.send(names)
+                return
+            role += 1
+        self.update(role=role, waiting=frozenset())
+        self.step_done()
+
+    def send(self, names: Iterable[str]) -> None:
+        run = self.run
+        assert run.op_id is not None
+        deadline = self.deadline()
+        names = sorted(names)
+        if run.step == "restore":
+            snapshot = run.snapshot
+            assert snapshot is not None
+            digests = dict(run.digests)
+            # Marked touched in the same step that sends the call (a lost reply is aborted).
+            self.update(touched=run.touched | set(names))
+            for name in names:
+                target = RestoreTarget(snapshot.snapshot_id, digests.get(name, ""))
+                self.h.emit(Call(name, Op.RESTORE, run.op_id, deadline, target))
+        elif run.step == "discard":
+            for name in names:
+                head = next(d for d in run.pending_discards if d.participant == name)
+                key = (head.rollout_id, head.attempt)
+                self.h.emit(Call(name, Op.DISCARD, run.op_id, deadline, key))
+        else:
+            self.h.emit(*(Call(name, Op.RESUME, run.op_id, deadline) for name in names))
+
+    def owns(self, op_id: OpId | None) -> bool:
+        """Is a call with `op_id` one of the restore's (an `rs-` id)?"""
+        return op_id is not None and op_id.kind == "rs"
+
+    def on_result(
+        self, participant: str, op: Op, op_id: OpId | None, result: Any, cause: Cause | None
+    ) -> None:
+        """A reply (`result`) or a failure (`cause`) of a restore-flow call."""
+        run = self.run if self.active() else None
+        if (
+            run is None
+            or op_id != run.op_id
+            or participant not in run.waiting
+            or op is not _STEP_OP.get(run.step)
+        ):
+            self.h.log("stale_restore_reply", participant=participant, op=op.value)
+            return
+        if run.step == "restore":
+            self._restore_result(participant, result, cause)
+        elif run.step == "discard":
+            self._discard_result(participant, result, cause)
+        else:
+            ok = cause is None and isinstance(result, ResumeReply) and result.op_id == op_id
+            self._settle(participant, ok)
+
+    def _restore_result(self, participant: str, result: Any, cause: Cause | None) -> None:
+        run = self.run
+        replies, failures = dict(run.replies), dict(run.failures)
+        touched = run.touched
+        if cause is not None:
+            failures[participant] = classify(cause).retryable
+        elif isinstance(result, RestoreReply) and result.op_id == run.op_id:
+            replies[participant] = result
+        elif isinstance(result, ErrorReply):
+            failures[participant] = classify(cause_of_refusal(result.code)).retryable
+            touched = touched - {participant}  # a refusal changed nothing: nothing to abort
+        else:
+            failures[participant] = False  # a reply naming another id: not to be trusted
+        self.update(
+            replies=tuple(sorted(replies.items())),
+            failures=tuple(sorted(failures.items())),
+            touched=touched,
+            waiting=run.waiting - {participant},
+        )
+        if not self.run.waiting:
+            self.judge()
+
+    def judge(self) -> None:
+        """Every call of the role answered: verify digests and ownership (S16)."""
+        run = self.run
+        called = [n for role in RESTORE_ORDER[: run.role + 1] for n in self.members(role)]
+        digests = dict(run.digests)
+        verdict = judge_restore(
+            {n: digests.get(n, "") for n in called},
+            dict(run.replies),
+            dict(run.failures),
+            run.ledger,
+        )
+        if verdict.action is VerdictAction.DONE:
+            self.update(role=run.role + 1)
+            self.call_role()
+        elif verdict.action is VerdictAction.RETRY:
+            self.update(retry=frozenset(verdict.retry))
+            self.fire(RestoreInput.CALL_FAILED)
+        elif verdict.action is VerdictAction.REJECT:
+            snapshot = run.snapshot
+            self.h.log(
+                "restore_rejected",
+                level="warning",
+                snapshot=str(snapshot.snapshot_id) if snapshot else "",
+                reason=verdict.reason,
+                mismatches=verdict.mismatches,
+                unowned=verdict.unowned,
+            )
+            self.fire(RestoreInput.RESTORE_REJECTED, verdict.reason)
+
+    def _discard_result(self, participant: str, result: Any, cause: Cause | None) -> None:
+        run = self.run
+        waiting, retry, pending = run.waiting - {participant}, run.retry, run.pending_discards
+        if cause is None and isinstance(result, RestoreReply):
+            head = next(i for i, d in enumerate(pending) if d.participant == participant)
+            pending = pending[:head] + pending[head + 1 :]
+            if any(d.participant == participant for d in pending):
+                waiting = waiting | {participant}
+        else:
+            retry = retry | {participant}
+        self.update(waiting=waiting, retry=retry, pending_discards=pending)
+        if participant in waiting:
+            self.send([participant])  # the next discard of this agent
+        if waiting:
+            return
+        if retry:
+            self.fire(RestoreInput.CALL_FAILED)
+        else:
+            self.fire(RestoreInput.RECV_DISCARDED)
+
+    def _settle(self, participant: str, ok: bool) -> None:
+        """A resume (or abort) answered: the next role once all did, else retry later."""
+        run = self.run
+        retry = run.retry if ok else run.retry | {participant}
+        self.update(waiting=run.waiting - {participant}, retry=retry)
+        if self.run.waiting:
+            return
+        if retry:
+            if run.step == "resume":
+                self.fire(RestoreInput.CALL_FAILED)
+            else:
+                # Aborting a rejected restore: M9 is already selecting; retry until done.
+                self.arm_retry()
+            return
+        self.update(role=run.role + 1)
+        self.call_role()
+
+    def step_done(self) -> None:
+        step = self.run.step
+        if step == "restore":
+            self.fire(RestoreInput.RECV_RESTORED)
+        elif step == "resume":
+            self.fire(RestoreInput.RECV_RESUMED)
+        elif step == "abort":
+            self.update(step="")
+            self.select()
+
+    def arm_retry(self) -> None:
+        op_id = self.run.op_id
+        assert op_id is not None
+        at = self.h.now + self.h.config.prepare_retry_interval_s
+        self.h.emit(ArmTimer(restore_retry_timer(op_id), at))
+
+    def on_timer(self, name: str) -> bool:
+        """Handle a restore retry timer; False if `name` is not one."""
+        if not name.startswith("restore_retry:"):
+            return False
+        run = self.run if self.active() else None
+        if run is None or run.op_id is None or name != restore_retry_timer(run.op_id):
+            self.h.log("stale_timer", timer=name)
+            return True
+        names = sorted(run.retry)
+        if not names or run.waiting:
+            self.h.log("stale_timer", timer=name)
+            return True
+        if run.step == "restore":
+            self.update(
+                replies=tuple(p for p in run.replies if p[0] not in run.retry),
+                failures=tuple(p for p in run.failures if p[0] not in run.retry),
+            )
+        self.update(retry=frozenset(), waiting=frozenset(names))
+        self.send(names)  # the same op id (M9: retryable failures keep their id)
+        return True
+
+    # ------------------------------------------------------------------ after the restore
+
+    def discard_plan(self) -> None:
+        """In restored_paused, and only there: drop restart_only continuations (S12)."""
+        run = self.run
+        assert run.op_id is not None
+        restored = tuple((name, c) for name, reply in run.replies for c in reply.continuations)
+        discards = plan_discards(self.value, run.op_id, restored)
+        self.update(restored=restored, discards=discards, pending_discards=discards)
+        self.fire(RestoreInput.DISCARD_BEGIN, len(discards))
+
+    def levels(self, ledger: Ledger) -> LevelPlan:
+        """The effective levels, with the target for an environment discovery did not list."""
+        fleet = self.h.state.fleet
+        levels = () if fleet is None else fleet.levels
+        known = {level.environment for level in levels}
+        target = self.h.config.rollout_recovery.target_level
+        extra = tuple(
+            EffectiveLevel(env, target, target)
+            for env in sorted({g.environment for g in ledger.unfinished_groups()} - known)
+        )
+        return LevelPlan((*levels, *extra), ())
+
+    def dispatch(self, items: Iterable[DispatchItem]) -> None:
+        """Dispatch the plan in its order (unfinished groups before new work); each group
+        retried at a level is announced once, and its deadline starts."""
+        ledger = self.h.state.ledger
+        groups: list[str] = []
+        for item in items:
+            group = ledger.group(item.group_id)
+            if item.group_id not in groups:
+                groups.append(item.group_id)
+                if item.level is not None:
+                    self.h.emit(Redispatch(item.group_id, item.level.value))
+            ledger = ledger.dispatch(item.key)
+            self.h.emit(
+                Dispatch(
+                    group.environment,
+                    item.group_id,
+                    item.rollout_id,
+                    item.attempt,
+                    item.resume_from_turn,
+                )
+            )
+        self.h.state = replace(self.h.state, ledger=ledger, mutated=True)
+        for group_id in groups:
+            self.h.start_deadline(group_id)
+
+    def finish(self) -> None:
+        """M9 reached idle: report, then open admission (dispatch may flow)."""
+        run = self.run
+        selection = run.selection
+        kind = SelectionKind.FRESH_START if selection is None else selection.kind
+        metrics = run.metrics or RestoreMetrics()
+        counts = metrics.as_dict()
+        tags = (("result", kind.value),)
+        for name, value in counts.items():
+            self.h.emit(Metric(f"restore.{name}", float(value), tags))
+        self.h.emit(Metric("restore.seconds", self.h.now - run.started_at, tags))
+        snapshot = run.snapshot
+        self.h.emit(
+            RestoreOutcome(
+                kind.value,
+                self.h.config.restore_mode,
+                snapshot_id=None if snapshot is None else snapshot.snapshot_id,
+                op_id=run.op_id if snapshot is not None else None,
+                intent=run.intent,
+                intent_action=_action(run),
+                rejected=_rejected(run),
+                metrics=tuple(counts.items()),
+            )
+        )
+        self.h.state = replace(self.h.state, restoring=None)
+        self.h.release(RESTORE_HOLDER, deadlines=False)
+
+
+def _action(run: RestoreRun) -> str:
+    return IntentAction.NONE.value if run.decision is None else run.decision.action.value
+
+
+def _rejected(run: RestoreRun) -> tuple[tuple[str, str], ...]:
+    if run.selection is None:
+        return ()
+    return tuple((str(r.snapshot_id), r.reason) for r in run.selection.rejected)
+
+
+# ============================================================================ named work
+#
+# One function per effect name of RESTORE's rows. `arg` is the M9 input's argument.
+
+
+def _w_finish_in_flight(flow: RestoreFlow, decision: IntentDecision) -> None:
+    # §6: the same id on every participant, by M1's rows (release, or quarantine and abort).
+    flow.h.fire(_M1_VERDICT[decision.action])
+
+
+def _w_clear_intent(flow: RestoreFlow, _arg: Any) -> None:
+    intent = flow.run.intent
+    if intent is not None and not flow.h.intent_cleared:
+        flow.h.emit(ClearIntent(intent))
+
+
+def _w_report_candidates(flow: RestoreFlow, _arg: Any) -> None:
+    run = flow.run
+    failure = None if run.selection is None else run.selection.failure
+    detail = "" if failure is None else f"{failure.source}: {failure.detail}".rstrip(": ")
+    rejected = _rejected(run)
+    flow.h.emit(
+        RestoreOutcome(
+            "restore_failed",
+            flow.h.config.restore_mode,
+            intent=run.intent,
+            intent_action=_action(run),
+            rejected=rejected,
+            failure=detail,
+        )
+    )
+    flow.h.log("restore_failed", level="error", failure=detail, rejected=rejected)
+    flow.h.emit(Stopped("restore_failed", None))
+    flow.h.state = replace(flow.h.state, restoring=None)
+
+
+def _w_send_restore(flow: RestoreFlow, _arg: Any) -> None:
+    snapshot = flow.run.snapshot
+    assert snapshot is not None
+    flow.h.emit(LoadSnapshot(snapshot.snapshot_id))
+
+
+def _w_abort_restore(flow: RestoreFlow, _arg: Any) -> None:
+    run = flow.run
+    if run.op_id is not None:
+        flow.h.emit(CancelTimer(restore_retry_timer(run.op_id)))
+    if run.touched:
+        # Resume (= abort) the rejected restore's id everywhere it may hold, then select.
+        flow.update(step="abort", role=0, waiting=frozenset(), retry=frozenset())
+        flow.call_role()
+    else:
+        flow.update(step="")
+
+
+def _w_retry_same_op(flow: RestoreFlow, _arg: Any) -> None:
+    flow.arm_retry()
+
+
+def _w_send_discards(flow: RestoreFlow, _arg: Any) -> None:
+    agents = sorted({d.participant for d in flow.run.pending_discards})
+    flow.update(step="discard", waiting=frozenset(agents), retry=frozenset())
+    flow.send(agents)  # one at a time per agent: a reply names no rollout
+
+
+def _w_send_resume(flow: RestoreFlow, _arg: Any) -> None:
+    flow.update(step="resume", role=0, waiting=frozenset(), retry=frozenset())
+    flow.call_role()
+
+
+def _w_drain_acks(flow: RestoreFlow, _arg: Any) -> None:
+    ledger = flow.run.ledger or Ledger()
+    flow.h.state = replace(flow.h.state, ledger=ledger, mutated=True)
+    flow.update(step="")
+    if ledger.pending_acks():
+        flow.h.send_acks()
+
+
+def _w_redispatch(flow: RestoreFlow, _arg: Any) -> None:
+    run = flow.run
+    ledger = flow.h.state.ledger
+    dropped = {(d.rollout_id, d.attempt) for d in run.discards}
+    kept = [c for _, c in run.restored if (c.rollout_id, c.attempt) not in dropped]
+    fleet = flow.h.state.fleet
+    plan = plan_redispatch(
+        ledger,
+        kept,
+        flow.levels(ledger),
+        group_scored=frozenset() if fleet is None else fleet.group_scored,
+        new_work=run.new_work,
+        discarded=len(run.discards),
+    )
+    flow.h.state = replace(flow.h.state, ledger=plan.ledger)
+    # N is tombstoned on every agent; N+1 claims its continuation once (Dispatch below).
+    deadline = flow.deadline()
+    for retire in plan.retire:
+        key = (retire.rollout_id, retire.attempt)
+        flow.h.emit(*(Call(a, Op.RETIRE, None, deadline, key) for a in flow.members("agent")))
+    snapshot = run.snapshot
+    if snapshot is not None:
+        flow.h.emit(RestoreCut(snapshot.snapshot_id))
+    flow.dispatch(plan.dispatch)
+    flow.update(metrics=plan.metrics)
+    flow.fire(RestoreInput.REDISPATCHED)
+
+
+def _w_start_at_anchor(flow: RestoreFlow, _arg: Any) -> None:
+    run = flow.run
+    anchor = run.anchor if isinstance(run.anchor, TrainerAnchor) else None
+    flow.h.emit(
+        RewindToAnchor(
+            0 if anchor is None else anchor.step,
+            0 if anchor is None else anchor.dataloader_position,
+        )
+    )
+    # Nothing restored: the lost interval reruns from the dataloader; only queued new work.
+    plan = plan_redispatch(Ledger(), (), flow.levels(Ledger()), new_work=run.new_work)
+    flow.h.state = replace(flow.h.state, ledger=plan.ledger, mutated=True)
+    flow.dispatch(plan.dispatch)
+    flow.update(metrics=plan.metrics)
+    flow.fire(RestoreInput.REDISPATCHED)
+
+
+_WORK: dict[str, Callable[[RestoreFlow, Any], None]] = {
+    "finish_in_flight": _w_finish_in_flight,
+    "clear_intent": _w_clear_intent,
+    "report_candidates": _w_report_candidates,
+    "send_restore": _w_send_restore,
+    "abort_restore": _w_abort_restore,
+    "retry_same_op": _w_retry_same_op,
+    "send_discards": _w_send_discards,
+    "send_resume": _w_send_resume,
+    "drain_acks": _w_drain_acks,
+    "redispatch": _w_redispatch,
+    "start_at_anchor": _w_start_at_anchor,
+}
+"""The work each M9 effect name stands for (every name of RESTORE's rows is here)."""

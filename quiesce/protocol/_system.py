@@ -1,0 +1,595 @@
+"""The composed system, pure: one controller, its participants, the messages between them.
+
+What lives here: `SystemState`, a frozen, hashable value (controller state + participant
+states + in-flight messages + armed timers + the controller's durable store + the trainer's
+anchor), and `System`, whose methods are the system's *actions*: deliver a message, lose
+it, fail it, fire a timer, feed the controller an input from its environment, crash a
+process, corrupt a restore's reported digest (`wrong_digest_at_restore`). Each action is a
+pure function `(SystemState, ...) -> (SystemState, effects)`; the scenario tests drive them
+by hand and the model checker (`quiesce.models`) enumerates them. What it does not know:
+which action comes next (the caller decides), sockets, clocks or disks.
+
+How effects are carried:
+- a controller `Call` becomes an in-flight request; `deliver` hands it to the participant
+  (`_participant.handle`) and the reply flies back; `deliver` again feeds it to the
+  controller. `drop` loses a request or a reply (the controller sees `request_lost` /
+  `reply_lost`); `fail` fails a request without delivering it (a 5xx, a timeout);
+- store effects (`WriteIntent`, `Publish`, ...) are applied to `Store` at once and
+  answered at once: the controller's disk is local and the model's faults are elsewhere.
+  The store keeps each snapshot's contents (`Snapshot`: artifacts with digests, the cut's
+  ledger and trainer step, the fingerprint, whether it was taken at the trainer anchor),
+  so the restore at start (M9) reads them back: `ListSnapshots` is answered with the
+  trainer anchor and every published or quarantined snapshot, `LoadSnapshot` with the
+  digests and the ledger, and a RESTORE call carries the participant's stored artifact.
+  Published snapshots are pruned to `keep_latest_k`. `Store.unreadable` or an anchor
+  given as `SourceUnreadable` make the restore fail (`restore_failed`);
+- `Dispatch` begins the execution on its agent at once; a refused begin is reported back as
+  `RolloutFailed`;
+- `ArmTimer`/`CancelTimer` maintain `timers`; `fire_timer` advances `now` to the timer.
+
+A controller crash keeps the store, the trainer anchor and the participants (and requests
+already in flight, which may still arrive: S15); the restarted controller finishes the
+in-flight id, restores (M9) and is idle again once its calls are delivered. A participant
+crash keeps exactly its journal (§6).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from types import EllipsisType
+from typing import Any
+
+from quiesce.protocol._causes import Cause
+from quiesce.protocol._controller_effects import (
+    ArmTimer,
+    Call,
+    CancelTimer,
+    CaptureCut,
+    ClearIntent,
+    ControllerEffect,
+    DiscardStaging,
+    Dispatch,
+    InspectPublished,
+    ListSnapshots,
+    LoadSnapshot,
+    LocalOp,
+    Op,
+    Publish,
+    Quarantine,
+    RestoreTarget,
+    Validate,
+    WriteIntent,
+    WriteStaging,
+)
+from quiesce.protocol._controller_inputs import (
+    CallFailed,
+    ControllerInput,
+    Discovered,
+    LocalDone,
+    PublishInspected,
+    Recovered,
+    Reply,
+    RolloutCompleted,
+    RolloutFailed,
+    SnapshotLoaded,
+    SnapshotLoadFailed,
+    SnapshotsListed,
+    TimerDue,
+    TrainerBoundary,
+)
+from quiesce.protocol._coordinator import ControllerState, Coordinator
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._ledger import Ledger
+from quiesce.protocol._messages import (
+    AckRequest,
+    BeginRequest,
+    BoundaryRequest,
+    ControlRequest,
+    DiscardRequest,
+    ErrorReply,
+    ExecutionReply,
+    FinishRequest,
+    Message,
+    Receipt,
+    RestoreReply,
+    RestoreRequest,
+    RetireRequest,
+)
+from quiesce.protocol._participant import (
+    ParticipantState,
+    capabilities,
+    from_journal,
+    handle,
+    journal_of,
+)
+from quiesce.protocol._restore import (
+    SnapshotCandidate,
+    SnapshotCondition,
+    SourceUnreadable,
+    TrainerAnchor,
+)
+
+__all__ = ["WRONG_DIGEST", "InFlight", "Snapshot", "Store", "System", "SystemState"]
+
+WRONG_DIGEST = "0" * 64
+"""The digest `System.wrong_digest_at_restore` makes a restore reply report."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One snapshot's contents (staged, then published): every participant's
+    `(participant, digest, artifact)`, the cut (ledger, trainer step), the topology
+    fingerprint and whether it was taken at the trainer anchor."""
+
+    snapshot_id: OpId
+    artifacts: tuple[tuple[str, str, str], ...] = ()
+    trainer_step: int = 0
+    ledger: Ledger | None = None
+    fingerprint: str = ""
+    at_trainer_anchor: bool = False
+
+    @property
+    def digests(self) -> tuple[tuple[str, str], ...]:
+        """`(participant, digest)` of every committed artifact."""
+        return tuple((name, digest) for name, digest, _ in self.artifacts)
+
+    def artifact(self, participant: str) -> str:
+        """`participant`'s committed artifact (base64 text; empty if it has none)."""
+        return next((a for name, _, a in self.artifacts if name == participant), "")
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    """The controller's durable store: the intent record and the snapshots (ids by
+    condition, contents in `snapshots`); `unreadable` makes listing it fail."""
+
+    intent: tuple[OpId, str] | None = None
+    staging: frozenset[OpId] = frozenset()
+    published: frozenset[OpId] = frozenset()
+    quarantined: frozenset[OpId] = frozenset()
+    snapshots: tuple[Snapshot, ...] = ()
+    unreadable: bool = False
+
+    def contents(self, snapshot_id: OpId) -> Snapshot | None:
+        """What the store holds for `snapshot_id`, if anything."""
+        return next((s for s in self.snapshots if s.snapshot_id == snapshot_id), None)
+
+    def with_contents(self, snapshot: Snapshot) -> Store:
+        """The store with `snapshot`'s contents replaced (or added)."""
+        kept = tuple(s for s in self.snapshots if s.snapshot_id != snapshot.snapshot_id)
+        return replace(self, snapshots=tuple(sorted((*kept, snapshot), key=_by_id)))
+
+    def without(self, snapshot_ids: Iterable[OpId]) -> Store:
+        """The store without the contents of `snapshot_ids`."""
+        gone = frozenset(snapshot_ids)
+        kept = tuple(s for s in self.snapshots if s.snapshot_id not in gone)
+        return replace(self, snapshots=kept)
+
+
+def _by_id(snapshot: Snapshot) -> OpId:
+    return snapshot.snapshot_id
+
+
+def trainer_anchor(step: int) -> TrainerAnchor:
+    """The trainer anchor of the pure system at `step` (its version names the step)."""
+    return TrainerAnchor(step, f"v{step}")
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A call on its way to its participant (`reply` None) or its reply on its way back."""
+
+    call: Call
+    reply: Message | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SystemState:
+    """Everything in the composed system; frozen and hashable."""
+
+    controller: ControllerState
+    participants: tuple[ParticipantState, ...]
+    messages: tuple[InFlight, ...] = ()
+    timers: tuple[tuple[str, float], ...] = ()
+    store: Store = field(default_factory=Store)
+    now: float = 0.0
+    anchor: TrainerAnchor | SourceUnreadable | None = None
+
+    def participant(self, name: str) -> ParticipantState:
+        """The participant called `name`."""
+        for state in self.participants:
+            if state.config.name == name:
+                return state
+        raise KeyError(
+            f"no participant {name!r}; have {[p.config.name for p in self.participants]}"
+        )
+
+    def requests(self, op: Op | None = None) -> tuple[int, ...]:
+        """Indexes of in-flight requests (of `op`, if given), oldest first."""
+        return tuple(
+            i
+            for i, m in enumerate(self.messages)
+            if m.reply is None and (op is None or m.call.op is op)
+        )
+
+    def replies(self) -> tuple[int, ...]:
+        """Indexes of in-flight replies, oldest first."""
+        return tuple(i for i, m in enumerate(self.messages) if m.reply is not None)
+
+
+Effects = tuple[ControllerEffect, ...]
+
+
+class System:
+    """The actions of the composed system (pure; holds only the coordinator).
+
+    >>> from quiesce.protocol._config import QuiesceConfig
+    >>> system = System(Coordinator(QuiesceConfig()))  # doctest: +SKIP
+    >>> state, effects = system.start([policy, agent, resources])  # doctest: +SKIP
+    """
+
+    def __init__(self, coordinator: Coordinator, *, turns: int = 2) -> None:
+        self.coordinator = coordinator
+        self.turns = turns  # turns of every dispatched rollout
+        self.save_period = coordinator.config.save_period
+        self.keep_latest_k = coordinator.config.keep_latest_k
+
+    # ------------------------------------------------------------------ setup
+
+    def start(
+        self,
+        participants: Iterable[ParticipantState],
+        *,
+        epoch: int = 1,
+        anchor_step: int | SourceUnreadable | None = 0,
+        now: float = 0.0,
+        store: Store | None = None,
+    ) -> tuple[SystemState, Effects]:
+        """A controller starting: discovery, then recovery from `store`'s intent and the
+        restore (M9) from its snapshots at the trainer anchor `anchor_step` (None: no
+        trainer checkpoint yet; `SourceUnreadable`: the anchor cannot be read)."""
+        members = tuple(sorted(participants, key=lambda p: p.config.name))
+        anchor: TrainerAnchor | SourceUnreadable | None
+        if isinstance(anchor_step, SourceUnreadable):
+            anchor, step = anchor_step, None
+        else:
+            step = anchor_step
+            anchor = None if step is None else trainer_anchor(step)
+        state = SystemState(
+            self.coordinator.initial(epoch),
+            members,
+            store=store or Store(),
+            now=now,
+            anchor=anchor,
+        )
+        caps = tuple(capabilities(p) for p in members)
+        intent = None if state.store.intent is None else state.store.intent[0]
+        return self._feed(state, [Discovered(caps), Recovered(intent, step)])
+
+    # ------------------------------------------------------------------ environment
+
+    def input(
+        self, state: SystemState, event: ControllerInput, now: float | None = None
+    ) -> tuple[SystemState, Effects]:
+        """The controller's environment (trainer, schedule, dataloader) sends `event`."""
+        if now is not None:
+            state = replace(state, now=max(state.now, now))
+        if isinstance(event, TrainerBoundary) and event.step % self.save_period == 0:
+            state = replace(state, anchor=trainer_anchor(event.step))  # a durable checkpoint
+        return self._feed(state, [event])
+
+    def agent_event(
+        self, state: SystemState, agent: str, op: str, request: Message
+    ) -> tuple[SystemState, Message, Effects]:
+        """An agent execution reports progress (`boundary`, `finish`); a finish that
+        completes is reported to the controller as `RolloutCompleted`."""
+        after, reply, _ = handle(state.participant(agent), op, request, state.now)
+        state = _with_participant(state, after)
+        events: list[ControllerInput] = []
+        if isinstance(reply, ExecutionReply) and reply.receipt is not None and op == "finish":
+            receipt = reply.receipt
+            events.append(RolloutCompleted(receipt.rollout_id, receipt.attempt, receipt.receipt))
+        state, effects = self._feed(state, events)
+        return state, reply, effects
+
+    def turn(
+        self, state: SystemState, agent: str, rollout_id: str, attempt: int, turn: int
+    ) -> tuple[SystemState, Message, Effects]:
+        """Attempt `(rollout_id, attempt)` on `agent` reached the end of `turn`."""
+        request = BoundaryRequest(rollout_id=rollout_id, attempt=attempt, turn=turn)
+        return self.agent_event(state, agent, "boundary", request)
+
+    def finish(
+        self, state: SystemState, agent: str, rollout_id: str, attempt: int
+    ) -> tuple[SystemState, Message, Effects]:
+        """Attempt `(rollout_id, attempt)` on `agent` finished its `/run`."""
+        request = FinishRequest(rollout_id=rollout_id, attempt=attempt)
+        return self.agent_event(state, agent, "finish", request)
+
+    # ------------------------------------------------------------------ messages
+
+    def deliver(self, state: SystemState, index: int) -> tuple[SystemState, Effects]:
+        """Deliver message `index`: a request to its participant (whose reply then flies
+        back), or a reply to the controller."""
+        message = state.messages[index]
+        rest = state.messages[:index] + state.messages[index + 1 :]
+        call = message.call
+        if message.reply is not None:
+            state = replace(state, messages=rest)
+            return self._feed(state, [Reply(call.participant, call.op, call.op_id, message.reply)])
+        participant = state.participant(call.participant)
+        after, reply, _ = handle(participant, call.op, _request(call, state.store), state.now)
+        state = _with_participant(replace(state, messages=rest), after)
+        return replace(state, messages=(*state.messages, InFlight(call, reply))), ()
+
+    def drop(self, state: SystemState, index: int) -> tuple[SystemState, Effects]:
+        """Lose message `index`: the controller's call ends `request_lost` or `reply_lost`."""
+        message = state.messages[index]
+        cause = Cause.REQUEST_LOST if message.reply is None else Cause.REPLY_LOST
+        return self.fail(state, index, cause)
+
+    def fail(self, state: SystemState, index: int, cause: Cause) -> tuple[SystemState, Effects]:
+        """End message `index`'s call with `cause` (timeout, 5xx, ...), undelivered."""
+        call = state.messages[index].call
+        rest = state.messages[:index] + state.messages[index + 1 :]
+        state = replace(state, messages=rest)
+        return self._feed(state, [CallFailed(call.participant, call.op, call.op_id, cause)])
+
+    def delay(self, state: SystemState, index: int) -> tuple[SystemState, Message]:
+        """Take request `index` out of flight without any answer and return its request, so
+        it can be redelivered later with `redeliver` (a stale delayed request, S15)."""
+        call = state.messages[index].call
+        rest = state.messages[:index] + state.messages[index + 1 :]
+        return replace(state, messages=rest), _request(call, state.store)
+
+    def wrong_digest_at_restore(self, state: SystemState, index: int) -> SystemState:
+        """Fault: the in-flight reply `index` to a restore call reports a digest that differs
+        from the committed one (S16: the controller must reject that snapshot)."""
+        message = state.messages[index]
+        reply = message.reply
+        if message.call.op is not Op.RESTORE or not isinstance(reply, RestoreReply):
+            raise ValueError(f"message {index} is not a restore reply in flight: {message!r}")
+        wrong = InFlight(message.call, reply.model_copy(update={"digest": WRONG_DIGEST}))
+        messages = (*state.messages[:index], wrong, *state.messages[index + 1 :])
+        return replace(state, messages=messages)
+
+    def restore_replies(self, state: SystemState) -> tuple[int, ...]:
+        """Indexes of in-flight restored replies whose digest `wrong_digest_at_restore`
+        can still corrupt (the fault's enabling condition), oldest first."""
+        return tuple(
+            i
+            for i, m in enumerate(state.messages)
+            if m.call.op is Op.RESTORE
+            and isinstance(m.reply, RestoreReply)
+            and m.reply.status == "restored"
+            and m.reply.digest != WRONG_DIGEST
+        )
+
+    def redeliver(
+        self, state: SystemState, participant: str, op: Op, request: Message
+    ) -> tuple[SystemState, Message]:
+        """A stale request arrives at `participant` long after it was sent; its reply goes
+        nowhere (the call it answered is long over)."""
+        after, reply, _ = handle(state.participant(participant), op, request, state.now)
+        return _with_participant(state, after), reply
+
+    # ------------------------------------------------------------------ time and crashes
+
+    def fire_timer(self, state: SystemState, name: str) -> tuple[SystemState, Effects]:
+        """Fire the armed timer `name` (time advances to it)."""
+        at = dict(state.timers)[name]
+        timers = tuple(t for t in state.timers if t[0] != name)
+        state = replace(state, timers=timers, now=max(state.now, at))
+        return self._feed(state, [TimerDue(name)])
+
+    def crash_controller(
+        self,
+        state: SystemState,
+        *,
+        epoch: int,
+        anchor_step: int | SourceUnreadable | EllipsisType | None = ...,
+    ) -> tuple[SystemState, Effects]:
+        """The controller dies and restarts with `epoch`: its store, the trainer anchor
+        (unless `anchor_step` says otherwise) and the participants survive; replies to the
+        dead process and its timers are gone. The restart runs the restore (M9)."""
+        survivors = tuple(m for m in state.messages if m.reply is None)
+        restarted = replace(state, messages=survivors, timers=())
+        if isinstance(anchor_step, EllipsisType):
+            anchor = state.anchor
+            anchor_step = anchor.step if isinstance(anchor, TrainerAnchor) else anchor
+        fresh, effects = self.start(
+            restarted.participants,
+            epoch=epoch,
+            anchor_step=anchor_step,
+            now=state.now,
+            store=state.store,
+        )
+        return replace(fresh, messages=(*survivors, *fresh.messages)), effects
+
+    def crash_participant(
+        self, state: SystemState, name: str, incarnation: str
+    ) -> tuple[SystemState, Effects]:
+        """Participant `name` dies and restarts as `incarnation`, keeping its journal (§6);
+        requests and replies in flight to or from it are lost."""
+        rebuilt = from_journal(journal_of(state.participant(name)), incarnation)
+        state = _with_participant(state, rebuilt)
+        effects: list[ControllerEffect] = []
+        while True:
+            lost = [i for i, m in enumerate(state.messages) if m.call.participant == name]
+            if not lost:
+                return state, tuple(effects)
+            state, more = self.drop(state, lost[0])
+            effects.extend(more)
+
+    # ------------------------------------------------------------------ internals
+
+    def _feed(
+        self, state: SystemState, events: Iterable[ControllerInput]
+    ) -> tuple[SystemState, Effects]:
+        queue: deque[ControllerInput] = deque(events)
+        produced: list[ControllerEffect] = []
+        while queue:
+            controller, effects = self.coordinator.step(
+                state.controller, state.now, queue.popleft()
+            )
+            state = replace(state, controller=controller)
+            produced.extend(effects)
+            for effect in effects:
+                state = self._carry(state, effect, queue)
+        return state, tuple(produced)
+
+    def _carry(
+        self, state: SystemState, effect: ControllerEffect, queue: deque[ControllerInput]
+    ) -> SystemState:
+        store = state.store
+        if isinstance(effect, Call):
+            return replace(state, messages=(*state.messages, InFlight(effect)))
+        if isinstance(effect, ArmTimer):
+            timers = tuple(t for t in state.timers if t[0] != effect.name)
+            return replace(state, timers=tuple(sorted((*timers, (effect.name, effect.at)))))
+        if isinstance(effect, CancelTimer):
+            return replace(state, timers=tuple(t for t in state.timers if t[0] != effect.name))
+        if isinstance(effect, WriteIntent):
+            queue.append(LocalDone(LocalOp.INTENT, effect.checkpoint_id))
+            return replace(state, store=replace(store, intent=(effect.checkpoint_id, effect.phase)))
+        if isinstance(effect, ClearIntent):
+            return replace(state, store=replace(store, intent=None))
+        if isinstance(effect, WriteStaging):
+            staged = self._staged(store, effect.checkpoint_id)
+            artifacts = tuple(a for a in staged.artifacts if a[0] != effect.participant)
+            artifact = (effect.participant, effect.digest, effect.artifact)
+            staged = replace(staged, artifacts=tuple(sorted((*artifacts, artifact))))
+            store = replace(store, staging=store.staging | {effect.checkpoint_id})
+            return replace(state, store=store.with_contents(staged))
+        if isinstance(effect, CaptureCut):
+            queue.append(LocalDone(LocalOp.CUT, effect.checkpoint_id))
+            ledger = effect.ledger if isinstance(effect.ledger, Ledger) else None
+            staged = replace(
+                self._staged(store, effect.checkpoint_id),
+                trainer_step=effect.trainer_step,
+                ledger=ledger,
+            )
+            return replace(state, store=store.with_contents(staged))
+        elif isinstance(effect, Validate):
+            queue.append(LocalDone(LocalOp.VALIDATE, effect.checkpoint_id))
+            staged = replace(
+                self._staged(store, effect.checkpoint_id),
+                fingerprint=effect.fingerprint,
+                at_trainer_anchor=effect.at_trainer_anchor,
+            )
+            return replace(state, store=store.with_contents(staged))
+        elif isinstance(effect, Publish):
+            queue.append(LocalDone(LocalOp.PUBLISH, effect.checkpoint_id))
+            published = sorted(store.published | {effect.checkpoint_id})
+            pruned = published[: max(0, len(published) - self.keep_latest_k)]
+            store = replace(
+                store,
+                staging=store.staging - {effect.checkpoint_id},
+                published=frozenset(published) - frozenset(pruned),
+            )
+            return replace(state, store=store.without(pruned))
+        elif isinstance(effect, ListSnapshots):
+            queue.append(_listing(state))
+        elif isinstance(effect, LoadSnapshot):
+            queue.append(_load(store, effect.snapshot_id))
+        elif isinstance(effect, InspectPublished):
+            found = effect.checkpoint_id in store.published
+            queue.append(PublishInspected(effect.checkpoint_id, "verified" if found else "absent"))
+        elif isinstance(effect, Quarantine):
+            moved = store.published - {effect.checkpoint_id}
+            quarantined = store.quarantined | {effect.checkpoint_id}
+            return replace(state, store=replace(store, published=moved, quarantined=quarantined))
+        elif isinstance(effect, DiscardStaging):
+            cid = effect.checkpoint_id
+            store = replace(store, staging=store.staging - {cid})
+            if cid not in store.published and cid not in store.quarantined:
+                store = store.without([cid])
+            return replace(state, store=store)
+        elif isinstance(effect, Dispatch):
+            request = BeginRequest(
+                rollout_id=effect.rollout_id,
+                attempt=effect.attempt,
+                group_id=effect.group_id,
+                turns=self.turns,
+                resume_from_turn=effect.resume_from_turn,
+            )
+            after, reply, _ = handle(state.participant(effect.agent), "begin", request, state.now)
+            if isinstance(reply, ErrorReply):
+                queue.append(RolloutFailed(effect.rollout_id, effect.attempt))
+            return _with_participant(state, after)
+        return state
+
+    @staticmethod
+    def _staged(store: Store, snapshot_id: OpId) -> Snapshot:
+        return store.contents(snapshot_id) or Snapshot(snapshot_id)
+
+
+def _listing(state: SystemState) -> SnapshotsListed:
+    """The answer to `ListSnapshots`: the trainer anchor and every snapshot with contents."""
+    store = state.store
+    if store.unreadable:
+        return SnapshotsListed(state.anchor, SourceUnreadable("snapshot_store", "unreadable"))
+    candidates = []
+    for snapshot in store.snapshots:
+        if snapshot.snapshot_id in store.published:
+            condition = SnapshotCondition.VERIFIED
+        elif snapshot.snapshot_id in store.quarantined:
+            condition = SnapshotCondition.QUARANTINED
+        else:
+            continue  # staging is never a candidate
+        candidates.append(
+            SnapshotCandidate(
+                snapshot.snapshot_id,
+                snapshot.trainer_step,
+                trainer_anchor(snapshot.trainer_step).version,
+                snapshot.fingerprint,
+                condition,
+                snapshot.at_trainer_anchor,
+            )
+        )
+    return SnapshotsListed(state.anchor, tuple(candidates))
+
+
+def _load(store: Store, snapshot_id: OpId) -> SnapshotLoaded | SnapshotLoadFailed:
+    """The answer to `LoadSnapshot`: the committed digests and the cut's ledger."""
+    snapshot = store.contents(snapshot_id)
+    if snapshot is None or snapshot_id not in store.published or snapshot.ledger is None:
+        return SnapshotLoadFailed(snapshot_id, "corrupt")
+    return SnapshotLoaded(snapshot_id, snapshot.digests, snapshot.ledger)
+
+
+def _with_participant(state: SystemState, participant: ParticipantState) -> SystemState:
+    name = participant.config.name
+    return replace(
+        state,
+        participants=tuple(participant if p.config.name == name else p for p in state.participants),
+    )
+
+
+def _request(call: Call, store: Store) -> Any:
+    """The wire request of a controller call (a restore carries the stored artifact)."""
+    if call.op is Op.ACK:
+        receipts = tuple(
+            Receipt(rollout_id=o.rollout_id, attempt=o.attempt, receipt=o.receipt)
+            for o in call.payload
+        )
+        return AckRequest(receipts=receipts)
+    if call.op is Op.RETIRE:
+        rollout_id, attempt = call.payload
+        return RetireRequest(rollout_id=rollout_id, attempt=attempt)
+    if call.op is Op.DISCARD:
+        rollout_id, attempt = call.payload
+        return DiscardRequest(op_id=call.op_id, rollout_id=rollout_id, attempt=attempt)
+    if call.op is Op.RESTORE and isinstance(call.payload, RestoreTarget):
+        target = call.payload
+        snapshot = store.contents(target.snapshot_id)
+        return RestoreRequest(
+            op_id=call.op_id,
+            deadline_at=call.deadline_at,
+            snapshot_id=target.snapshot_id,
+            artifact="" if snapshot is None else snapshot.artifact(call.participant),
+            expected_digest=target.digest,
+        )
+    return ControlRequest(op_id=call.op_id, deadline_at=call.deadline_at)

@@ -1,0 +1,144 @@
+"""`LocalServer`: a participant served over real HTTP from a background thread.
+
+What lives here: uvicorn in a daemon thread on 127.0.0.1 and a free port, serving
+`create_app(host)`, started and stopped as a context manager. The conformance kit's own
+tests use it (for the reference participant and the deliberately broken ones in
+`_broken.py`); users can use it to try the kit, or to check a `ParticipantHost` subclass of
+their own, without a separate process. What it does not know: the protocol.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+from starlette.types import Receive, Scope, Send
+
+from quiesce.adapters._clock import RealClock
+from quiesce.adapters._http_server import DEFAULT_MAX_BODY_BYTES, create_app
+from quiesce.adapters._participant_host import (
+    FileJournal,
+    JournalSink,
+    MemoryJournal,
+    ParticipantHost,
+)
+from quiesce.fsm import QuiesceError
+
+__all__ = ["LocalServer", "ServerDidNotStart", "free_port"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerDidNotStart(QuiesceError):
+    """uvicorn did not start serving on `port` within `seconds`."""
+
+    def __init__(self, port: int, seconds: float) -> None:
+        self.port = port
+        self.seconds = seconds
+        super().__init__(f"the local participant server on port {port} did not start in {seconds}s")
+
+
+class LocalServer:
+    """Serve `host` over HTTP on 127.0.0.1 (uvicorn in a daemon thread) while in `with`.
+
+    >>> with LocalServer.start({"name": "p", "role": "policy"}, token="t") as server:
+    ...     server.url.startswith("http://127.0.0.1:")
+    True
+    """
+
+    def __init__(
+        self,
+        host: ParticipantHost,
+        *,
+        token: str,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        make_host: Callable[[], ParticipantHost] | None = None,
+    ) -> None:
+        self.host = host
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._token = token
+        self._max_body_bytes = max_body_bytes
+        self._make_host = make_host
+        self._app = create_app(host, token=token, max_body_bytes=max_body_bytes)
+        config = uvicorn.Config(
+            self._dispatch, host="127.0.0.1", port=self.port, loop="asyncio", log_config=None,
+            access_log=False, lifespan="on", interface="asgi3",
+        )  # fmt: skip
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True, name=self.url)
+
+    @classmethod
+    def start(
+        cls,
+        config: Mapping[str, Any],
+        *,
+        token: str,
+        host_class: type[ParticipantHost] = ParticipantHost,
+        state_dir: Path | None = None,
+        run_work: bool = False,
+        **options: Any,
+    ) -> LocalServer:
+        """A fresh participant of `config` hosted by `host_class` (default the reference
+        `ParticipantHost`), journaled in `state_dir` (default in memory). `run_work=False`
+        (default): an agent runs no executions of its own, as the conformance kit needs.
+        `fresh()` swaps in a new participant (always journaled in memory)."""
+
+        def make(journal: JournalSink | None = None) -> ParticipantHost:
+            return host_class.start(
+                config, clock=RealClock(), journal=journal or MemoryJournal(), run_work=run_work
+            )
+
+        first = make(FileJournal(state_dir) if state_dir else None)
+        return cls(first, token=token, make_host=make, **options)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # One uvicorn, swappable participants: `fresh()` replaces the app between requests.
+        await self._app(scope, receive, send)
+
+    @contextmanager
+    def fresh(self) -> Iterator[str]:
+        """Serve a brand-new participant (same config and host class, fresh state, new
+        incarnation) on the same URL for the duration of the `with`; yields the URL. A
+        factory of fresh servers for `check_conformance`, without restarting uvicorn.
+
+        Only for servers made by `LocalServer.start` (it knows how to build the host)."""
+        if self._make_host is None:
+            raise TypeError("fresh() needs a LocalServer made by LocalServer.start(...)")
+        # The replaced host is simply dropped: a host that is not run() holds no tasks.
+        self.host = self._make_host()
+        self._app = create_app(
+            self.host, token=self._token, max_body_bytes=self._max_body_bytes, run_host=False
+        )
+        yield self.url
+
+    def __enter__(self) -> LocalServer:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                self._server.should_exit = True
+                raise ServerDidNotStart(self.port, 10)
+            time.sleep(0.01)
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)

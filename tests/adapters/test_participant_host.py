@@ -1,0 +1,395 @@
+"""ParticipantHost: journal before reply, duplicates, crash + recover, role work on the
+VirtualClock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quiesce.adapters import (
+    FileJournal,
+    HostRef,
+    HostStopped,
+    JournalCorrupt,
+    JournalSink,
+    MemoryJournal,
+    NoJournal,
+    ParticipantHost,
+    RealClock,
+    VirtualClock,
+)
+from quiesce.protocol import ParticipantOp, journal_of
+from quiesce.protocol._journal import Journal
+from quiesce.protocol._messages import (
+    AckRequest,
+    BeginRequest,
+    CommitReply,
+    ControlRequest,
+    ErrorReply,
+    ExecutionReply,
+    PrepareReply,
+    Receipt,
+    ResumeReply,
+    StatusReply,
+)
+
+pytestmark = pytest.mark.anyio
+
+P = ParticipantOp
+CK1 = "ck-1-1-step0"
+CK2 = "ck-1-2-step1"
+
+
+def ctl(op_id: str, deadline_at: float = 1e9) -> ControlRequest:
+    return ControlRequest.model_validate({"op_id": op_id, "deadline_at": deadline_at})
+
+
+class SlowJournal(JournalSink):
+    """A journal whose writes block until `release` is set; records what reached 'disk'."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+        self.release = clock.event()
+        self.started = clock.event()
+        self.journal: Journal | None = None
+        self.writes = 0
+
+    async def write(self, journal: Journal) -> None:
+        self.started.set()
+        await self.release.wait()
+        self.journal = journal
+        self.writes += 1
+
+    def load(self) -> Journal | None:
+        return self.journal
+
+
+async def test_journal_is_written_before_the_reply_is_released() -> None:
+    clock = VirtualClock(seed=1)
+
+    async def main() -> None:
+        journal = SlowJournal(clock)
+        host = ParticipantHost.start(
+            {"name": "pol", "role": "policy"}, clock=clock, journal=journal
+        )
+        replies: list[Any] = []
+
+        async def prepare() -> None:
+            replies.append(await host.handle(P.PREPARE, ctl(CK1)))
+
+        async with clock.task_group() as tg:
+            tg.start_soon(prepare)
+            await journal.started.wait()
+            await clock.sleep(5.0)
+            # The write is stuck: no reply yet, and the state is not released either.
+            assert replies == []
+            assert host.state.fence.state.value == "idle"
+            journal.release.set()
+        assert isinstance(replies[0], PrepareReply) and replies[0].status == "ready"
+        assert journal.writes == 1 and journal.journal is not None
+        assert journal.journal.fence.value == "prepared"
+        assert journal.journal == journal_of(host.state)
+
+    await clock.run(main)
+
+
+async def test_failed_journal_write_releases_nothing() -> None:
+    clock = VirtualClock(seed=2)
+
+    async def main() -> None:
+        journal = MemoryJournal()
+        host = ParticipantHost.start(
+            {"name": "pol", "role": "policy"}, clock=clock, journal=journal
+        )
+        journal.fail_writes = True
+        with pytest.raises(OSError, match="injected"):
+            await host.handle(P.PREPARE, ctl(CK1))
+        assert host.state.fence.state.value == "idle"
+        journal.fail_writes = False
+        reply = await host.handle(P.PREPARE, ctl(CK1))  # a retry runs again (nothing recorded)
+        assert isinstance(reply, PrepareReply) and reply.status == "ready"
+
+    await clock.run(main)
+
+
+async def test_concurrent_duplicate_waits_for_the_first_and_gets_its_reply() -> None:
+    clock = VirtualClock(seed=3)
+
+    async def main() -> None:
+        journal = SlowJournal(clock)
+        host = ParticipantHost.start(
+            {"name": "pol", "role": "policy"}, clock=clock, journal=journal
+        )
+        replies: list[Any] = []
+
+        async def prepare() -> None:
+            replies.append(await host.handle(P.PREPARE, ctl(CK1)))
+
+        async with clock.task_group() as tg:
+            tg.start_soon(prepare)
+            await journal.started.wait()
+            tg.start_soon(prepare)  # same (op_id, op) while the first is in flight
+            await clock.sleep(1.0)
+            assert replies == []
+            journal.release.set()
+        assert len(replies) == 2
+        assert replies[0] is replies[1]  # one execution, one answer
+        assert journal.writes == 1
+
+    await clock.run(main)
+
+
+async def test_refusal_is_a_reply_and_changes_nothing() -> None:
+    clock = VirtualClock(seed=4)
+
+    async def main() -> None:
+        host = ParticipantHost.start({"name": "pol", "role": "policy"}, clock=clock)
+        await host.handle(P.PREPARE, ctl(CK2))
+        before = host.state
+        conflict = await host.handle(P.PREPARE, ctl("ck-1-3-step2"))
+        assert isinstance(conflict, ErrorReply) and conflict.code == "checkpoint_conflict"
+        assert str(conflict.active_id) == CK2
+        malformed = await host.handle(P.COMMIT, {"op_id": 7, "deadline_at": 1})
+        assert isinstance(malformed, ErrorReply) and malformed.code == "malformed_request"
+        assert host.state == before
+
+    await clock.run(main)
+
+
+async def test_crash_and_recover_keep_exactly_the_journal(tmp_path: Path) -> None:
+    clock = VirtualClock(seed=5)
+
+    async def main() -> None:
+        journal = FileJournal(tmp_path)
+        agent = ParticipantHost.start(
+            {"name": "agent-0", "role": "agent"}, clock=clock, journal=journal, run_work=False
+        )
+        begin = BeginRequest(rollout_id="r1", attempt=0, group_id="g1", turns=2)
+        assert isinstance(await agent.handle(P.BEGIN, begin), ExecutionReply)
+        finished = await agent.handle(
+            P.FINISH, {"rollout_id": "r1", "attempt": 0, "result": {"reward": 1}}
+        )
+        assert isinstance(finished, ExecutionReply) and finished.receipt is not None
+        begin2 = BeginRequest(rollout_id="r2", attempt=0, group_id="g1", turns=2)
+        await agent.handle(P.BEGIN, begin2)  # running: dies with the process
+        await agent.handle(P.PREPARE, ctl(CK1))
+        on_disk = journal.load()
+        assert on_disk == journal_of(agent.state)
+        old = agent.incarnation
+        agent.crash()
+        with pytest.raises(HostStopped):
+            await agent.handle(P.STATUS)
+
+        again = ParticipantHost.recover(journal, "inc-new", clock=clock)
+        assert again.incarnation == "inc-new" != old
+        assert journal_of(again.state).model_copy(update={}) == on_disk
+        status = await again.handle(P.STATUS)
+        assert isinstance(status, StatusReply)
+        assert status.fence == "preparing" and status.incarnation == "inc-new"
+        assert status.completed_unacknowledged == 1 and status.live_executions == 0
+        assert [r.rollout_id for r in again.completions().receipts] == ["r1"]
+        ack = AckRequest(receipts=(finished.receipt,))
+        acked = await again.handle(P.ACK, ack)
+        assert not isinstance(acked, ErrorReply) and len(acked.acknowledged) == 1
+        assert again.completions().receipts == ()
+
+    await clock.run(main)
+
+
+def test_recover_without_journal_and_corrupt_journal_are_typed(tmp_path: Path) -> None:
+    clock = VirtualClock()
+    with pytest.raises(NoJournal):
+        ParticipantHost.recover(MemoryJournal(), "inc-x", clock=clock)
+    (tmp_path / "journal.json").write_text('{"format": 1, "config": {"name": 3}}')
+    with pytest.raises(JournalCorrupt) as error:
+        ParticipantHost.recover(FileJournal(tmp_path), "inc-x", clock=clock)
+    assert "journal.json" in str(error.value) and error.value.field.startswith("config")
+
+
+async def test_open_recovers_with_a_new_incarnation(tmp_path: Path) -> None:
+    clock = VirtualClock(seed=6)
+
+    async def main() -> None:
+        config = {"name": "res", "role": "resources", "recovery_mode": "export_restore"}
+        first = ParticipantHost.open(config, FileJournal(tmp_path), clock=clock)
+        await first.handle(P.PREPARE, ctl(CK1))
+        first.crash()
+        second = ParticipantHost.open(config, FileJournal(tmp_path), clock=clock)
+        assert second.incarnation != first.incarnation
+        assert second.state.fence.state.value == "prepared"
+        with pytest.raises(JournalCorrupt, match="belongs to resources"):
+            ParticipantHost.open(
+                {"name": "other", "role": "policy"}, FileJournal(tmp_path), clock=clock
+            )
+
+    await clock.run(main)
+
+
+# ------------------------------------------------------------------------ role work
+
+
+def _fleet(clock: VirtualClock, completions: list[Receipt]) -> tuple[ParticipantHost, ...]:
+    policy = ParticipantHost.start({"name": "policy-0", "role": "policy"}, clock=clock)
+    resources = ParticipantHost.start(
+        {"name": "res-0", "role": "resources", "recovery_mode": "export_restore"}, clock=clock
+    )
+    agent = ParticipantHost.start({"name": "agent-0", "role": "agent"}, clock=clock)
+    agent.connect(
+        policies=[HostRef(policy)],
+        resources=[HostRef(resources)],
+        on_completed=lambda _, receipt: completions.append(receipt),
+    )
+    return policy, agent, resources
+
+
+async def _checkpoint(
+    clock: VirtualClock, hosts: tuple[ParticipantHost, ...], op_id: str
+) -> list[Any]:
+    """prepare in phase order (retrying not_ready), commit, resume in resume order."""
+    policy, agent, resources = hosts
+    for host in (policy, agent, resources):
+        while True:
+            reply = await host.handle(P.PREPARE, ctl(op_id))
+            assert isinstance(reply, PrepareReply), reply
+            if reply.status == "ready":
+                break
+            await clock.sleep(0.01)
+    commits = [await h.handle(P.COMMIT, ctl(op_id)) for h in (agent, policy, resources)]
+    for host in (resources, policy, agent):
+        assert isinstance(await host.handle(P.RESUME, ctl(op_id)), ResumeReply)
+    return commits
+
+
+async def test_executions_run_park_and_complete_on_the_virtual_clock() -> None:
+    async def run(seed: int) -> tuple[list[str], float, int]:
+        clock = VirtualClock(seed=seed)
+        completions: list[Receipt] = []
+
+        async def main() -> tuple[list[str], float, int]:
+            hosts = _fleet(clock, completions)
+            agent = hosts[1]
+            continuations = 0
+            async with clock.task_group() as tg:
+                for host in hosts:
+                    tg.start_soon(host.run)
+                for i in range(6):
+                    begin = BeginRequest(rollout_id=f"r{i}", attempt=0, group_id="g", turns=4)
+                    reply = await agent.handle(P.BEGIN, begin)
+                    assert isinstance(reply, ExecutionReply) and reply.state == "running"
+                await clock.sleep(0.15)  # executions are mid-turn
+                commits = await _checkpoint(clock, hosts, CK1)
+                agent_commit = commits[0]
+                assert isinstance(agent_commit, CommitReply)
+                assert agent_commit.status == "committed"
+                continuations = len(agent_commit.continuations)
+                # After resume everything finishes; ACK releases every result.
+                while len(completions) < 6:
+                    await clock.sleep(0.1)
+                ack = await agent.handle(P.ACK, AckRequest(receipts=tuple(completions)))
+                assert not isinstance(ack, ErrorReply) and len(ack.acknowledged) == 6
+                status = await agent.handle(P.STATUS)
+                assert isinstance(status, StatusReply)
+                assert status.live_executions == 0 and status.completed_unacknowledged == 0
+                for host in hosts:
+                    host.stop()
+            return sorted(r.receipt for r in completions), clock.now(), continuations
+
+        return await clock.run(main)
+
+    first = await run(11)
+    assert first[2] >= 1  # the checkpoint caught work in flight, saved at a boundary
+    assert await run(11) == first  # same seed, same run
+    assert await run(12) != first
+
+
+async def test_policy_call_held_as_waiter_freezes_the_execution() -> None:
+    clock = VirtualClock(seed=21)
+    completions: list[Receipt] = []
+
+    async def main() -> None:
+        hosts = _fleet(clock, completions)
+        policy, agent, resources = hosts
+        async with clock.task_group() as tg:
+            for host in hosts:
+                tg.start_soon(host.run)
+            await policy.handle(P.PREPARE, ctl(CK1))  # policy paused: new calls wait
+            begin = BeginRequest(rollout_id="r0", attempt=0, group_id="g", turns=2)
+            await agent.handle(P.BEGIN, begin)
+            await clock.sleep(1.0)
+            execution = agent.state.role.find(("r0", 0))  # type: ignore[union-attr]
+            assert execution is not None and execution.state.value == "frozen"
+            reply = await agent.handle(P.PREPARE, ctl(CK1))
+            assert isinstance(reply, PrepareReply) and reply.status == "ready"
+            assert reply.frozen == 1
+            await resources.handle(P.PREPARE, ctl(CK1))
+            # abort in resume order: the held call proceeds and the rollout completes
+            for host in (resources, policy, agent):
+                await host.handle(P.RESUME, ctl(CK1))
+            while not completions:
+                await clock.sleep(0.1)
+            for host in hosts:
+                host.stop()
+        assert [r.rollout_id for r in completions] == ["r0"]
+
+    await clock.run(main)
+
+
+async def test_resources_mutations_wait_while_frozen() -> None:
+    clock = VirtualClock(seed=31)
+
+    async def main() -> None:
+        res = ParticipantHost.start({"name": "res", "role": "resources"}, clock=clock)
+        done: list[float] = []
+
+        async def mutate() -> None:
+            await res.mutate("m1", "r0")
+            done.append(clock.now())
+
+        await res.handle(P.PREPARE, ctl(CK1))
+        async with clock.task_group() as tg:
+            tg.start_soon(mutate)
+            await clock.sleep(10.0)
+            assert done == []  # frozen: held as a waiter
+            await res.handle(P.RESUME, ctl(CK1))
+        assert len(done) == 1 and done[0] >= 10.0
+
+    await clock.run(main)
+
+
+async def test_crash_kills_executions_and_fails_held_calls() -> None:
+    clock = VirtualClock(seed=41)
+
+    async def main() -> None:
+        policy = ParticipantHost.start({"name": "pol", "role": "policy"}, clock=clock)
+        await policy.handle(P.PREPARE, ctl(CK1))
+        failures: list[str] = []
+
+        async def call() -> None:
+            try:
+                await policy.generate("c1")
+            except HostStopped as error:
+                failures.append(error.participant)
+
+        async with clock.task_group() as tg:
+            tg.start_soon(call)
+            await clock.sleep(1.0)
+            policy.crash()
+        assert failures == ["pol"]
+        assert not policy.alive
+
+    await clock.run(main)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_file_journal_round_trips(tmp_path: Path, anyio_backend: str) -> None:
+    journal = FileJournal(tmp_path / "state")
+    host = ParticipantHost.start(
+        {"name": "p", "role": "policy"}, clock=RealClock(), journal=journal
+    )
+    await host.handle(P.PREPARE, ctl(CK1))
+    await host.handle(P.RESUME, ctl(CK1))
+    loaded = journal.load()
+    assert loaded is not None and str(loaded.high_watermark) == CK1
+    assert not list((tmp_path / "state").glob(".*.tmp"))

@@ -1,0 +1,93 @@
+"""`quiesce diagram NAME` and `quiesce diagrams --out-dir DIR`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from quiesce.cli import main
+from quiesce.fsm import _diagram as diagram_module
+from quiesce.fsm import registered, render_dot, render_mermaid
+from quiesce.protocol import ADMISSION_GATE
+
+TRACE = [
+    {"state": "open", "input": "hold", "target": "closed"},
+    {"state": "closed", "input": "release", "target": "open"},
+]
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_every_command_has_help() -> None:
+    for command in ([], ["diagram"], ["diagrams"], ["tables"], ["simulate"]):
+        code, out, _ = run(*command, "--help")
+        assert code == 0 and out.startswith("Usage: "), command
+
+
+def test_an_unknown_table_exits_2_naming_the_known_ones() -> None:
+    code, out, err = run("diagram", "no_such_table")
+    assert code == 2 and out == ""
+    assert "no table named 'no_such_table'" in err and "admission_gate" in err
+
+
+def test_diagram_writes_dot_to_a_file(tmp_path: Path) -> None:
+    out = tmp_path / "deep" / "gate.dot"
+    code, stdout, err = run("diagram", "admission_gate", "--format", "dot", "--out", str(out))
+    assert code == 0 and stdout == ""
+    assert out.read_text() == render_dot(ADMISSION_GATE)
+    assert f"wrote {out}" in err
+
+
+def test_diagram_draws_a_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps(TRACE))
+    code, out, _ = run("diagram", "admission_gate", "--trace", str(trace))
+    assert code == 0
+    assert "    open --> closed : 1. hold / close_admission\n" in out
+    assert "    class open,closed traced\n" in out
+
+
+def test_a_bad_trace_exits_2_naming_the_step(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.json"
+    trace.write_text(json.dumps([TRACE[0], {"state": "closed", "input": "x", "target": "open"}]))
+    code, out, err = run("diagram", "admission_gate", "--trace", str(trace))
+    assert code == 2 and out == ""
+    assert "trace step 1" in err and "input 'x'" in err
+
+
+def test_svg_without_graphviz_exits_1_naming_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(diagram_module.shutil, "which", lambda name: None)
+    code, out, err = run("diagram", "admission_gate", "--format", "svg")
+    assert code == 1 and out == ""
+    assert "apt-get install graphviz" in err
+
+
+@pytest.mark.skipif(
+    shutil.which("dot") is None, reason="Graphviz `dot` not installed: apt-get install graphviz"
+)
+def test_svg_goes_to_stdout() -> None:
+    code, out, _ = run("diagram", "admission_gate", "--format", "svg")
+    assert code == 0 and "<svg" in out and "last_holder" in out
+
+
+def test_diagrams_regenerates_every_table_and_reports_orphans(tmp_path: Path) -> None:
+    (tmp_path / "gone.mmd").write_text("stale")
+    code, out, err = run("diagrams", "--out-dir", str(tmp_path), "--json")
+    assert code == 0
+    document = json.loads(out)
+    names = registered()
+    assert len(document["written"]) == 2 * len(names)
+    assert document["orphans"] == [str(tmp_path / "gone.mmd")]
+    assert (tmp_path / "gone.mmd").exists() and "use --prune" in err
+    assert (tmp_path / "admission_gate.mmd").read_text() == render_mermaid(ADMISSION_GATE)
+
+    code, _, err = run("diagrams", "--out-dir", str(tmp_path), "--prune")
+    assert code == 0 and not (tmp_path / "gone.mmd").exists()
+    assert "deleted" in err

@@ -1,0 +1,468 @@
+"""The pure coordinator: phase order, the intent record, classification by cause, the
+failure budget, same-id retries, the ambiguous-publish rule, ordered ids, metrics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from quiesce.protocol import (
+    CAUSES,
+    ArmTimer,
+    Call,
+    CallFailed,
+    Cause,
+    CheckpointState,
+    ClearIntent,
+    CloseAdmission,
+    Coordinator,
+    Discovered,
+    Disposition,
+    GroupOpened,
+    InspectPublished,
+    LocalDone,
+    LocalFailed,
+    LocalOp,
+    Log,
+    Metric,
+    Op,
+    OpenAdmission,
+    OptimizerStepEnd,
+    Outcome,
+    PeriodElapsed,
+    PublishInspected,
+    Quarantine,
+    Recovered,
+    Reply,
+    SnapshotsListed,
+    Stopped,
+    TimerDue,
+    TrainerBoundary,
+    WriteIntent,
+    prepare_deadline_timer,
+    prepare_retry_timer,
+    retry_timer,
+)
+from quiesce.protocol._config import QuiesceConfig
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._messages import (
+    Capabilities,
+    CommitReply,
+    ErrorReply,
+    PrepareReply,
+    ResumeReply,
+)
+
+S = CheckpointState
+ROLES = {"pol": "policy", "ag": "agent", "res": "resources"}
+
+
+class Harness:
+    """A coordinator with one participant per role, answered by hand."""
+
+    def __init__(self, **config: Any) -> None:
+        self.c = Coordinator(QuiesceConfig.load(config))
+        self.s = self.c.initial(epoch=1)
+        self.now = 0.0
+        self.incarnation = dict.fromkeys(ROLES, "i1")
+        caps = tuple(
+            Capabilities(participant=n, incarnation="i1", role=r, recovery_mode="stateless")  # type: ignore[arg-type]
+            for n, r in ROLES.items()
+        )
+        self.step(Discovered(caps))
+        self.step(Recovered(None, 0))
+        self.step(SnapshotsListed(None, ()))  # M9: an empty store, a bootstrap at step 0
+
+    def step(self, event: Any, dt: float = 0.0) -> list[Any]:
+        self.now += dt
+        self.s, effects = self.c.step(self.s, self.now, event)
+        return list(effects)
+
+    @property
+    def x(self) -> OpId:
+        assert self.s.attempt is not None
+        return self.s.attempt.op_id
+
+    def calls(self) -> list[tuple[str, OpId]]:
+        assert self.s.attempt is not None
+        return sorted(self.s.attempt.waiting)
+
+    def reply(self, name: str, op: Op, result: Any, op_id: OpId | None = None) -> list[Any]:
+        return self.step(Reply(name, op, op_id or self.x, result), 1.0)
+
+    def answer(self, name: str, op: Op, op_id: OpId | None = None, **fields: Any) -> list[Any]:
+        x = op_id or self.x
+        stamp = {"participant": name, "incarnation": self.incarnation[name], "op_id": x}
+        if op is Op.PREPARE:
+            result: Any = PrepareReply(**stamp, status=fields.pop("status", "ready"), **fields)
+        elif op is Op.COMMIT:
+            result = CommitReply(**stamp, status="committed", digest=f"d-{name}", **fields)
+        else:
+            result = ResumeReply(**stamp, retired=x)
+        return self.reply(name, op, result, x)
+
+    def answer_all(self, op: Op) -> list[Any]:
+        """Answer every waiting call of the phase, role by role; the calls made, in order."""
+        effects: list[Any] = []
+        order: list[str] = []
+        phase = self.s.attempt.phase if self.s.attempt else None
+        while (
+            self.s.attempt is not None
+            and self.s.attempt.phase == phase
+            and self.s.attempt.waiting
+            and self.s.phase is not S.STOPPED
+        ):
+            names = sorted({n for n, _ in self.s.attempt.waiting})
+            order.append(",".join(names))
+            for name, op_id in sorted(self.s.attempt.waiting):
+                effects += self.answer(name, op, op_id)
+        return order, effects  # type: ignore[return-value]
+
+    def start(self) -> list[Any]:
+        effects = self.step(PeriodElapsed(), 1.0)
+        effects += self.step(LocalDone(LocalOp.INTENT, self.x))
+        return effects
+
+    def to_publishing(self) -> None:
+        self.start()
+        self.answer_all(Op.PREPARE)
+        self.answer_all(Op.COMMIT)
+        self.step(LocalDone(LocalOp.CUT, self.x))
+        self.step(LocalDone(LocalOp.VALIDATE, self.x))
+        assert self.s.phase is S.PUBLISHING
+
+
+def of(effects: list[Any], kind: type) -> list[Any]:
+    return [e for e in effects if isinstance(e, kind)]
+
+
+def outcome(effects: list[Any]) -> Outcome:
+    [result] = of(effects, Outcome)
+    return result
+
+
+# ----------------------------------------------------------------------------- happy path
+
+
+def test_happy_path_in_phase_order_with_the_intent_record() -> None:
+    h = Harness()
+    effects = h.step(PeriodElapsed(), 1.0)
+    x = h.x
+    assert h.s.phase is S.CLOSING_ADMISSION
+    # The intent is written before any prepare is sent, with both holds taken.
+    assert effects[0] == WriteIntent(x, "preparing")
+    assert CloseAdmission("checkpoint") in effects
+    assert not of(effects, Call)
+    effects = h.step(LocalDone(LocalOp.INTENT, x))
+    assert h.s.phase is S.PREPARING
+    prepare_order, _ = h.answer_all(Op.PREPARE)
+    assert prepare_order == ["pol", "ag", "res"]
+    assert h.s.phase is S.COMMITTING
+    commit_order, _ = h.answer_all(Op.COMMIT)
+    assert commit_order == ["ag", "pol", "res"]
+    assert h.s.phase is S.CAPTURING
+    h.step(LocalDone(LocalOp.CUT, x))
+    h.step(LocalDone(LocalOp.VALIDATE, x))
+    effects = h.step(LocalDone(LocalOp.PUBLISH, x))
+    assert h.s.phase is S.RELEASING
+    assert effects[0] == WriteIntent(x, "published")
+    release_order, effects = h.answer_all(Op.RESUME)
+    assert release_order == ["res", "pol", "ag"]
+    assert h.s.phase is S.IDLE
+    # Cleared only after every participant was released; then admission reopens.
+    assert effects.index(ClearIntent(x)) < effects.index(OpenAdmission("checkpoint"))
+    result = outcome(effects)
+    assert (result.result, result.consecutive_failures) == ("completed", 0)
+
+
+def test_per_phase_deadlines() -> None:
+    h = Harness(prepare_timeout_s=50, control_timeout_s=7)
+    effects = h.start()
+    closed_at = h.s.attempt.started_at
+    assert ArmTimer(prepare_deadline_timer(h.x), closed_at + 50) in effects
+    prepare_calls = of(effects, Call)
+    h.now += 20  # later roles still share the same prepare deadline
+    prepare_calls += of(h.answer("pol", Op.PREPARE), Call)
+    prepare_calls += of(h.answer("ag", Op.PREPARE), Call)
+    assert [c.deadline_at for c in prepare_calls] == [closed_at + 50] * 3
+    effects = h.answer("res", Op.PREPARE)
+    [commit] = of(effects, Call)
+    assert commit.op is Op.COMMIT and commit.deadline_at == h.now + 7
+    # An abort keeps the later of the remaining deadline and now + control_timeout_s.
+    effects = h.step(CallFailed("ag", Op.COMMIT, h.x, Cause.TIMEOUT), 1.0)
+    [abort] = of(effects, Call)
+    assert abort.deadline_at == max(closed_at + 50, h.now + 7)
+
+
+def test_metrics_add_up_and_admission_warning() -> None:
+    h = Harness(snapshot_attempt_interval_s=2)
+    h.to_publishing()
+    h.step(LocalDone(LocalOp.PUBLISH, h.x))
+    _, effects = h.answer_all(Op.RESUME)
+    metrics = {(m.name, m.tags): m.value for m in of(effects, Metric)}
+    total = metrics[("checkpoint.total_seconds", ())]
+    phases = sum(v for (n, _), v in metrics.items() if n == "checkpoint.phase_seconds")
+    assert phases == total > 0
+    assert (
+        metrics[("checkpoint.participant_seconds", ())]
+        + metrics[("checkpoint.controller_seconds", ())]
+        == total
+    )
+    assert metrics[("checkpoint.admission_closed_s", ())] > 2
+    assert any(e.event == "admission_closed_too_long" for e in of(effects, Log))
+
+
+# ----------------------------------------------------------------------------- causes
+
+
+def test_the_cause_table_covers_every_cause_with_the_reasons_of_section_4() -> None:
+    assert set(CAUSES) == set(Cause)
+    reasons = {c: CAUSES[c].reason for c in Cause}
+    assert {reasons[c] for c in (Cause.TIMEOUT, Cause.REQUEST_LOST, Cause.REPLY_LOST)} == {
+        "timeout"
+    }
+    assert reasons[Cause.NOT_READY_UNTIL_DEADLINE] == "timeout"
+    assert reasons[Cause.CHECKPOINT_CONFLICT] == "participant_error"
+    for fatal in (Cause.WRONG_ID, Cause.TOPOLOGY_MISMATCH, Cause.INVARIANT_BROKEN):
+        assert CAUSES[fatal].disposition is Disposition.FATAL
+        assert reasons[fatal] == "invariant_error"
+
+
+@pytest.mark.parametrize("cause", list(Cause), ids=[c.value for c in Cause])
+def test_every_cause_is_classified_by_the_table(cause: Cause) -> None:
+    h = Harness()
+    h.start()
+    h.answer_all(Op.PREPARE)
+    name, op_id = h.calls()[0]
+    effects = h.step(CallFailed(name, Op.COMMIT, op_id, cause), 1.0)
+    kind = CAUSES[cause]
+    if kind.disposition is Disposition.FATAL:
+        assert h.s.phase is S.STOPPED
+        assert of(effects, Stopped) == [Stopped("invariant_error", h.x)]
+        return
+    # Retryable or skipped: never stopped, the same id is aborted on every attempted one.
+    assert h.s.phase is S.ABORTING
+    assert {c.participant for c in of(effects, Call)} == {"res"}
+    assert all(c.op is Op.RESUME and c.op_id == h.x for c in of(effects, Call))
+    _, effects = h.answer_all(Op.RESUME)
+    result = outcome(effects)
+    expected = "skipped" if kind.disposition is Disposition.SKIPPED else "failed"
+    assert (result.result, result.reason, result.retryable) == (expected, kind.reason, True)
+    counted = (result.consecutive_failures, result.consecutive_skips)
+    assert counted == ((0, 1) if expected == "skipped" else (1, 0))
+
+
+def test_a_refusal_is_classified_by_its_code_and_conflict_aborts_the_active_id_first() -> None:
+    h = Harness()
+    h.start()
+    other = OpId(0, 9, 0)
+    refusal = ErrorReply(
+        participant="pol", incarnation="i1", code="checkpoint_conflict", message="", active_id=other
+    )
+    effects = h.reply("pol", Op.PREPARE, refusal)
+    assert h.s.phase is S.ABORTING
+    # S5: resume the id the participant is fenced to, before our own.
+    calls = of(effects, Call)
+    assert [(c.participant, c.op_id) for c in calls] == [("pol", other)]
+    effects = h.answer("pol", Op.RESUME, other)
+    assert [(c.participant, c.op_id) for c in of(effects, Call)] == [("pol", h.x)]
+
+
+def test_reply_naming_the_wrong_id_stops() -> None:
+    h = Harness()
+    h.start()
+    wrong = PrepareReply(participant="pol", incarnation="i1", op_id=OpId(1, 77, 0), status="ready")
+    effects = h.reply("pol", Op.PREPARE, wrong)
+    assert h.s.phase is S.STOPPED
+    assert outcome(effects).reason == "invariant_error"
+
+
+def test_incarnation_change_mid_checkpoint_is_participant_restarted() -> None:
+    h = Harness()
+    h.start()
+    h.incarnation["pol"] = "i2"
+    effects = h.answer("pol", Op.PREPARE)
+    assert h.s.phase is S.ABORTING
+    assert h.s.attempt.cause.cause is Cause.PARTICIPANT_RESTARTED
+    assert any(c.op is Op.RESUME for c in of(effects, Call))
+
+
+def test_not_ready_is_asked_again_until_the_prepare_deadline() -> None:
+    h = Harness(prepare_retry_interval_s=2)
+    h.start()
+    effects = h.answer("pol", Op.PREPARE, status="not_ready")
+    assert ArmTimer(prepare_retry_timer(h.x), h.now + 2) in effects
+    effects = h.step(TimerDue(prepare_retry_timer(h.x)), 2.0)
+    assert [(c.participant, c.op) for c in of(effects, Call)] == [("pol", Op.PREPARE)]
+    h.answer("pol", Op.PREPARE, status="not_ready")
+    effects = h.step(TimerDue(prepare_deadline_timer(h.x)), 300.0)
+    assert h.s.phase is S.ABORTING
+    assert h.s.attempt.cause.cause is Cause.NOT_READY_UNTIL_DEADLINE
+
+
+# ----------------------------------------------------------------------------- budget
+
+
+def test_more_than_max_consecutive_failures_stops() -> None:
+    h = Harness(max_consecutive_failures=2)
+    for attempt in range(3):
+        h.start()
+        h.step(CallFailed("pol", Op.PREPARE, h.x, Cause.TIMEOUT))
+        _, effects = h.answer_all(Op.RESUME)
+        if attempt < 2:
+            assert h.s.phase is S.IDLE
+            assert outcome(effects).consecutive_failures == attempt + 1
+    assert h.s.phase is S.STOPPED
+    [stopped] = of(effects, Stopped)
+    assert stopped.reason == "max_consecutive_failures"
+    assert stopped.checkpoint_id is None  # aborted cleanly, nothing left for the next start
+
+
+def test_skips_never_stop_and_warn_after_max_consecutive_skips() -> None:
+    h = Harness(max_consecutive_failures=0, max_consecutive_skips=2)
+    h.step(PeriodElapsed())  # the first is mutated (nothing published yet): run it to the end
+    h.step(LocalDone(LocalOp.INTENT, h.x))
+    h.answer_all(Op.PREPARE)
+    h.answer_all(Op.COMMIT)
+    h.step(LocalDone(LocalOp.CUT, h.x))
+    h.step(LocalDone(LocalOp.VALIDATE, h.x))
+    h.step(LocalDone(LocalOp.PUBLISH, h.x))
+    h.answer_all(Op.RESUME)
+    warnings = []
+    for _ in range(3):
+        effects = h.step(PeriodElapsed(), 1.0)
+        assert outcome(effects).reason == "nothing_mutated"
+        warnings += [e for e in of(effects, Log) if e.event == "consecutive_skips"]
+    assert h.s.phase is S.IDLE and len(warnings) == 2
+
+
+def test_skip_preconditions_before_touching_anything() -> None:
+    h = Harness()
+    h.s = h.c.step(h.s, 0.0, Recovered(None, None))[0]
+    h.s = h.c.step(h.s, 0.0, SnapshotsListed(None, ()))[0]
+    effects = h.step(PeriodElapsed())
+    assert outcome(effects).reason == "no_trainer_anchor"
+    assert not of(effects, WriteIntent)
+
+
+def test_s9_trainer_step_between_commit_and_capture_skips_and_aborts_same_id() -> None:
+    h = Harness()
+    h.start()
+    h.answer_all(Op.PREPARE)
+    h.step(OptimizerStepEnd(1))
+    h.answer_all(Op.COMMIT)
+    assert h.s.phase is S.ABORTING
+    _, effects = h.answer_all(Op.RESUME)
+    assert (outcome(effects).result, outcome(effects).reason) == (
+        "skipped",
+        "trainer_state_changed",
+    )
+
+
+# ----------------------------------------------------------------------------- pending work
+
+
+def test_pending_abort_is_retried_with_the_same_id_before_a_new_id() -> None:
+    h = Harness(snapshot_attempt_interval_s=30)
+    h.start()
+    x = h.x
+    h.step(CallFailed("pol", Op.PREPARE, x, Cause.IO_ERROR))
+    effects = h.step(CallFailed("pol", Op.RESUME, x, Cause.TIMEOUT))
+    assert h.s.phase is S.ABORT_PENDING
+    assert ArmTimer(retry_timer(x), h.now + 30) in effects
+    # A trigger mints nothing: it retries the abort of x.
+    effects = h.step(PeriodElapsed(), 1.0)
+    assert h.s.phase is S.ABORTING and h.x == x
+    assert [(c.op, c.op_id) for c in of(effects, Call)] == [(Op.RESUME, x)]
+    _, effects = h.answer_all(Op.RESUME)
+    assert h.s.phase is S.IDLE and ClearIntent(x) in effects
+    h.start()
+    assert h.x > x
+
+
+def test_pending_release_is_retried_by_the_retry_timer_with_the_same_id() -> None:
+    h = Harness()
+    h.to_publishing()
+    x = h.x
+    h.step(LocalDone(LocalOp.PUBLISH, x))
+    effects = h.step(CallFailed("res", Op.RESUME, x, Cause.PARTICIPANT_ERROR))
+    assert h.s.phase is S.RELEASE_PENDING
+    assert outcome(effects).result == "failed"
+    assert not of(effects, ClearIntent)
+    effects = h.step(TimerDue(retry_timer(x)), 120.0)
+    assert h.s.phase is S.RELEASING
+    assert [(c.participant, c.op_id) for c in of(effects, Call)] == [("res", x)]
+    _, effects = h.answer_all(Op.RESUME)
+    assert outcome(effects).result == "completed" and ClearIntent(x) in effects
+
+
+# ----------------------------------------------------------------------------- publishing
+
+
+@pytest.mark.parametrize(
+    ("verdict", "phase", "quarantined"),
+    [
+        ("verified", S.RELEASING, False),
+        ("unverifiable", S.ABORTING, True),
+        ("absent", S.ABORTING, False),
+    ],
+)
+def test_ambiguous_publish_three_ways(verdict: str, phase: S, quarantined: bool) -> None:
+    h = Harness()
+    h.to_publishing()
+    x = h.x
+    effects = h.step(LocalFailed(LocalOp.PUBLISH, x, Cause.IO_ERROR))
+    assert effects == [InspectPublished(x)] and h.s.phase is S.PUBLISHING
+    effects = h.step(PublishInspected(x, verdict))  # type: ignore[arg-type]
+    assert h.s.phase is phase
+    assert (Quarantine(x) in effects) is quarantined
+    assert all(c.op is Op.RESUME and c.op_id == x for c in of(effects, Call))
+
+
+def test_restart_with_an_intent_record_finishes_that_id_on_every_participant() -> None:
+    h = Harness()
+    left = OpId(0, 4, 0)
+    effects = h.step(Recovered(left, 0))
+    assert effects[-1] == InspectPublished(left)
+    effects = h.step(PublishInspected(left, "absent"))
+    calls = of(effects, Call)
+    assert [(c.participant, c.op_id) for c in calls] == [("res", left)]
+    _, effects = h.answer_all(Op.RESUME)
+    assert ClearIntent(left) in effects and h.s.phase is S.IDLE
+
+
+# ----------------------------------------------------------------------------- ids
+
+
+def test_op_ids_are_ordered_and_never_reused() -> None:
+    h = Harness()
+    seen: list[OpId] = []
+    for _ in range(3):
+        h.start()
+        seen.append(h.x)
+        h.step(CallFailed("pol", Op.PREPARE, h.x, Cause.TIMEOUT))
+        h.answer_all(Op.RESUME)
+    h.step(TrainerBoundary(1))  # a skip also takes a fresh id
+    assert seen == sorted(seen) and len(set(seen)) == 3
+    restarted = Coordinator(QuiesceConfig()).initial(epoch=2)
+    first = restarted.epoch, restarted.seq + 1
+    assert OpId(*first, 0) > max(seen)
+
+
+def test_stale_replies_and_timers_change_nothing() -> None:
+    h = Harness()
+    h.start()
+    before = h.s
+    effects = h.step(Reply("res", Op.PREPARE, h.x, None))
+    assert h.s == before and [e.event for e in of(effects, Log)] == ["stale_reply"]
+    effects = h.step(TimerDue(retry_timer(OpId(1, 99, 0))))
+    assert h.s == before and [e.event for e in of(effects, Log)] == ["stale_timer"]
+
+
+def test_controller_state_is_hashable_and_equal_runs_are_equal() -> None:
+    first, second = Harness(), Harness()
+    for h in (first, second):
+        h.step(GroupOpened("g0", 2, "ag"))
+        h.start()
+    assert first.s == second.s and hash(first.s) == hash(second.s)
