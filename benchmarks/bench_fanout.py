@@ -14,8 +14,11 @@ For one checkpoint:
 
 `pause_over_critical_path` (median over repeats) shows what the driver adds on top: the
 controller's own steps (intent record, staging writes, capture, validation, publish: real
-files, fsynced) and scheduling. Target: <= 1.10. The same figure for a **sequential**
-fan-out (one call at a time) shows what calling a role's participants concurrently buys.
+files, fsynced, off the event loop in worker threads) and scheduling. Target: <= 1.10.
+The store lives in the system temp dir unless `--store-dir` says otherwise: on a slow or
+busy disk the fsyncs of publishing (one per artifact) show up in the figure. The same
+figure for a **sequential** fan-out (one call at a time) shows what calling a role's
+participants concurrently buys.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,7 +104,9 @@ class _Timed(Participant):
         return await self.inner.completions(deadline_at=deadline_at)
 
 
-async def _run(participants: int, repeats: int, sequential: bool, seed: int) -> list[float]:
+async def _run(
+    participants: int, repeats: int, sequential: bool, seed: int, store_dir: str | None = None
+) -> list[float]:
     clock = RealClock(seed=seed)
     quarter = max(1, participants // 4)
     agents = max(1, participants - 2 * quarter)
@@ -120,13 +126,16 @@ async def _run(participants: int, repeats: int, sequential: bool, seed: int) -> 
     }
     trainer = InMemoryTrainer()
     ratios: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="quiesce-fanout-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="quiesce-fanout-", dir=store_dir) as tmp:
         config = QuiesceConfig(control_timeout_s=60.0, prepare_timeout_s=120.0)
         pauses: dict[str, float] = {}
 
         def observe(_event: Any, effects: tuple[Any, ...], _state: Any) -> None:
-            pause = [e for e in effects if isinstance(e, Metric)
-                     and e.name == "checkpoint.admission_closed_s"]
+            pause = [
+                e
+                for e in effects
+                if isinstance(e, Metric) and e.name == "checkpoint.admission_closed_s"
+            ]
             outcome = [e for e in effects if isinstance(e, Outcome)]
             if pause and outcome:
                 pauses[str(outcome[0].checkpoint_id)] = pause[0].value
@@ -150,7 +159,7 @@ async def _run(participants: int, repeats: int, sequential: bool, seed: int) -> 
                 # A training step ends: its boundary triggers the checkpoint.
                 batch = trainer.optimizer_step([], dataloader_position=0)
                 driver.submit(TrainerBoundary(batch.step))
-                await driver.wait_for(lambda _s, n=count: len(driver.outcomes) > n)
+                await driver.wait_for(_more_than(driver, count))
                 outcome = driver.outcomes[count]
                 if outcome.result != "completed":
                     raise RuntimeError(f"checkpoint did not complete: {outcome}")
@@ -161,13 +170,24 @@ async def _run(participants: int, repeats: int, sequential: bool, seed: int) -> 
     return ratios
 
 
+def _more_than(driver: Driver, count: int) -> Callable[[Any], bool]:
+    def ready(_state: Any) -> bool:
+        return len(driver.outcomes) > count
+
+    return ready
+
+
 def measure(
-    participants: int = 64, repeats: int = 3, seed: int = 0, backend: str = "asyncio"
+    participants: int = 64,
+    repeats: int = 3,
+    seed: int = 0,
+    backend: str = "asyncio",
+    store_dir: str | None = None,
 ) -> dict[str, float]:
     """Median pause / critical path for a concurrent and a sequential fan-out."""
-    concurrent = anyio.run(_run, participants, repeats, False, seed, backend=backend)
+    concurrent = anyio.run(_run, participants, repeats, False, seed, store_dir, backend=backend)
     # One sequential checkpoint is enough to show the difference (each takes ~15x longer).
-    sequential = anyio.run(_run, participants, 1, True, seed, backend=backend)
+    sequential = anyio.run(_run, participants, 1, True, seed, store_dir, backend=backend)
     return {
         "participants": float(participants),
         "pause_over_critical_path": round(statistics.median(concurrent), 4),
@@ -182,9 +202,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+    parser.add_argument(
+        "--store-dir",
+        default=None,
+        help="where the snapshot store lives (default: the system temp dir); a tmpfs such "
+        "as /dev/shm takes the disk's fsync latency out of the figure",
+    )
     args = parser.parse_args(argv)
     configure_logging("critical")
-    figures = measure(args.participants, args.repeats, args.seed, args.backend)
+    figures = measure(args.participants, args.repeats, args.seed, args.backend, args.store_dir)
     if args.json:
         print(json.dumps(figures, sort_keys=True))
     else:

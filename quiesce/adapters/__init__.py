@@ -51,7 +51,12 @@ from quiesce.adapters._intent import (
     IntentPhase,
     IntentRecord,
 )
-from quiesce.adapters._ledger_codec import CorruptLedger, ledger_from_json, ledger_to_json
+from quiesce.adapters._ledger_codec import (
+    CorruptLedger,
+    ledger_from_json,
+    ledger_to_json,
+    ledger_to_text,
+)
 from quiesce.adapters._participant_api import (
     REPLY_MODELS,
     CallFailed,
@@ -221,6 +226,7 @@ __all__ = [
     "create_app",
     "ledger_from_json",
     "ledger_to_json",
+    "ledger_to_text",
     "parse_checkpoint_id",
     "random_incarnation",
     "run_simulation",

@@ -55,7 +55,7 @@ from pydantic import ValidationError
 
 from quiesce.adapters._clock import Clock, ClockEvent, Queue, TaskGroup, VirtualClock
 from quiesce.adapters._intent import ControllerJournal, IntentPhase
-from quiesce.adapters._ledger_codec import CorruptLedger, ledger_from_json, ledger_to_json
+from quiesce.adapters._ledger_codec import CorruptLedger, ledger_from_json, ledger_to_text
 from quiesce.adapters._participant_api import CallFailed as CallFailedError
 from quiesce.adapters._participant_api import Participant
 from quiesce.adapters._snapshot_store import (
@@ -66,7 +66,7 @@ from quiesce.adapters._snapshot_store import (
     Staging,
     parse_checkpoint_id,
 )
-from quiesce.adapters._trainer import ControllerCut, CorruptCut, CutMismatch
+from quiesce.adapters._trainer import ControllerCut, CorruptCut, CutMismatch, DataPlane, Trainer
 from quiesce.fsm import QuiesceError, label
 from quiesce.protocol._causes import Cause
 from quiesce.protocol._checkpoint import CheckpointState
@@ -282,8 +282,8 @@ class Driver:
         *,
         store: SnapshotStore,
         journal: ControllerJournal,
-        trainer: Any,
-        data_plane: Any,
+        trainer: Trainer,
+        data_plane: DataPlane,
         depends_on: tuple[tuple[str, tuple[str, ...]], ...] | None = None,
         turns: Callable[[Dispatch], int] | None = None,
         has_group: Callable[[GroupRecord], bool] | None = None,
@@ -322,6 +322,8 @@ class Driver:
         self._staging: dict[str, Staging] = {}
         self._loaded: tuple[str, Mapping[str, bytes]] | None = None
         self._cuts: dict[str, tuple[int, int]] = {}
+        self._staging_writes = 0
+        self._staged: ClockEvent | None = None
         threaded = (
             not isinstance(clock, VirtualClock) if store_in_thread is None else store_in_thread
         )
@@ -448,9 +450,11 @@ class Driver:
     def _after(self, event: ControllerInput, effects: tuple[ControllerEffect, ...]) -> None:
         for observer in self.observers:
             observer(event, effects, self.state)
-        self._notify()
+        self.recheck()
 
-    def _notify(self) -> None:
+    def recheck(self) -> None:
+        """Re-check every `wait_for` predicate now (for predicates that read more than the
+        controller state, after that other thing changed)."""
         if self._waiters:
             ready = [w for w in self._waiters if w.predicate(self.state)]
             for waiter in ready:
@@ -478,7 +482,7 @@ class Driver:
         elif isinstance(effect, WriteIntent | ClearIntent):
             self._store(lambda: self._intent(effect))
         elif isinstance(effect, WriteStaging):
-            self._store(lambda: self._write_staging(effect))
+            self._stage(effect)
         elif isinstance(effect, CaptureCut):
             self._capture(effect)
         elif isinstance(effect, Validate):
@@ -486,6 +490,8 @@ class Driver:
             self._store(lambda: self._validate(effect, now))
         elif isinstance(effect, Publish):
             self._store(lambda: self._publish(effect))
+            # Pruning re-verifies what it keeps: after the answer, off the release's path.
+            self._store(self._prune)
         elif isinstance(effect, InspectPublished):
             self._store(lambda: self._inspect(effect))
         elif isinstance(effect, Quarantine):
@@ -670,7 +676,7 @@ class Driver:
     def _capture(self, effect: CaptureCut) -> None:
         # The cut is taken now, at this instant of the controller; only its write waits.
         cid = effect.checkpoint_id
-        ledger = ledger_to_json(effect.ledger) if isinstance(effect.ledger, Ledger) else None
+        ledger = ledger_to_text(effect.ledger) if isinstance(effect.ledger, Ledger) else None
         cut: ControllerCut = self.data_plane.capture(ledger=ledger)
         self._cuts[str(cid)] = (cut.trainer_step, cut.trainer_version)
         data = cut.to_bytes()
@@ -699,9 +705,38 @@ class Driver:
     async def _store_lane(self, lane: Queue[Callable[[], ControllerInput | None]]) -> None:
         while True:
             job = await lane.get()
+            # Staging writes run in parallel (below); every later job waits for them.
+            while self._staging_writes:
+                self._staged = self.clock.event()
+                await self._staged.wait()
             answer = await anyio.to_thread.run_sync(job)
             if answer is not None and not self._dead:
                 self.submit(answer)
+
+    def _stage(self, effect: WriteStaging) -> None:
+        """One participant's artifact into staging: inline on the virtual clock, else in its
+        own worker thread, so the fsyncs of many artifacts overlap each other and the calls
+        still in flight (the store lane waits for all of them before its next job)."""
+        if self._lane is None:
+            self._write_staging(effect)
+            return
+        try:
+            self._staging_of(effect.checkpoint_id)  # opened once, here, before any writer
+        except (SnapshotStoreError, OSError) as error:
+            self._log.warning(
+                "staging_error", checkpoint_id=str(effect.checkpoint_id), error=str(error)
+            )
+            return
+        self._staging_writes += 1
+        self._spawn(self._stage_in_thread, effect, name=f"stage:{effect.participant}")
+
+    async def _stage_in_thread(self, effect: WriteStaging) -> None:
+        try:
+            await anyio.to_thread.run_sync(self._write_staging, effect)
+        finally:
+            self._staging_writes -= 1
+            if not self._staging_writes and self._staged is not None:
+                self._staged.set()
 
     def _validate(self, effect: Validate, now: float) -> ControllerInput | None:
         cid = effect.checkpoint_id
@@ -734,11 +769,14 @@ class Driver:
             self._log.warning("publish_failed", checkpoint_id=cid, error=str(error))
             return LocalFailed(LocalOp.PUBLISH, effect.checkpoint_id, Cause.IO_ERROR)
         self._staging.pop(cid, None)
+        return LocalDone(LocalOp.PUBLISH, effect.checkpoint_id)
+
+    def _prune(self) -> None:
         try:
             self.store.prune(self.config.keep_latest_k)
         except (SnapshotStoreError, OSError) as error:
             self._log.warning("prune_failed", error=str(error))
-        return LocalDone(LocalOp.PUBLISH, effect.checkpoint_id)
+        return None
 
     # ------------------------------------------------------------------ start-up (§2, §6, M9)
 
@@ -763,7 +801,6 @@ class Driver:
             self.restore_report = RestoreReport("stopped", intent=_text(intent_id))
             return self.restore_report
         if self.restore_report.kind != "restore_failed":
-            self.store.clean_staging()
             released = await self._release_orphans()
             self.restore_report = replace(self.restore_report, released_orphans=released)
         return self.restore_report
@@ -864,17 +901,18 @@ class Driver:
         digests = tuple(sorted(loaded.manifest.participant_digests.items()))
         return SnapshotLoaded(effect.snapshot_id, digests, ledger, trained)
 
-    def _artifact(self, snapshot_id: OpId, participant: str) -> bytes:
+    def _snapshot_files(self, snapshot_id: OpId) -> Mapping[str, bytes]:
+        """The artifacts of `snapshot_id` (the one being restored is kept in memory)."""
         if self._loaded is None or self._loaded[0] != str(snapshot_id):
-            loaded = self.store.load(str(snapshot_id))
-            self._loaded = (str(snapshot_id), loaded.artifacts)
-        return self._loaded[1].get(artifact_name(participant), b"")
+            self._loaded = (str(snapshot_id), self.store.load(str(snapshot_id)).artifacts)
+        return self._loaded[1]
+
+    def _artifact(self, snapshot_id: OpId, participant: str) -> bytes:
+        return self._snapshot_files(snapshot_id).get(artifact_name(participant), b"")
 
     def _restore_cut(self, effect: RestoreCut) -> None:
         try:
-            data = self._artifact(effect.snapshot_id, "")
-            data = self._loaded[1][CUT_ARTIFACT] if self._loaded else data
-            self.data_plane.restore_cut(data)
+            self.data_plane.restore_cut(self._snapshot_files(effect.snapshot_id)[CUT_ARTIFACT])
         except (SnapshotStoreError, OSError, KeyError, CorruptCut, CutMismatch) as error:
             # The coordinator already verified this snapshot: a cut that does not install
             # now means the trainer moved under the restore. Nothing to decide here: say so.

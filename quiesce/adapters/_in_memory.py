@@ -26,7 +26,8 @@ How each fault looks to the caller (one `Cause` each, never an exception class):
 | `CRASH_RESTART` | crashes, restarts from its journal (new incarnation) | `CallFailed(IO_ERROR)` |
 
 >>> import anyio
->>> from quiesce.adapters import VirtualClock
+>>> from quiesce.adapters import VirtualClock, configure_logging
+>>> configure_logging("error")
 >>> from quiesce.protocol._ids import OpId
 >>> from quiesce.protocol._messages import ControlRequest
 >>> clock = VirtualClock(seed=1)

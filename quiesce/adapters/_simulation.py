@@ -9,7 +9,7 @@ executes; this module only plays the world around them and counts.
 The run:
 1. a fleet of P policies, A agents and R resources servers (`InMemoryFleet`), every control
    call faulted with probability `fault_rate` (kind drawn from the seeded RNG);
-2. the dataloader keeps `2 * groups_per_step` groups in flight while admission is open;
+2. the dataloader keeps `3 * groups_per_step` groups in flight while admission is open;
    each rollout runs 1..`max_turns` turns through policy and resources on its agent;
 3. the trainer takes `groups_per_step` finished groups per optimizer step (and any
    remainder once the dataloader is exhausted); every trainer boundary triggers a
@@ -61,6 +61,7 @@ from quiesce.protocol._controller_effects import (
     Metric,
     Outcome,
     Redispatch,
+    RestoreOutcome,
 )
 from quiesce.protocol._controller_inputs import (
     ControllerInput,
@@ -117,7 +118,7 @@ class SimulationConfig(BaseModel):
     crash_at_step: int | None = Field(default=None, ge=1)
     target_level: RecoveryLevel = RecoveryLevel.TURN
     group_scored: bool = False
-    max_turns: int = Field(default=3, ge=1)
+    max_turns: int = Field(default=5, ge=1)
     seed: int = 0
     snapshot_dir: Path | None = None
     time_limit_s: float = Field(default=20_000.0, gt=0)
@@ -254,7 +255,7 @@ class _Run:
         self.store = SnapshotStore(root / "snapshots")
         self.journal = ControllerJournal(root / "controller")
         self.budget = config.steps * config.groups_per_step
-        self.window = 2 * config.groups_per_step
+        self.window = 3 * config.groups_per_step
         self.agents = self.fleet.names("agent")
         self.tally = _Tally()
         self.pushed: set[int] = set()
@@ -346,7 +347,7 @@ class _Run:
             return
         self.stop_reason = reason
         self.done.set()
-        driver._notify()  # wake `_until_done_or_crash`
+        driver.recheck()  # wake `_until_done_or_crash`
 
     async def _time_limit(self) -> None:
         await self.clock.sleep_until(self.cfg.time_limit_s)
@@ -363,10 +364,11 @@ class _Run:
             tally.completions += 1
         elif isinstance(event, TrainerBoundary):
             self.boundaries -= 1
+        restoring = any(isinstance(e, RestoreOutcome) for e in effects)
         for effect in effects:
             if isinstance(effect, Dispatch):
                 tally.dispatched += 1
-            elif isinstance(effect, Redispatch):
+            elif isinstance(effect, Redispatch) and not restoring:
                 tally.retried_live += 1
             elif isinstance(effect, Metric) and effect.name == "checkpoint.admission_closed_s":
                 tally.admission_closed.append(round(effect.value, 6))

@@ -13,8 +13,9 @@ Layout under `root`:
     trash/<checkpoint_id>.N/      renamed here first when pruned, then deleted
 
 Crash safety comes from one rule: a snapshot is in `published/` whole or not at all. Every
-file is written through a temporary name, fsynced and renamed; `publish` fsyncs every file,
-the manifest and the staging directory, renames the directory into `published/` in one
+file is written through a temporary name, fsynced and renamed, and its directory fsynced
+(so `publish` need not fsync the files again); `publish` verifies the staged set against
+the manifest, fsyncs the staging directory, renames it into `published/` in one
 `os.rename` and fsyncs both parents. A crash before the rename leaves a staging directory
 (reported by `select`, removed by `clean_staging`); a crash mid-write leaves a `.*.tmp` file
 nobody reads; a crash mid-prune leaves `trash/` entries, deleted when the store is opened.
@@ -38,7 +39,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from quiesce.adapters._durable import atomic_write, fsync_dir, fsync_file, is_tmp
+from quiesce.adapters._durable import atomic_write, fsync_dir, is_tmp
 from quiesce.fsm import QuiesceError
 from quiesce.protocol._ids import InvalidOpId, OpId
 
@@ -483,8 +484,11 @@ class SnapshotStore:
             if is_tmp(leftover.name):
                 leftover.unlink()
         manifest = self._verify_dir(checkpoint_id, staged)
-        for child in staged.iterdir():
-            fsync_file(child)
+        # No per-file fsync here: every file with a final name in staging got there through
+        # `Staging.write` / `write_manifest` (`atomic_write`: data fsynced before its rename,
+        # then the staging directory fsynced), and `_verify_dir` just proved the manifest
+        # names exactly those files. One directory fsync covers the tmp leftovers unlinked
+        # above; then the rename and both parents.
         fsync_dir(staged)
         os.rename(staged, target)
         fsync_dir(self.published_dir)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import click
 
 from quiesce.cli._check import check
+from quiesce.cli._conform import conform
 from quiesce.cli._diagram import diagram, diagrams
+from quiesce.cli._mutants import mutants
 from quiesce.cli._serve import serve
 from quiesce.cli._simulate import simulate
 from quiesce.cli._tables import tables
@@ -22,5 +24,5 @@ def main() -> None:
     """Declare, run and prove the quiesce checkpoint-and-recovery protocol."""
 
 
-for _command in (check, diagram, diagrams, serve, simulate, tables):
+for _command in (check, conform, diagram, diagrams, mutants, serve, simulate, tables):
     main.add_command(_command)

@@ -36,6 +36,8 @@ from quiesce.models._registry import (
     known_models,
     register_model,
 )
+from quiesce.models._protocol_model import ProtocolModel, ProtocolParams
+from quiesce.models._protocol_spec import PROTOCOL_SPEC
 from quiesce.models._table_machine import TableMachine, arg_strategies, table_state_machine
 from quiesce.models._two_phase import (
     RM_TABLE as TWO_PHASE_RM,
@@ -59,7 +61,10 @@ __all__ = [
     "Model",
     "ModelSpec",
     "Param",
+    "PROTOCOL_SPEC",
     "Progress",
+    "ProtocolModel",
+    "ProtocolParams",
     "Step",
     "TableMachine",
     "TableStepper",

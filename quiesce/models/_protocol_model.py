@@ -82,12 +82,11 @@ from quiesce.protocol._system import InFlight, System, SystemState
 
 __all__ = [
     "GROUP",
-    "AgentEvents",
     "Env",
+    "Hooks",
     "PState",
     "ProtocolModel",
     "ProtocolParams",
-    "SystemFactory",
 ]
 
 GROUP = "g0"
@@ -101,6 +100,14 @@ _PHASE_ORDER = {
 }
 _CONTROL_OPS = frozenset({Op.PREPARE, Op.COMMIT, Op.RESUME})
 _COMMITTED_STATES = frozenset({FenceState.COMMITTED_PAUSED})
+_WAITING_PHASES = frozenset(
+    {
+        CheckpointState.PREPARING,
+        CheckpointState.COMMITTING,
+        CheckpointState.RELEASING,
+        CheckpointState.ABORTING,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -183,6 +190,7 @@ class Env:
     stops: tuple[str, ...] = ()
     bad: tuple[tuple[str, str], ...] = ()
     delayed: tuple[str, Op, Any] | None = None
+    raised: str | None = None
 
 
 class PState:
@@ -214,23 +222,48 @@ class PState:
         return f"PState(phase={label(self.system.controller.phase)}, env={self.env!r})"
 
 
-class AgentEvents:
-    """Hooks the mutants may replace (defaults: the real participant behaviour)."""
-
-
-SystemFactory = Callable[[QuiesceConfig], System]
-
-
 @dataclass(frozen=True)
-class _Hooks:
-    """What a mutant may swap: the tables of the controller and the system factory."""
+class Hooks:
+    """What a mutant swaps, so it runs through the very same model.
+
+    `checkpoint`, `gate`, `deadlines`: the controller's tables (the coordinator takes them
+    as parameters). `patches`: `(module, attribute) -> value` pairs set while the model
+    steps and restored after, for behaviour that lives in module-level tables or functions
+    (the participant's `control_fence` and `agent_execution`, the cause classification, a
+    coordinator method). The unmutated model has no patches.
+    """
 
     checkpoint: Table[Any, Any] = CHECKPOINT
     gate: Table[Any, Any] = ADMISSION_GATE
     deadlines: Table[Any, Any] = DEADLINE_REGISTRY
-    coordinator: Callable[..., Coordinator] = Coordinator
-    system: Callable[..., System] = System
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    patches: tuple[tuple[Any, str, Any], ...] = ()
+
+
+class _Patched:
+    """Set a mutant's module attributes for the duration of a `with` block."""
+
+    __slots__ = ("_patches", "_saved")
+
+    def __init__(self, patches: tuple[tuple[Any, str, Any], ...]) -> None:
+        self._patches = patches
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self) -> None:
+        for owner, attribute, value in self._patches:
+            if isinstance(owner, dict):  # a table of named work, e.g. the coordinator's _WORK
+                self._saved.append((owner, attribute, owner[attribute]))
+                owner[attribute] = value
+            else:
+                self._saved.append((owner, attribute, getattr(owner, attribute)))
+                setattr(owner, attribute, value)
+
+    def __exit__(self, *exc: object) -> None:
+        while self._saved:
+            owner, attribute, value = self._saved.pop()
+            if isinstance(owner, dict):
+                owner[attribute] = value
+            else:
+                setattr(owner, attribute, value)
 
 
 class ProtocolModel(Model[PState]):
@@ -247,21 +280,21 @@ class ProtocolModel(Model[PState]):
         self,
         params: ProtocolParams | None = None,
         *,
-        hooks: _Hooks | None = None,
+        hooks: Hooks | None = None,
         name: str = "protocol",
     ) -> None:
         self.p = params or ProtocolParams()
-        self.hooks = hooks or _Hooks()
+        self.hooks = hooks or Hooks()
         self.name = name
         self.params = self.p.describe()
         self.config = QuiesceConfig(max_consecutive_failures=self.p.max_consecutive_failures)
-        coordinator = self.hooks.coordinator(
+        coordinator = Coordinator(
             self.config,
             checkpoint=self.hooks.checkpoint,
             gate=self.hooks.gate,
             deadlines=self.hooks.deadlines,
         )
-        self.system = self.hooks.system(coordinator, turns=self.p.turns)
+        self.system = System(coordinator, turns=self.p.turns)
         self.agents = tuple(
             "agent" if self.p.agents == 1 else f"agent{i}" for i in range(self.p.agents)
         )
@@ -288,6 +321,12 @@ class ProtocolModel(Model[PState]):
         return out
 
     def init_states(self) -> Iterable[PState]:
+        if self.hooks.patches:
+            with _Patched(self.hooks.patches):
+                return list(self._init_states())
+        return list(self._init_states())
+
+    def _init_states(self) -> Iterable[PState]:
         state, _ = self.system.start(self._participants({}))
         env = Env(triggers=self.p.triggers, faults=self.p.faults)
         state, effects = self.system.input(state, GroupOpened(GROUP, self.p.siblings, self.agents[0]))
@@ -307,9 +346,22 @@ class ProtocolModel(Model[PState]):
         return [a for a, _ in self.successors(state)]
 
     def next_state(self, state: PState, action: Action) -> PState | None:
+        if state.env.raised:
+            return None
+        if self.hooks.patches:
+            with _Patched(self.hooks.patches):
+                return self._apply(state, action)
         return self._apply(state, action)
 
     def successors(self, state: PState) -> list[tuple[Action, PState]]:
+        if state.env.raised:
+            return []  # the core raised: the run is over (a bug, reported as a stall)
+        if self.hooks.patches:
+            with _Patched(self.hooks.patches):
+                return self._successors(state)
+        return self._successors(state)
+
+    def _successors(self, state: PState) -> list[tuple[Action, PState]]:
         out: list[tuple[Action, PState]] = []
         for action in self._enabled(state):
             following = self._apply(state, action)
@@ -414,6 +466,13 @@ class ProtocolModel(Model[PState]):
     # ------------------------------------------------------------------ next state
 
     def _apply(self, state: PState, action: Action) -> PState | None:
+        try:
+            return self._step(state, action)
+        except Exception as error:  # noqa: BLE001 - the pure core must accept every input
+            why = f"{type(error).__name__}: {error}"
+            return PState(state.system, replace(state.env, raised=why))
+
+    def _step(self, state: PState, action: Action) -> PState:
         sys, env = state.system, state.env
         kind = action.payload[0]
         system = self.system
@@ -531,6 +590,18 @@ class ProtocolModel(Model[PState]):
                         continue
                     kept = _kept(after, key)
                     completed.add((key[0], key[1], kept, reruns))
+        # Only an ACK releases a result (M3, S17): a completed execution that leaves its
+        # agent must leave an acked refusal key behind (a crash keeps it in the journal).
+        for agent in self.agents:
+            now_held = {e.data.key for e in _executions(after.participant(agent))}
+            role = after.participant(agent).role
+            for execution in _executions(before.participant(agent)):
+                key = execution.data.key
+                if execution.state is not ExecState.COMPLETED or key in now_held:
+                    continue
+                acked = (key[0], key[1], execution.data.receipt) in role.refusal_keys
+                if not acked:
+                    bad.append(("I1", f"{key[0]}#{key[1]} released by its agent without an ACK"))
         # Commits: a participant whose fence reached committed_paused with an id.
         for participant in after.participants:
             fence = participant.fence
@@ -732,7 +803,10 @@ class ProtocolModel(Model[PState]):
         if attempt is None or sys.controller.phase is CheckpointState.STOPPED:
             return True
         flying = {(m.call.participant, m.call.op, m.call.op_id) for m in sys.messages}
-        if attempt.phase is not None:
+        phase = sys.controller.phase
+        # In abort_pending/release_pending the controller waits on its retry timer, not on
+        # the calls of the failed round.
+        if attempt.phase is not None and phase in _WAITING_PHASES:
             op = PHASES[attempt.phase][0]
             timers = {name for name, _ in sys.timers}
             # A not-ready participant is asked again by the retry timer, and the prepare
@@ -743,11 +817,15 @@ class ProtocolModel(Model[PState]):
                     continue
                 if not (participant in attempt.not_ready and paced):
                     return False
-        acking = {(m.call.participant) for m in sys.messages if m.call.op is Op.ACK}
+        if phase not in (CheckpointState.FLUSHING_ACKS, CheckpointState.CAPTURING):
+            return True
+        acking = {m.call.participant for m in sys.messages if m.call.op is Op.ACK}
         return attempt.acking <= acking
 
     def is_goal(self, state: PState) -> bool:
         sys, env = state.system, state.env
+        if env.raised:
+            return False
         phase = sys.controller.phase
         if phase is CheckpointState.STOPPED:
             # Legitimate only after more than max_consecutive_failures retryable failures.
@@ -799,6 +877,7 @@ class ProtocolModel(Model[PState]):
                 "completed": sorted(f"{r}#{a}" for r, a, _, _ in env.completed),
                 "trained": sorted(f"{r}#{a}" for r, a in env.trained),
                 "violations": [f"{p}: {why}" for p, why in env.bad],
+                "raised": env.raised,
             },
         }
 
@@ -816,11 +895,12 @@ class ProtocolModel(Model[PState]):
         view = _VIEWS[table.partition("[")[0]]
         target = table.partition("[")[2].rstrip("]")
         steps: list[dict[str, str]] = []
-        for before, action, after in trace.transitions():
+        initial = label(_table_of(table).initial)
+        for before, _action, after in trace.transitions():
             old, new = view(self, before, target), view(self, after, target)
-            if old is None or new is None or old == new:
+            if new is None or old == new:
                 continue
-            steps.append({"state": old, "input": _input_name(table, old, new, action), "target": new})
+            steps.extend(_table_steps(table, initial if old is None else old, new))
         return steps
 
     def participants(self) -> Sequence[str]:
@@ -988,27 +1068,55 @@ _VIEWS: dict[str, Callable[[ProtocolModel, PState, str], str | None]] = {
 }
 
 
-def _input_name(table: str, old: str, new: str, action: Action) -> str:
-    """The table input that best names a step seen from one table."""
-    kind = table.partition("[")[0]
-    tables = {
+def _table_of(table: str) -> Table[Any, Any]:
+    from quiesce.protocol._agent_execution import AGENT_EXECUTION
+
+    return {
         "checkpoint": CHECKPOINT,
         "admission_gate": ADMISSION_GATE,
         "deadline_registry": DEADLINE_REGISTRY,
         "control_fence": CONTROL_FENCE,
-    }
-    if kind == "agent_execution":
-        from quiesce.protocol._agent_execution import AGENT_EXECUTION
+        "agent_execution": AGENT_EXECUTION,
+    }[table.partition("[")[0]]
 
-        found = tables.get(kind, AGENT_EXECUTION)
-    else:
-        found = tables[kind]
+
+def _table_steps(table: str, old: str, new: str) -> list[dict[str, str]]:
+    """The table steps of one model step that moved `table` from `old` to `new`.
+
+    One model step may run several transitions of a table at once (a trigger runs
+    `idle -> closing_admission -> flushing_acks -> preparing` in one controller step), so
+    the steps are the shortest chain of the table's own rows from `old` to `new`; each one
+    is a row of the table, so the engine's `--trace` accepts it.
+    """
+    found = _table_of(table)
+    edges: dict[str, list[tuple[str, str]]] = {}
     for row in found.rows:
-        sources = {label(s) for s in row.sources}
-        target = old if row.target is None else label(row.target)
-        if old in sources and target == new:
-            return label(row.input)
-    return action.label
+        if row.target is None:
+            continue
+        for source in row.sources:
+            edges.setdefault(label(source), []).append((label(row.input), label(row.target)))
+    previous: dict[str, tuple[str, str]] = {}
+    frontier = [old]
+    seen = {old}
+    while frontier and new not in seen:
+        following = []
+        for state in frontier:
+            for input, target in edges.get(state, ()):
+                if target not in seen:
+                    seen.add(target)
+                    previous[target] = (state, input)
+                    following.append(target)
+        frontier = following
+    if new not in previous:
+        return []
+    chain: list[dict[str, str]] = []
+    at = new
+    while at != old:
+        source, input = previous[at]
+        chain.append({"state": source, "input": input, "target": at})
+        at = source
+    chain.reverse()
+    return chain
 
 
 def _canonical(model: ProtocolModel, state: PState) -> Any:

@@ -20,11 +20,11 @@ of rule `i` is "(s, i) is not forbidden"; guards, which read the argument, are j
 inside the rule. Rejected steps are kept (not `assume`d away, which would throw out the
 whole run): a refusal is behaviour worth checking too.
 
-Arguments: an input whose rows read their argument needs a strategy for it. They come, in
-order of precedence, from `args=`, then from `ARG_EXAMPLES` in the table's modules (plain
-data, so the pure protocol modules need not import hypothesis; drawn with `sampled_from`;
-see `hook_examples` for the shapes read); an input with neither gets a rule without an
-argument, stepped with `None`.
+Arguments: an input whose rows read their argument needs a strategy for it. They come
+from `args=` if given, else from `ARG_EXAMPLES` of the module that defines the table's
+inputs, drawn with `sampled_from` (see `arg_examples` for its one shape: plain data, so the
+pure protocol modules need not import hypothesis); an input with neither gets a rule
+without an argument, stepped with `None`.
 """
 
 from __future__ import annotations
@@ -45,13 +45,13 @@ from quiesce.fsm import GuardRejected, Table, TransitionNotAllowed, Value, label
 __all__ = [
     "ARG_EXAMPLES_HOOK",
     "TableMachine",
+    "arg_examples",
     "arg_strategies",
-    "hook_examples",
     "table_state_machine",
 ]
 
 ARG_EXAMPLES_HOOK = "ARG_EXAMPLES"
-"""The module attribute a table's module may define to give its inputs example arguments."""
+"""The attribute of a table's inputs module that gives its inputs example arguments."""
 
 
 class TableMachine(RuleBasedStateMachine):
@@ -135,7 +135,7 @@ def table_state_machine(
     """A `RuleBasedStateMachine` class that random-walks `table` and checks it.
 
     Rules: one per input, named after it (`hold`, `release`), drawing its argument from
-    `args[input]` (else the module's `ARG_EXAMPLES`, else no argument), enabled when the
+    `args[input]` (else `arg_examples(table)[input]`, else no argument), enabled when the
     pair is not forbidden; plus `refused(input=...)`, enabled when some input is forbidden
     in the current state. Invariants: one per named invariant of the table, named after it,
     plus `control_state_is_declared`. `initial_data` draws the start data (it must be valid
@@ -143,8 +143,8 @@ def table_state_machine(
     `state.hold(arg='checkpoint')`.
 
     >>> from quiesce.protocol import ADMISSION_GATE, GateInput
-    >>> owners = st.sampled_from(["checkpoint", "weight_sync"])
-    >>> Machine = table_state_machine(ADMISSION_GATE, {i: owners for i in GateInput})
+    >>> Machine = table_state_machine(ADMISSION_GATE)  # owners: the module's ARG_EXAMPLES
+    >>> Only = table_state_machine(ADMISSION_GATE, {GateInput.HOLD: st.just("checkpoint")})
     >>> Machine.TestCase  # doctest: +SKIP  (collected by pytest/unittest)
     """
     strategies = _given_strategies(table, args)
@@ -193,13 +193,48 @@ def table_state_machine(
 def arg_strategies(
     table: Table[Any, Any], args: Mapping[Enum, st.SearchStrategy[Any]] | None = None
 ) -> dict[Enum, st.SearchStrategy[Any]]:
-    """The argument strategy of every input: `args`, else `ARG_EXAMPLES`, else `st.none()`.
+    """The argument strategy of every input: `args`, else its `arg_examples`, else `st.none()`.
 
-    `ARG_EXAMPLES` is looked up in the module that defines `table.inputs` (keys of other
-    enums there are skipped: a module may declare several tables); a key of `args` that is
-    not an input of the table is refused with `ValueError`, so a typo cannot go unnoticed.
+    A key of `args` that is not an input of the table is refused with `ValueError`, so a
+    typo cannot go unnoticed.
+
+    >>> from quiesce.protocol import ADMISSION_GATE, GateInput
+    >>> arg_strategies(ADMISSION_GATE)[GateInput.HOLD]  # doctest: +SKIP
+    sampled_from(('checkpoint', 'train_switch', 'weight_sync'))
     """
     return {i: st.none() if s is None else s for i, s in _given_strategies(table, args).items()}
+
+
+def arg_examples(table: Table[Any, Any]) -> dict[Enum, tuple[Any, ...]]:
+    """The example arguments the table's inputs module declares, by input.
+
+    The one place looked at is `ARG_EXAMPLES` of the module that defines `table.inputs`
+    (so a derived table, such as a mutant, has the examples of its original), in one shape:
+    a mapping from input member to a non-empty tuple of example arguments, e.g.
+    `{GateInput.HOLD: ("checkpoint", "weight_sync"), ...}`. Inputs that take no argument
+    are left out (they are stepped with `None`); keys of another enum are skipped, so a
+    module declaring several tables keeps their examples in one mapping. Any other shape
+    is refused with `TypeError`, naming the module.
+    """
+    module = table.inputs.__module__
+    declared = getattr(sys.modules.get(module), ARG_EXAMPLES_HOOK, None)
+    if declared is None:
+        return {}
+    bad = (
+        [declared]
+        if not isinstance(declared, Mapping)
+        else [
+            (key, examples)
+            for key, examples in declared.items()
+            if not isinstance(key, Enum) or not isinstance(examples, tuple) or not examples
+        ]
+    )
+    if bad:
+        raise TypeError(
+            f"{module}.{ARG_EXAMPLES_HOOK} must map input members to non-empty tuples of "
+            f"example arguments, e.g. {{Input.HOLD: ('checkpoint',)}}; got {bad[0]!r}"
+        )
+    return {input: declared[input] for input in table.inputs if input in declared}
 
 
 def _given_strategies(
@@ -212,61 +247,15 @@ def _given_strategies(
             f"args for table {table.name!r} has keys {strays!r} that are not members of "
             f"{table.inputs.__name__}; use members of {[i.name for i in table.inputs]}"
         )
-    examples = hook_examples(table)
+    examples = arg_examples(table)
     result: dict[Enum, st.SearchStrategy[Any] | None] = {}
     for input in table.inputs:
         if args and input in args:
             result[input] = args[input]
-        elif examples.get(input):
+        elif input in examples:
             result[input] = st.sampled_from(examples[input])
         else:
             result[input] = None
-    return result
-
-
-def hook_examples(table: Table[Any, Any]) -> dict[Enum, list[Any]]:
-    """The example arguments the table's modules declare in `ARG_EXAMPLES`, by input.
-
-    The modules searched are those defining the table's inputs, its states and its bound
-    guards and updates, in that order; the first that declares examples for this table
-    wins. Three shapes are read, so a module can choose what reads best:
-
-    - `{Input.HOLD: ("checkpoint", ...), ...}`: examples by input member;
-    - `((Input.HOLD, "checkpoint"), (Input.HOLD, "weight_sync"), ...)`: pairs;
-    - `{"table_name": {"hold": ("checkpoint", ...)}}`: by table name, then input label,
-      for a module that declares several tables.
-    """
-    for module_name in _hook_modules(table):
-        declared = getattr(sys.modules.get(module_name), ARG_EXAMPLES_HOOK, None)
-        found = _examples_for(table, declared) if declared else {}
-        if found:
-            return found
-    return {}
-
-
-def _hook_modules(table: Table[Any, Any]) -> list[str]:
-    fns: list[Any] = [*table.guards.values(), *table.updates.values()]
-    names = [table.inputs.__module__, table.states.__module__]
-    names += [getattr(fn, "__module__", None) or "" for fn in fns]
-    return list(dict.fromkeys(n for n in names if n))
-
-
-def _examples_for(table: Table[Any, Any], declared: Any) -> dict[Enum, list[Any]]:
-    by_key: dict[Any, list[Any]] = {}
-    if isinstance(declared, Mapping):
-        nested = declared.get(table.name)
-        source = nested if isinstance(nested, Mapping) else declared
-        for key, examples in source.items():
-            by_key.setdefault(key, []).extend(examples)
-    else:
-        for key, example in declared:
-            by_key.setdefault(key, []).append(example)
-    # Keys are input members or their labels; keys of other tables' inputs are skipped.
-    result: dict[Enum, list[Any]] = {}
-    for input in table.inputs:
-        examples = by_key.get(input, []) + by_key.get(label(input), [])
-        if examples:
-            result[input] = examples
     return result
 
 
@@ -363,8 +352,9 @@ def _declared_outcome(
 def _hint_at_arguments(err: Exception, table: Table[Any, Any], input: Enum) -> None:
     err.add_note(
         f"while stepping {label(input)!r} of table {table.name!r}: if this input needs an "
-        f"argument, give examples in {table.inputs.__module__}.{ARG_EXAMPLES_HOOK} or pass "
-        "args= to table_state_machine"
+        f"argument, give examples in {table.inputs.__module__}.{ARG_EXAMPLES_HOOK} "
+        f"({{{type(input).__name__}.{input.name}: (example, ...)}}) or pass args= to "
+        "table_state_machine"
     )
 
 

@@ -17,6 +17,7 @@ does not have changes nothing: an owner never releases another owner's hold.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import Enum
 
 from quiesce.fsm import Table, on
@@ -70,3 +71,9 @@ ADMISSION_GATE: Table[GateState, GateInput] = Table(
         "open_iff_no_holder": lambda v: (v.state is GateState.OPEN) == (not _OWNERS.held(v.data)),
     },
 )
+
+ARG_EXAMPLES: Mapping[GateInput, tuple[object, ...]] = {
+    GateInput.HOLD: ("checkpoint", "train_switch", "weight_sync"),
+    GateInput.RELEASE: ("checkpoint", "train_switch", "weight_sync"),
+}
+"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): owners."""

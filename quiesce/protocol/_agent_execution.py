@@ -34,9 +34,9 @@ execution is a local bug.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any
 
 from quiesce.fsm import Table, Value, on
 
@@ -181,17 +181,13 @@ AGENT_EXECUTION: Table[ExecState, AgentInput] = Table(
     },
 )
 
-ARG_EXAMPLES: tuple[tuple[AgentInput, Any], ...] = (
-    *((I.BEGIN, Admission(idle, retired)) for idle in (True, False) for retired in (True, False)),
-    (I.FENCE_PREPARE, None),
-    (I.TURN_BOUNDARY, 1),
-    (I.POLICY_CALL_HELD, None),
-    (I.POLICY_RESUMED, True),
-    (I.POLICY_RESUMED, False),
-    (I.FENCE_RESUME, None),
-    (I.RUN_FINISHED, Completion("r0#0:abc", '{"reward":1}')),
-    (I.RECV_ACK, "r0#0:abc"),
-    (I.RECV_ACK, "wrong"),
-    (I.RETIRE, None),
-)
-"""Sample `(input, arg)` pairs for sweeps: each input with the argument type it takes."""
+_RECEIPTS = ("r0#0:abc", "r0#1:def")
+ARG_EXAMPLES: Mapping[AgentInput, tuple[object, ...]] = {
+    I.BEGIN: tuple(Admission(idle, retired) for idle in (True, False) for retired in (True, False)),
+    I.TURN_BOUNDARY: (0, 1, 2, 3),
+    I.POLICY_RESUMED: (True, False),
+    I.RUN_FINISHED: (Completion(_RECEIPTS[0], '{"reward":1}'), Completion(_RECEIPTS[1], "{}")),
+    I.RECV_ACK: (*_RECEIPTS, "wrong"),
+}
+"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): each input
+with the argument type it takes; the other inputs take none."""

@@ -10,12 +10,17 @@ before anything changes), or time.
 
 An execution leaves the map as soon as it is acked or tombstoned: its refusal key is all
 that remains, so memory stays bounded by the live work plus one key per rollout.
+
+Both collections are tuples kept sorted by key, so the role stays one canonical, hashable
+value; lookups bisect (O(log n)) and an update replaces one slot of the tuple (one C-level
+copy, no re-sort), and a fence event rebuilds the tuple in a single pass.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -102,6 +107,17 @@ def _names(effects: Iterable[Any]) -> set[str]:
     return {e.name for e in effects if isinstance(e, Effect)}
 
 
+def _execution_key(execution: Execution) -> Key:
+    return execution.data.key
+
+
+def _refusal_rollout(refusal: RefusalKey) -> str:
+    return refusal[0]
+
+
+_GONE = (ExecState.ACKED, ExecState.TOMBSTONED)  # states that leave only a refusal key
+
+
 @dataclass(frozen=True, slots=True)
 class AgentRole:
     """The agent's part of a participant state (frozen; sorted tuples, so it hashes)."""
@@ -114,16 +130,18 @@ class AgentRole:
 
     def find(self, key: Key) -> Execution | None:
         """The execution `(rollout_id, attempt)`, if this agent still holds it."""
-        for execution in self.executions:
-            if execution.data.key == key:
-                return execution
+        executions = self.executions
+        index = bisect_left(executions, key, key=_execution_key)
+        if index < len(executions) and executions[index].data.key == key:
+            return executions[index]
         return None
 
     def highest_retired(self, rollout_id: str) -> int:
         """The rollout's refusal key: highest acked or tombstoned attempt (-1: none)."""
-        for rollout, attempt, _ in self.refusal_keys:
-            if rollout == rollout_id:
-                return attempt
+        keys = self.refusal_keys
+        index = bisect_left(keys, rollout_id, key=_refusal_rollout)
+        if index < len(keys) and keys[index][0] == rollout_id:
+            return keys[index][1]
         return -1
 
     def completed(self) -> tuple[Execution, ...]:
@@ -138,22 +156,34 @@ class AgentRole:
 
     def _with(self, execution: Execution) -> AgentRole:
         """Store `execution`; an acked or tombstoned one leaves only its refusal key."""
-        others = tuple(e for e in self.executions if e.data.key != execution.data.key)
-        if execution.state in (ExecState.ACKED, ExecState.TOMBSTONED):
-            receipt = execution.data.receipt if execution.state is ExecState.ACKED else ""
-            return replace(self, executions=others)._retire_key(execution.data.key, receipt)
-        ordered = tuple(sorted((*others, execution), key=lambda e: e.data.key))
-        return replace(self, executions=ordered)
+        key = execution.data.key
+        executions = self.executions
+        index = bisect_left(executions, key, key=_execution_key)
+        end = index + 1 if index < len(executions) and executions[index].data.key == key else index
+        if execution.state in _GONE:
+            role = replace(self, executions=executions[:index] + executions[end:])
+            return role._retire(execution)
+        return replace(self, executions=(*executions[:index], execution, *executions[end:]))
+
+    def _retire(self, execution: Execution) -> AgentRole:
+        receipt = execution.data.receipt if execution.state is ExecState.ACKED else ""
+        return self._retire_key(execution.data.key, receipt)
 
     def _retire_key(self, key: Key, receipt: str) -> AgentRole:
         rollout_id, attempt = key
-        if attempt < self.highest_retired(rollout_id):
+        keys = self.refusal_keys
+        # One key per rollout, so the tuple sorted by rollout id is sorted as a whole.
+        index = bisect_left(keys, rollout_id, key=_refusal_rollout)
+        present = index < len(keys) and keys[index][0] == rollout_id
+        highest = keys[index][1] if present else -1
+        if attempt < highest:
             return self  # refusal keys only grow
-        if attempt == self.highest_retired(rollout_id) and not receipt:
+        if attempt == highest and not receipt:
             return self
-        kept = tuple(k for k in self.refusal_keys if k[0] != rollout_id)
-        keys = tuple(sorted((*kept, (rollout_id, attempt, receipt))))
-        return replace(self, refusal_keys=keys)
+        end = index + 1 if present else index
+        return replace(
+            self, refusal_keys=(*keys[:index], (rollout_id, attempt, receipt), *keys[end:])
+        )
 
     def _step(
         self, execution: Execution, input: AgentInput, arg: Any = None
@@ -162,13 +192,21 @@ class AgentRole:
 
     def _each(self, input: AgentInput, arg: Any = None) -> tuple[AgentRole, list[Key]]:
         """Fire `input` on every execution that maps it; report the keys that moved."""
-        role, moved = self, []
+        # One pass: keys do not change, so the kept executions stay in key order.
+        kept: list[Execution] = []
+        gone: list[Execution] = []
+        moved: list[Key] = []
         for execution in self.executions:
             if AGENT_EXECUTION.enabled(execution, input, arg):
                 after, effects = self._step(execution, input, arg)
                 if after.state is not execution.state or effects:
                     moved.append(execution.data.key)
-                role = role._with(after)
+                (gone if after.state in _GONE else kept).append(after)
+            else:
+                kept.append(execution)
+        role = replace(self, executions=tuple(kept))
+        for execution in gone:
+            role = role._retire(execution)
         return role, moved
 
     def _live(self, key: Key) -> Execution:

@@ -36,6 +36,7 @@ Rules encoded in the rows:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -45,6 +46,7 @@ from quiesce.protocol._causes import Cause, Classification, Disposition, classif
 from quiesce.protocol._ids import OpId
 
 __all__ = [
+    "ARG_EXAMPLES",
     "ATTEMPT_STATES",
     "CHECKPOINT",
     "Attempt",
@@ -423,3 +425,23 @@ CHECKPOINT: Table[CheckpointState, CheckpointInput] = Table(
 )
 """M1 `checkpoint`. Effects are named, unbound (`quiesce.fsm.Effect`): the coordinator
 interprets each name (see `_coordinator.py`, `_WORK`)."""
+
+_ATTEMPTS = tuple(
+    Attempt(OpId(1, seq, step), trainer_step=step, started_at=0.0, phase_started_at=0.0)
+    for seq, step in ((1, 0), (2, 4), (3, 9))
+)
+_CLASSIFICATIONS = tuple(classify(cause) for cause in Cause)
+ARG_EXAMPLES: Mapping[CheckpointInput, tuple[object, ...]] = {
+    # As many starts as skips, one skip of each disposition (only the disposition counts).
+    _I.TRIGGER: (
+        *(Trigger(attempt) for attempt in _ATTEMPTS),
+        *(
+            Trigger(_ATTEMPTS[0], skip=classify(cause))
+            for cause in (Cause.NOTHING_MUTATED, Cause.TIMEOUT, Cause.INVARIANT_BROKEN)
+        ),
+    ),
+    _I.RECOVERED: _ATTEMPTS,
+    _I.FAILED: _CLASSIFICATIONS,
+}
+"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): a `Trigger`,
+the recovered `Attempt`, every cause's `Classification`; the other inputs take none."""

@@ -36,6 +36,7 @@ are dropped by a visible row (`drop_late_outcome`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -362,9 +363,10 @@ CONTROL_FENCE: Table[FenceState, FenceInput] = Table(
     },
 )
 
-_X, _Y = OpId(1, 1, 0), OpId(1, 2, 0)
-ARG_EXAMPLES: tuple[tuple[FenceInput, FenceCall], ...] = tuple(
-    (i, FenceCall(op, op_id, result))
+# Three ordered ids: one below, one at and one above any watermark the walk reaches.
+_IDS = (OpId(1, 1, 0), OpId(1, 2, 0), OpId(1, 3, 0))
+ARG_EXAMPLES: Mapping[FenceInput, tuple[object, ...]] = {
+    i: tuple(FenceCall(op, op_id, result) for op_id in _IDS for result in (None, "result"))
     for i, op in (
         (I.RECV_PREPARE, FenceOp.PREPARE),
         (I.PREPARE_READY, FenceOp.PREPARE),
@@ -379,7 +381,6 @@ ARG_EXAMPLES: tuple[tuple[FenceInput, FenceCall], ...] = tuple(
         (I.RECV_DISCARD, FenceOp.DISCARD),
         (I.RECV_STATUS, FenceOp.STATUS),
     )
-    for op_id in (_X, _Y)
-    for result in (None, "result")
-)
-"""Sample `(input, arg)` pairs for sweeps: every input with two ordered ids."""
+}
+"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): every input
+with its own op, three ordered ids, with and without a result."""

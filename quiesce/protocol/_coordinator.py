@@ -940,7 +940,7 @@ class _Run:
             ledger, _ = self.state.ledger.open_group(
                 event.group_id, event.size, prompt=event.prompt, environment=event.environment
             )
-        except (ValueError, TransitionNotAllowed) as error:
+        except (ValueError, TransitionNotAllowed, LocalProtocolError) as error:
             self.log("group_refused", level="warning", group=event.group_id, error=str(error))
             return
         self.state = replace(self.state, ledger=ledger, mutated=True)
@@ -954,7 +954,7 @@ class _Run:
         key: AttemptKey = (event.rollout_id, event.attempt)
         try:
             ledger = self.state.ledger.seal(key, event.receipt)
-        except (ValueError, TransitionNotAllowed) as error:
+        except (ValueError, TransitionNotAllowed, LocalProtocolError) as error:
             self.log(
                 "completion_refused", level="warning", rollout=event.rollout_id, error=str(error)
             )
@@ -970,7 +970,7 @@ class _Run:
         key: AttemptKey = (event.rollout_id, event.attempt)
         try:
             ledger = self.state.ledger.fail(key)
-        except (ValueError, TransitionNotAllowed) as error:
+        except (ValueError, TransitionNotAllowed, LocalProtocolError) as error:
             self.log("failure_ignored", rollout=event.rollout_id, error=str(error))
             return
         self.state = replace(self.state, ledger=ledger, mutated=True)
@@ -979,7 +979,7 @@ class _Run:
     def on_group_trained(self, event: GroupTrained) -> None:
         try:
             ledger = self.state.ledger.begin_finalize(event.group_id).finalized(event.group_id)
-        except (ValueError, TransitionNotAllowed) as error:
+        except (ValueError, TransitionNotAllowed, LocalProtocolError) as error:
             self.log("trained_ignored", group=event.group_id, error=str(error))
             return
         self.state = replace(self.state, ledger=ledger.compact(), mutated=True)
@@ -989,7 +989,7 @@ class _Run:
         them at their agent (a late finish is then ACKed and dropped), retry the group."""
         try:
             ledger, keys = self.state.ledger.fail_group(group_id)
-        except (ValueError, TransitionNotAllowed) as error:
+        except (ValueError, TransitionNotAllowed, LocalProtocolError) as error:
             self.log("expiry_ignored", group=group_id, error=str(error))
             return
         self.state = replace(self.state, ledger=ledger, mutated=True)
@@ -1031,7 +1031,7 @@ class _Run:
                 ledger = self.state.ledger.seal(
                     (receipt.rollout_id, receipt.attempt), receipt.receipt
                 )
-            except (ValueError, TransitionNotAllowed) as error:
+            except (ValueError, TransitionNotAllowed, LocalProtocolError) as error:
                 self.log("late_completion_refused", participant=participant, error=str(error))
                 return
             self.state = replace(self.state, ledger=ledger)

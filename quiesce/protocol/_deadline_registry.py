@@ -27,7 +27,7 @@ one float per open group.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -42,6 +42,7 @@ from quiesce.protocol._controller_effects import (
 from quiesce.protocol._holder_set import Holders, HolderSet
 
 __all__ = [
+    "ARG_EXAMPLES",
     "DEADLINE_PREFIX",
     "DEADLINE_REGISTRY",
     "DeadlineArg",
@@ -255,3 +256,13 @@ DEADLINE_REGISTRY: Table[RegistryState, RegistryInput] = Table(
 )
 """M7 `deadline_registry`. Every effect is a tuple of controller effects (flattened by the
 coordinator), because resuming re-arms one timer per group."""
+
+_DEADLINE_ARGS = tuple(
+    DeadlineArg(key, now, budget_s)
+    for key in ("checkpoint", "train_switch", "g0", "g1")
+    for now in (0.0, 1.0, 5.0)
+    for budget_s in (1.0, 10.0)
+)
+ARG_EXAMPLES: Mapping[RegistryInput, tuple[object, ...]] = {i: _DEADLINE_ARGS for i in _IN}
+"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): every input
+with holders and groups as keys (either kind for any input), at a few times and budgets."""

@@ -47,7 +47,7 @@ Public API (stable; the coordinator and the oracles call these):
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
@@ -342,16 +342,15 @@ PROMPT_GROUP: Table[GroupState, GroupInput] = Table(
 """M8 `prompt_group`: generating -> ready_to_finalize -> finalizing -> finalized."""
 
 
-ARG_EXAMPLES: dict[str, dict[str, tuple[Any, ...]]] = {
-    "rollout_attempt": {
-        "rollout_completed": ("r-1", "r-2"),
-        "ack_flushed": ("r-1", "r-2"),
-    },
-    "prompt_group": {"sibling_sealed": (0, 1, 2)},
+ARG_EXAMPLES: Mapping[AttemptInput | GroupInput, tuple[object, ...]] = {
+    AttemptInput.ROLLOUT_COMPLETED: ("r-1", "r-2"),
+    AttemptInput.ACK_FLUSHED: ("r-1", "r-2"),
+    # Sibling indexes, including ones outside any group (-1, and past the size) for the guards.
+    GroupInput.SIBLING_SEALED: (-1, 0, 1, 2, 3, 4),
 }
-"""Example input arguments per table and input label (inputs not named take `None`);
-start values come from `table.start()` (`prompt_group` with G=1 unless a sweep builds
-`GroupData(size=2)`)."""
+"""Example arguments by input of both tables, for the sweeps (`quiesce.models.arg_examples`;
+inputs not named take none); start values come from `table.start()` (`prompt_group` with
+G=1 unless a sweep builds `GroupData(size=2)`)."""
 
 
 # ==================================================================================== Ledger

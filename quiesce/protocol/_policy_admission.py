@@ -20,6 +20,7 @@ stay `accepting`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -119,11 +120,9 @@ POLICY_ADMISSION: Table[PolicyState, PolicyInput] = Table(
     },
 )
 
-ARG_EXAMPLES: tuple[tuple[PolicyInput, Any], ...] = (
-    (I.CALL_STARTED, "call-1"),
-    (I.CALL_STARTED, "call-2"),
-    (I.CALL_FINISHED, "call-1"),
-    (I.FENCE_PREPARE, None),
-    (I.FENCE_RESUME, None),
-)
-"""Sample `(input, arg)` pairs for sweeps: call ids for call inputs, None for fence inputs."""
+ARG_EXAMPLES: Mapping[PolicyInput, tuple[object, ...]] = {
+    I.CALL_STARTED: ("call-1", "call-2"),
+    I.CALL_FINISHED: ("call-1", "call-2"),
+}
+"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): call ids for
+call inputs; fence inputs take none."""

@@ -21,6 +21,7 @@ saved turn that depends on it is discarded and that rollout restarts from scratc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
@@ -150,14 +151,12 @@ RESOURCES: Table[ResourcesState, ResourcesInput] = Table(
     },
 )
 
-ARG_EXAMPLES: tuple[tuple[ResourcesInput, Any], ...] = (
-    (I.MUTATION_STARTED, Mutation("m-1", "r0")),
-    (I.MUTATION_STARTED, Mutation("m-2", "r1")),
-    (I.MUTATION_FINISHED, Mutation("m-1", "r0")),
-    (I.FENCE_PREPARE, None),
-    (I.FENCE_RESUME, None),
-    (I.IMPORT, (("r0", 2),)),
-    (I.IMPORT, ()),
-)
-"""Sample `(input, arg)` pairs for sweeps: a `Mutation` for mutation inputs, revisions for
-`IMPORT`, None for fence inputs."""
+_MUTATIONS = tuple(Mutation(m, r) for m in ("m-1", "m-2") for r in ("r0", "r1"))
+ARG_EXAMPLES: Mapping[ResourcesInput, tuple[object, ...]] = {
+    I.MUTATION_STARTED: _MUTATIONS,
+    I.MUTATION_FINISHED: _MUTATIONS,
+    # Revisions to install: none, one rollout, two, and a rollout named twice.
+    I.IMPORT: ((), (("r0", 2),), (("r0", 0), ("r1", 3)), (("r1", 1), ("r1", 2))),
+}
+"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): a `Mutation`
+for mutation inputs, revisions for `IMPORT`; fence inputs take none."""

@@ -767,15 +767,18 @@ def plan_redispatch(
     return RedispatchPlan(ledger, tuple(retire), tuple(dispatch), m)
 
 
-ARG_EXAMPLES: dict[str, dict[str, tuple[Any, ...]]] = {
-    "restore": {
-        "intent_read": (
-            IntentDecision(IntentAction.NONE, None, "no_intent_record"),
-            IntentDecision(IntentAction.ABORT, OpId(1, 3, 7), "not_published"),
-        ),
-        "snapshot_selected": ("ck-1-3-step7",),
-        "restore_rejected": ("digest_mismatch", "unowned_execution"),
-        "discard_begin": (0, 2),
-    }
+_IN_FLIGHT = OpId(1, 3, 7)
+ARG_EXAMPLES: Mapping[RestoreInput, tuple[object, ...]] = {
+    # Every action `decide_intent` can return, each with its reason.
+    RestoreInput.INTENT_READ: (
+        IntentDecision(IntentAction.NONE, None, "no_intent_record"),
+        IntentDecision(IntentAction.RELEASE, _IN_FLIGHT, "published_and_verified"),
+        IntentDecision(IntentAction.ABORT, _IN_FLIGHT, "not_published"),
+        IntentDecision(IntentAction.QUARANTINE_AND_ABORT, _IN_FLIGHT, "published_but_unverifiable"),
+    ),
+    RestoreInput.SNAPSHOT_SELECTED: ("ck-1-3-step7", "ck-1-2-step4"),
+    RestoreInput.RESTORE_REJECTED: ("digest_mismatch", "unowned_execution"),
+    RestoreInput.DISCARD_BEGIN: (0, 1, 2, 3),
 }
-"""Example input arguments of `restore` per input label (inputs not named take `None`)."""
+"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`); the inputs
+not named take none."""

@@ -603,9 +603,11 @@ class _Snapshot:
 
 
 TARGETS = st.one_of(st.sampled_from(["active", "next"]), st.integers(-1, 5))
-KEYS = st.one_of(st.just(-1), st.integers(0, 3))
-"""An execution key: -1 is the most recently begun one (so begin -> finish -> retire of
-the same key is frequent); 0..3 are `(rollout k // 2, attempt k % 2)`."""
+KEYS = st.sampled_from([-1, -1, -1, 0, 1, 2, 3])
+"""An execution key: -1 (most of the time, and what shrinking prefers) is a new key for
+`begin` and the most recently begun key for the other operations, so begin -> finish ->
+retire/ack of one execution is frequent; 0..3 are `(rollout k // 2, attempt k % 2)`, so
+keys also collide (duplicates, stale attempts, retire before begin)."""
 
 
 def _drives_executions(self: _Machine) -> bool:
@@ -642,6 +644,7 @@ class _Machine(RuleBasedStateMachine):
         self.texts: dict[int, str] = {}
         self.last = "setup"
         self.latest = 0
+        self.fresh_keys = 0
         self.context: AbstractContextManager[Any] | None = None
         if not isinstance(run.server, str):
             self.context = run.server()
@@ -988,6 +991,13 @@ class _Machine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ fence rules
 
+    @rule()
+    def pause(self) -> None:
+        """Send nothing. The rule hypothesis shrinks towards (it has no arguments, so it sorts
+        first): a needless request in a failing sequence becomes a pause, and the printed
+        sequence keeps only the requests that matter."""
+
+
     def _control(self, at: str | int, kind: str = "ck") -> dict[str, Any]:
         return {"op_id": self._id(at, kind), "deadline_at": DEADLINE_AT}
 
@@ -1027,8 +1037,13 @@ class _Machine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ agent rules (M3)
 
     @precondition(_drives_executions)
-    @rule(key=st.integers(0, 3), turns=st.integers(1, 3), resume=st.integers(0, 2))
+    # Mostly a fresh start: resume_from_turn > 0 claims a restored continuation, which
+    # exists only after a restore, so it is mostly refused (unknown_execution).
+    @rule(key=KEYS, turns=st.integers(1, 3), resume=st.sampled_from([0, 0, 0, 1, 2]))
     def begin(self, key: int, turns: int, resume: int) -> None:
+        if key < 0:  # a key never used in this example (begin's -1: a new execution)
+            self.fresh_keys += 1
+            key = 3 + self.fresh_keys
         rollout_id, attempt = self._key(key)
         self.latest = key
         body = {
@@ -1039,6 +1054,15 @@ class _Machine(RuleBasedStateMachine):
             "resume_from_turn": resume,
         }
         self._op("begin", body)
+
+    @precondition(_drives_executions)
+    @rule(turns=st.integers(1, 3), reward=st.integers(0, 2))
+    def begin_and_finish(self, turns: int, reward: int) -> None:
+        """Two requests: begin a new execution and finish it at once. Random single steps
+        rarely complete an execution while the fence stays idle, and a completed, un-ACKed
+        result is where the ACK/retire rules (S17) bite."""
+        self.begin(-1, turns, 0)
+        self.finish(-1, reward)
 
     @precondition(_drives_executions)
     @rule(key=KEYS, turn=st.integers(0, 3))

@@ -820,8 +820,10 @@ async def test_a_restore_resumes_parked_rollouts_from_their_turn(
     async def body(rig: Rig) -> None:
         rig.open("g0", size=2)
         await rig.poll(
-            lambda: len(rig.agent().executions) == 2
-            and all(e.data.turn >= 1 for e in rig.agent().executions)
+            lambda: (
+                len(rig.agent().executions) == 2
+                and all(e.data.turn >= 1 for e in rig.agent().executions)
+            )
         )
         outcome = await rig.checkpoint()
         assert outcome.result == "completed"

@@ -41,8 +41,15 @@ def test_defaults_finish_with_every_invariant() -> None:
     assert c.completed == result.steps  # a checkpoint at every trainer boundary
     assert r.trained == result.steps * 4 * 4 and r.lost == r.duplicated == 0
     keys = set(json.loads(result.model_dump_json()))
-    assert {"steps", "checkpoints", "rollouts", "admission_closed_s", "invariants_ok",
-            "stopped", "stop_reason"} <= keys
+    assert {
+        "steps",
+        "checkpoints",
+        "rollouts",
+        "admission_closed_s",
+        "invariants_ok",
+        "stopped",
+        "stop_reason",
+    } <= keys
 
 
 def test_the_crash_path_restores_and_redispatches() -> None:

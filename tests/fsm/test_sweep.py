@@ -12,10 +12,10 @@ Two layers:
   when no guard holds, never any other exception; and the table's invariants hold in
   every value a step produces.
 
-The argument hook: `ARG_STRATEGIES[table name][input name]` is the hypothesis strategy for
-that input's argument; inputs not listed get `None`. A table whose guards or updates need
-an argument must add its entry here (a guard raising on `None` fails the sweep, pointing
-at this dict).
+Arguments: `quiesce.models.arg_strategies` draws each input's argument from the examples
+its table's module declares in `ARG_EXAMPLES` (inputs not named there get `None`). A table
+whose guards or updates read an argument must declare its examples there (a guard raising
+on `None` fails the sweep, pointing at that mapping).
 """
 
 from __future__ import annotations
@@ -29,71 +29,16 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from quiesce.fsm import GuardRejected, Table, TransitionNotAllowed, Value, label, registered
-from quiesce.protocol import ADMISSION_GATE, GateInput, IntentAction, IntentDecision
-from quiesce.protocol._agent_execution import Admission, Completion
-from quiesce.protocol._control_fence import FenceCall, FenceInput, FenceOp
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._resources import Mutation
-
-OWNERS = st.sampled_from(["checkpoint", "train_switch", "weight_sync"])
-RECEIPTS = st.sampled_from(["receipt-1", "receipt-2"])
-CALL_IDS = st.sampled_from(["call-1", "call-2"])
-ROLLOUTS = st.sampled_from(["r0", "r1"])
-OP_IDS = st.builds(OpId, st.just(1), st.integers(min_value=1, max_value=3), st.just(0))
-FENCE_OPS = {
-    FenceInput.RECV_PREPARE: FenceOp.PREPARE,
-    FenceInput.PREPARE_READY: FenceOp.PREPARE,
-    FenceInput.PREPARE_NOT_READY: FenceOp.PREPARE,
-    FenceInput.RECV_COMMIT: FenceOp.COMMIT,
-    FenceInput.COMMIT_DONE: FenceOp.COMMIT,
-    FenceInput.COMMIT_FAILED: FenceOp.COMMIT,
-    FenceInput.RECV_RESUME: FenceOp.RESUME,
-    FenceInput.RECV_RESTORE: FenceOp.RESTORE,
-    FenceInput.RESTORE_DONE: FenceOp.RESTORE,
-    FenceInput.RESTORE_FAILED: FenceOp.RESTORE,
-    FenceInput.RECV_DISCARD: FenceOp.DISCARD,
-    FenceInput.RECV_STATUS: FenceOp.STATUS,
-}
-
-ARG_STRATEGIES: dict[str, dict[str, st.SearchStrategy[Any]]] = {
-    "admission_gate": {"hold": OWNERS, "release": OWNERS},
-    "rollout_attempt": {"rollout_completed": RECEIPTS, "ack_flushed": RECEIPTS},
-    # Sibling indexes, including ones outside any group (-1) to exercise the guards.
-    "prompt_group": {"sibling_sealed": st.integers(min_value=-1, max_value=4)},
-    # Participant tables (M2-M5): ordered ids around the watermark, each input's own op.
-    "control_fence": {
-        label(i): st.builds(FenceCall, st.just(op), OP_IDS, st.sampled_from([None, "result"]))
-        for i, op in FENCE_OPS.items()
-    },
-    "agent_execution": {
-        "begin": st.builds(Admission, st.booleans(), st.booleans()),
-        "turn_boundary": st.integers(min_value=0, max_value=3),
-        "policy_resumed": st.booleans(),
-        "run_finished": st.builds(Completion, RECEIPTS, st.just("{}")),
-        "recv_ack": RECEIPTS,
-    },
-    "policy_admission": {"call_started": CALL_IDS, "call_finished": CALL_IDS},
-    "resources": {
-        "mutation_started": st.builds(Mutation, CALL_IDS, ROLLOUTS),
-        "mutation_finished": st.builds(Mutation, CALL_IDS, ROLLOUTS),
-        "import": st.lists(st.tuples(ROLLOUTS, st.integers(0, 3)), max_size=2).map(tuple),
-    },
-    "restore": {
-        "intent_read": st.builds(
-            IntentDecision, st.sampled_from(IntentAction), st.none(), st.just("sweep")
-        ),
-        "snapshot_selected": st.sampled_from(["snapshot-1", "snapshot-2"]),
-        "restore_rejected": st.sampled_from(["digest_mismatch", "unowned_execution"]),
-        "discard_begin": st.integers(min_value=0, max_value=3),
-    },
-}
-"""Per table name, per input name (`quiesce.fsm.label`): the strategy of its argument."""
+from quiesce.models import arg_strategies
+from quiesce.protocol import ADMISSION_GATE, GateInput
 
 TABLES = registered()
+ARGS = {name: arg_strategies(table) for name, table in TABLES.items()}
+"""Per table name, per input: the strategy of its argument (from the module's examples)."""
 
 
 def arg_strategy(table: Table[Any, Any], input: Enum) -> st.SearchStrategy[Any]:
-    return ARG_STRATEGIES.get(table.name, {}).get(label(input), st.none())
+    return ARGS[table.name][input]
 
 
 def first_firing_row_target(
@@ -125,7 +70,7 @@ def check_step(table: Table[Any, Any], value: Value[Any, Any], input: Enum, arg:
     except Exception as error:
         error.add_note(
             f"{where} raised {type(error).__name__}; if the argument has the wrong type, "
-            "add a strategy for it to ARG_STRATEGIES in tests/fsm/test_sweep.py"
+            f"give {label(input)} examples in {table.inputs.__module__}.ARG_EXAMPLES"
         )
         raise
     assert disposition != "forbidden", where

@@ -1,10 +1,10 @@
 """The table-to-`RuleBasedStateMachine` generator: run on every registered table, and shown
 to fail on mutants, on a bug four steps deep, and on an engine contract broken by a table.
 
-Arguments for inputs come from the table's module (`ARG_EXAMPLES`, see
-`quiesce.models.table_state_machine`); `ARGS` below covers registered tables whose module
-does not declare them yet. A table registered later whose inputs read their argument needs
-one or the other: without it the machine steps with `None` and its failure says so.
+Arguments for inputs come from the examples the table's module declares (`ARG_EXAMPLES`,
+read by `quiesce.models.arg_strategies`); a table registered later whose inputs read their
+argument must declare them: without them the machine steps with `None` and its failure
+says so.
 """
 
 from __future__ import annotations
@@ -16,47 +16,15 @@ from enum import Enum
 from typing import Any
 
 import pytest
-from hypothesis import settings
+from hypothesis import find, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from quiesce.fsm import Table, on, registered
 from quiesce.models import arg_strategies, table_state_machine
-from quiesce.models._table_machine import hook_examples
+from quiesce.models._table_machine import arg_examples
 from quiesce.protocol import ADMISSION_GATE, GateInput
-from quiesce.protocol._causes import Cause, classify
-from quiesce.protocol._checkpoint import Attempt, CheckpointInput, Trigger
-from quiesce.protocol._deadline_registry import DeadlineArg, RegistryInput
-from quiesce.protocol._ids import OpId
 
-OWNERS = st.sampled_from(["checkpoint", "train_switch", "weight_sync"])
-ATTEMPTS = st.builds(
-    Attempt,
-    op_id=st.builds(OpId, epoch=st.just(1), seq=st.integers(1, 3), step=st.integers(0, 9)),
-    trainer_step=st.integers(0, 9),
-    started_at=st.just(0.0),
-    phase_started_at=st.just(0.0),
-)
-CLASSIFICATIONS = st.sampled_from(Cause).map(classify)
-DEADLINE_ARGS = st.builds(
-    DeadlineArg,
-    key=st.sampled_from(["checkpoint", "train_switch", "g0", "g1"]),
-    now=st.sampled_from([0.0, 1.0, 5.0]),
-    budget_s=st.sampled_from([1.0, 10.0]),
-)
-# For registered tables whose modules declare no `ARG_EXAMPLES` (yet).
-ARGS: dict[str, dict[Enum, st.SearchStrategy[Any]]] = {
-    "admission_gate": {GateInput.HOLD: OWNERS, GateInput.RELEASE: OWNERS},
-    "checkpoint": {
-        CheckpointInput.TRIGGER: st.builds(
-            Trigger, attempt=ATTEMPTS, skip=st.none() | CLASSIFICATIONS
-        ),
-        CheckpointInput.RECOVERED: ATTEMPTS,
-        CheckpointInput.FAILED: CLASSIFICATIONS,
-    },
-    "deadline_registry": {i: DEADLINE_ARGS for i in RegistryInput},
-}
-GATE_ARGS = ARGS["admission_gate"]
 # Checks of the generator itself, not bug hunts: a short run shows every rule working.
 SHALLOW = settings(settings.default, max_examples=100)
 # Row 3 is `closed + release [last_holder] -> open`: without the guard, any release reopens.
@@ -83,14 +51,14 @@ def program(error: BaseException, table: Table[Any, Any]) -> list[str]:
 @pytest.mark.parametrize("name", list(registered()))
 def test_every_registered_table_survives_its_machine(name: str) -> None:
     table = registered()[name]
-    run_state_machine_as_test(table_state_machine(table, ARGS.get(name)))
+    run_state_machine_as_test(table_state_machine(table))
 
 
 # ---------------------------------------------------------------------- what is generated
 
 
 def test_rules_and_invariants_are_named_after_inputs_and_invariants() -> None:
-    machine = table_state_machine(ADMISSION_GATE, GATE_ARGS)
+    machine = table_state_machine(ADMISSION_GATE)
     assert machine.__name__ == "AdmissionGateMachine"
     members = {n for n in vars(machine) if not n.startswith("_")}
     assert members == {
@@ -105,7 +73,7 @@ def test_rules_and_invariants_are_named_after_inputs_and_invariants() -> None:
 def test_a_table_with_forbidden_pairs_gets_a_refused_rule_and_passes() -> None:
     # Without row 0, `open + hold` is refused: the machine must step it and see the refusal.
     no_hold_from_open = ADMISSION_GATE.without_row(0)
-    machine = table_state_machine(no_hold_from_open, GATE_ARGS)
+    machine = table_state_machine(no_hold_from_open)
     assert "refused" in vars(machine)
     run_state_machine_as_test(machine, settings=SHALLOW)
 
@@ -141,21 +109,15 @@ def test_args_for_another_tables_inputs_are_refused() -> None:
         table_state_machine(ADMISSION_GATE, {Other.X: st.none()})
 
 
-HOOK_SHAPES: dict[str, Callable[[Any], object]] = {
-    "by_input": lambda inputs: {inputs.HOLD: ("checkpoint",)},
-    "pairs": lambda inputs: ((inputs.HOLD, "checkpoint"),),
-    "by_table_then_label": lambda inputs: {"fake_gate": {"hold": ("checkpoint",)}, "other": {}},
-}
-
-
-@pytest.mark.parametrize("shape", list(HOOK_SHAPES))
-def test_arg_examples_of_the_tables_module_are_picked_up(
-    shape: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def fake_gate(
+    monkeypatch: pytest.MonkeyPatch, declare: Callable[[Any], object]
+) -> tuple[Table[Any, Any], Any]:
+    """A two-input table whose inputs live in a fresh module; its `ARG_EXAMPLES` is
+    `declare(inputs)`."""
     module = types.ModuleType("quiesce_test_fake_gate_module")
     Holds = Enum("Holds", {"HOLD": "hold", "RELEASE": "release"})
     Holds.__module__ = module.__name__
-    module.ARG_EXAMPLES = HOOK_SHAPES[shape](Holds)  # type: ignore[attr-defined]
+    module.ARG_EXAMPLES = declare(Holds)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, module.__name__, module)
     table = Table(
         "fake_gate",
@@ -168,10 +130,50 @@ def test_arg_examples_of_the_tables_module_are_picked_up(
         ],
         unmapped="forbidden",
     )
-    assert hook_examples(table) == {Holds.HOLD: ["checkpoint"]}
+    return table, Holds
+
+
+def test_arg_examples_of_the_inputs_module_are_picked_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Keys of another enum (a second table of the same module) are not this table's.
+    table, Holds = fake_gate(
+        monkeypatch, lambda holds: {holds.HOLD: ("checkpoint",), GateInput.HOLD: ("x",)}
+    )
+    assert arg_examples(table) == {Holds.HOLD: ("checkpoint",)}
+    assert arg_examples(table.without_row(1)) == {Holds.HOLD: ("checkpoint",)}
     given = st.just("weight_sync")
     strategies = arg_strategies(table, {Holds.RELEASE: given})
     assert strategies[Holds.RELEASE] is given  # `args=` wins over the module's examples
+    assert find(strategies[Holds.HOLD], lambda _: True) == "checkpoint"
+
+
+OTHER_SHAPES: dict[str, Callable[[Any], object]] = {
+    "pairs": lambda holds: ((holds.HOLD, "checkpoint"),),
+    "by_table_then_label": lambda holds: {"fake_gate": {"hold": ("checkpoint",)}},
+    "by_label": lambda holds: {"hold": ("checkpoint",)},
+    "a_list": lambda holds: {holds.HOLD: ["checkpoint"]},
+    "no_example": lambda holds: {holds.HOLD: ()},
+}
+
+
+@pytest.mark.parametrize("shape", list(OTHER_SHAPES))
+def test_arg_examples_in_another_shape_are_refused(
+    shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table, _ = fake_gate(monkeypatch, OTHER_SHAPES[shape])
+    with pytest.raises(TypeError, match=r"quiesce_test_fake_gate_module\.ARG_EXAMPLES must map"):
+        table_state_machine(table)
+
+
+def test_every_registered_tables_examples_have_the_one_shape_and_its_modules_inputs() -> None:
+    # The reader skips keys of another enum; here each must be an input of a table of the same
+    # module, so an example left behind by a renamed input cannot go unnoticed.
+    inputs_by_module: dict[str, set[Enum]] = {}
+    for table in registered().values():
+        arg_examples(table)  # TypeError unless the one shape
+        members = table.inputs.__members__.values()
+        inputs_by_module.setdefault(table.inputs.__module__, set()).update(members)
+    for module, inputs in inputs_by_module.items():
+        assert set(getattr(sys.modules[module], "ARG_EXAMPLES", {})) <= inputs, module
 
 
 class GateStateLike(Enum):
@@ -184,7 +186,7 @@ class GateStateLike(Enum):
 
 def test_dropping_the_last_holder_guard_violates_open_iff_no_holder() -> None:
     mutant = ADMISSION_GATE.without_guard(LAST_HOLDER_ROW)
-    error = failure_of(table_state_machine(mutant, GATE_ARGS))
+    error = failure_of(table_state_machine(mutant))
     assert "invariant 'open_iff_no_holder' violated" in str(error)
     # The shortest story: one owner holds, a release (by anyone) reopens the gate.
     assert [s.split("(")[0] for s in program(error, mutant)] == [
@@ -196,9 +198,7 @@ def test_dropping_the_last_holder_guard_violates_open_iff_no_holder() -> None:
 
 def test_initial_data_is_drawn_by_a_start_rule() -> None:
     # Open with a holder already in the set: the invariant must fail right after `start`.
-    machine = table_state_machine(
-        ADMISSION_GATE, GATE_ARGS, initial_data=st.just(frozenset({"checkpoint"}))
-    )
+    machine = table_state_machine(ADMISSION_GATE, initial_data=st.just(frozenset({"checkpoint"})))
     error = failure_of(machine)
     assert "invariant 'open_iff_no_holder' violated" in str(error)
     assert program(error, ADMISSION_GATE) == [

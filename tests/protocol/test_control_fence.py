@@ -359,5 +359,5 @@ def test_invariants_hold_along_a_full_checkpoint_and_restore() -> None:
 
 
 def test_arg_examples_name_every_input_with_its_own_op() -> None:
-    assert {input for input, _ in ARG_EXAMPLES} == set(FenceInput)
-    assert all(call.op is OP_OF[input] for input, call in ARG_EXAMPLES)
+    assert set(ARG_EXAMPLES) == set(FenceInput)
+    assert all(call.op is OP_OF[input] for input, calls in ARG_EXAMPLES.items() for call in calls)

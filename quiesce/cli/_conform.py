@@ -1,0 +1,84 @@
+"""`quiesce conform`: check a running participant server against the protocol.
+
+Drives the server at `--url` with hypothesis-generated request sequences and judges every
+reply against the reference participant (`quiesce.testing`, docs/wire.md, PROTOCOL.md §1
+M2–M5). Result on stdout: `PASS`/`FAIL` with the counts and, on failure, the shortest
+failing sequence as numbered HTTP requests with the expected and actual reply (one JSON
+document with `--json`). Exit 0: conforms; 1: a violation; 2: a usage error or a server
+that cannot be reached or has another role.
+
+The examples share the one server: each starts by bringing it back to an idle fence (see
+`quiesce/testing/_kit.py`), so nothing else may use the server during the run, and an agent
+must not run executions on its own (`quiesce serve --no-work`, or pass `--no-executions`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from quiesce.cli._output import fail, print_json
+from quiesce.cli._serve import read_token
+from quiesce.testing._kit import ROLES, ConformanceSetupError, check_conformance
+
+__all__ = ["conform"]
+
+
+@click.command()
+@click.option("--url", required=True, help="Base URL of the server, e.g. http://127.0.0.1:8700.")
+@click.option("--role", type=click.Choice(ROLES), required=True, help="The server's role.")
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="File holding the bearer token (default: $QUIESCE_TOKEN).",
+)
+@click.option(
+    "--examples", type=click.IntRange(1), default=100, show_default=True, help="Sequences."
+)
+@click.option(
+    "--steps", type=click.IntRange(1), default=25, show_default=True, help="Operations each."
+)
+@click.option("--seed", type=int, default=None, help="Seed of the generated sequences.")
+@click.option(
+    "--executions/--no-executions",
+    default=True,
+    show_default=True,
+    help="Drive agent executions (begin/boundary/finish); --no-executions for an agent that "
+    "runs its own rollouts.",
+)
+@click.option("--timeout", type=click.FloatRange(0.1), default=10.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def conform(
+    url: str,
+    role: str,
+    token_file: Path | None,
+    examples: int,
+    steps: int,
+    seed: int | None,
+    executions: bool,
+    timeout: float,
+    as_json: bool,
+) -> None:
+    """Check that the participant server at --url follows the protocol (docs/wire.md)."""
+    token = read_token(token_file)
+    try:
+        result = check_conformance(
+            url,
+            role,
+            token,
+            examples=examples,
+            steps=steps,
+            seed=seed,
+            executions=executions,
+            timeout=timeout,
+        )
+    except ConformanceSetupError as error:
+        fail(error)
+    if as_json:
+        print_json(result.to_json())
+    else:
+        click.echo(result.report())
+    if not result.ok:
+        raise SystemExit(1)

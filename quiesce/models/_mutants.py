@@ -1,0 +1,792 @@
+"""The mutant catalog: named variants of the protocol that each re-introduce one known bug.
+
+What lives here: `MUTANTS`, one *scenario* mutant per PROTOCOL.md §7 scenario (S1-S19),
+each naming its scenario, the check that kills it and the smallest configuration that
+does; *generated* mutants derived mechanically from the tables (drop each guard, send
+each row to another state); and `verify`, which runs a mutant against its killing check
+and stops at the first violation. A mutant that survives its check means the check can
+no longer fail for that bug: `quiesce mutants --verify` exits 1 if a scenario mutant
+survives.
+
+How a mutant is built. Where the bug lives in a table it is a derived table
+(`without_row`, `retarget`, `without_guard`, `derive`) run through the very same model
+(`Hooks`): the controller's tables are the coordinator's parameters, the participant's
+tables and the coordinator's helpers are module attributes swapped only while the model
+steps. Where the explorer cannot express the scenario (the M9 restore planning, the
+setup refusals, a liveness bug whose symptom is "the checkpoint keeps failing"), the
+killing check is a scripted scenario run (`scenario:<name>`) that drives the real
+`System` with the mutant applied and asserts the fixed behaviour, as
+`tests/protocol/test_scenarios.py` does.
+
+>>> verify(MUTANTS["S2_boolean_suspend"]).killed  # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, Literal
+
+from quiesce.fsm import Table, label, on
+from quiesce.models._explorer import check
+from quiesce.models._protocol_model import Hooks, ProtocolModel, ProtocolParams, _Patched
+from quiesce.protocol import _agent_role, _control_ops, _coordinator, _recovery_levels, _restore
+from quiesce.protocol import _system as _system_module
+from quiesce.protocol._admission_gate import ADMISSION_GATE
+from quiesce.protocol._agent_execution import AGENT_EXECUTION, AgentInput, ExecState
+from quiesce.protocol._causes import CAUSES, Cause, Classification, Disposition
+from quiesce.protocol._checkpoint import CHECKPOINT, CheckpointInput, CheckpointState
+from quiesce.protocol._config import QuiesceConfig
+from quiesce.protocol._control_fence import CONTROL_FENCE, FenceInput
+from quiesce.protocol._controller_effects import Op, Outcome
+from quiesce.protocol._controller_inputs import GroupOpened, PeriodElapsed, Reply
+from quiesce.protocol._coordinator import Coordinator
+from quiesce.protocol._deadline_registry import DEADLINE_REGISTRY, RegistryInput, RegistryState
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._messages import (
+    Continuation,
+    FinishRequest,
+    PrepareReply,
+    RestoreReply,
+    RetireRequest,
+)
+from quiesce.protocol._participant import handle, new_participant
+from quiesce.protocol._participant_state import ParticipantState
+from quiesce.protocol._system import System, SystemState
+
+__all__ = [
+    "MUTANTS",
+    "GENERATED_PARAMS",
+    "Mutant",
+    "Verdict",
+    "generated_mutants",
+    "mutant_hooks",
+    "scenario_mutants",
+    "verify",
+]
+
+Kind = Literal["scenario", "generated"]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One named variant of the protocol and the check that must kill it.
+
+    `hooks` builds the variant (derived tables, swapped module attributes). `killed_by`
+    names the check: an explorer property (`I1`..`I8`, `no_stall`) run on `params` (the
+    smallest configuration that kills it), or `scenario:<name>` for a scripted run.
+    """
+
+    name: str
+    kind: Kind
+    scenario: str | None
+    doc: str
+    hooks: Callable[[], Hooks]
+    killed_by: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    scripted: Callable[[], None] | None = None
+    max_states: int = 50_000
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What `verify` found: killed or not, by which check, after how many states."""
+
+    mutant: Mutant
+    killed: bool
+    killed_by: str | None
+    states: int
+    seconds: float
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The `quiesce mutants --verify --json` entry of this mutant."""
+        return {
+            "name": self.mutant.name,
+            "kind": self.mutant.kind,
+            "scenario": self.mutant.scenario,
+            "killed": self.killed,
+            "killed_by": self.killed_by,
+            "expected_killer": self.mutant.killed_by,
+            "states": self.states,
+            "seconds": round(self.seconds, 3),
+            "detail": self.detail,
+        }
+
+
+# ============================================================================ building blocks
+
+
+def _row(table: Table[Any, Any], sources: Any, input: Enum, *, guard: str | None = None) -> int:
+    """The index of the first row of `table` with `input`, a source in `sources`, `guard`."""
+    wanted = {sources} if isinstance(sources, Enum) else set(sources)
+    for index, row in enumerate(table.rows):
+        if row.input is input and wanted & set(row.sources) and row.guard == guard:
+            return index
+    raise LookupError(f"{table.name} has no row {sources} {input} [{guard}]")
+
+
+def _small(**overrides: Any) -> dict[str, Any]:
+    """A minimal configuration: one sibling of one turn, nothing else unless asked."""
+    base = dict(
+        siblings=1,
+        turns=1,
+        attempts=1,
+        triggers=1,
+        optimizer_steps=0,
+        weight_sync=0,
+        train_switch=0,
+        prepare_retries=1,
+        faults=0,
+        crashes=False,
+    )
+    base.update(overrides)
+    return base
+
+
+def _patch(*patches: tuple[Any, str, Any], **tables: Table[Any, Any]) -> Callable[[], Hooks]:
+    def build() -> Hooks:
+        return Hooks(patches=tuple(patches), **tables)
+
+    return build
+
+
+def _fence(table: Table[Any, Any]) -> tuple[Any, str, Any]:
+    return (_control_ops, "CONTROL_FENCE", table)
+
+
+def _agent_table(table: Table[Any, Any]) -> tuple[Any, str, Any]:
+    return (_agent_role, "AGENT_EXECUTION", table)
+
+
+# ------------------------------------------------------------------ scenario mutants (tables)
+
+
+def _s1_registry() -> Table[Any, Any]:
+    # The checkpoint's hold is recorded, but the clocks keep running (no suspend).
+    index = _row(DEADLINE_REGISTRY, RegistryState.RUNNING, RegistryInput.SUSPEND)
+    return DEADLINE_REGISTRY.retarget(index, None).without_effect(index, "cancel_all")
+
+
+def _s2_registry() -> Table[Any, Any]:
+    # A boolean, not a holder set: any holder's resume restarts the clocks.
+    index = _row(DEADLINE_REGISTRY, RegistryState.SUSPENDED, RegistryInput.RESUME, guard="last_holder")
+    return DEADLINE_REGISTRY.without_guard(index)
+
+
+def _s4_checkpoint() -> Table[Any, Any]:
+    # A failed release is re-raised: the run stops instead of release_pending.
+    index = next(
+        i
+        for i, row in enumerate(CHECKPOINT.rows)
+        if row.input is CheckpointInput.FAILED
+        and row.sources == (CheckpointState.RELEASING,)
+        and row.target is CheckpointState.RELEASE_PENDING
+    )
+    return CHECKPOINT.retarget(index, CheckpointState.STOPPED)
+
+
+def _s5_checkpoint() -> Table[Any, Any]:
+    # The pending abort of X is given up at the next trigger; the next attempt gets a new id.
+    index = _row(CHECKPOINT, CheckpointState.ABORT_PENDING, CheckpointInput.TRIGGER)
+    rows = list(CHECKPOINT.rows)
+    rows[index] = on(
+        CheckpointState.ABORT_PENDING,
+        CheckpointInput.TRIGGER,
+        CheckpointState.IDLE,
+        update="finished",
+        effects=("cancel_retry", "clear_intent", "drop_holds"),
+    )
+    return CHECKPOINT.derive("abort_with_new_id", rows=rows)
+
+
+def _s15_fence() -> Table[Any, Any]:
+    # No high-watermark check for prepare: a delayed prepare(X) after resume(X) is accepted.
+    index = _row(CONTROL_FENCE, tuple(CONTROL_FENCE.states), FenceInput.RECV_PREPARE, guard="stale_id")
+    return CONTROL_FENCE.without_row(index)
+
+
+def _s17_agent() -> Table[Any, Any]:
+    # Retire tombstones a completed, un-ACKed execution: its result is released without ACK.
+    index = _row(AGENT_EXECUTION, ExecState.COMPLETED, AgentInput.RETIRE)
+    rows = list(AGENT_EXECUTION.rows)
+    rows[index] = on(ExecState.COMPLETED, AgentInput.RETIRE, ExecState.TOMBSTONED, effects="tombstone")
+    return AGENT_EXECUTION.derive("retire_releases_completed", rows=rows)
+
+
+def _s18_checkpoint() -> Table[Any, Any]:
+    # A restart ignores the intent record: the id in flight is never finished.
+    index = _row(CHECKPOINT, CheckpointState.IDLE, CheckpointInput.RECOVERED)
+    rows = list(CHECKPOINT.rows)
+    rows[index] = on(CheckpointState.IDLE, CheckpointInput.RECOVERED, None)
+    return CHECKPOINT.derive("intent_ignored", rows=rows)
+
+
+# ------------------------------------------------------------------ scenario mutants (code)
+
+
+def _by_exception_type(cause: Cause) -> Classification:
+    # The old bug: a participant error surfaced as a generic exception, typed as fatal.
+    found = CAUSES[cause]
+    if cause in (Cause.PARTICIPANT_ERROR, Cause.TIMEOUT, Cause.REQUEST_LOST, Cause.REPLY_LOST):
+        return Classification(cause, "invariant_error", Disposition.FATAL)
+    return found
+
+
+_ORIGINAL_CALL_ROLE = _coordinator._Run.call_role
+_ORIGINAL_ON_REPLY = _coordinator._Run.on_reply
+_ORIGINAL_CAPTURE = _coordinator._Run.capture
+
+
+def _attempted_after_call(run: Any) -> None:
+    # S6 mutant: the participants called are marked attempted only when they answer.
+    before = run.attempt.attempted
+    _ORIGINAL_CALL_ROLE(run)
+    attempt = run.state.attempt
+    if attempt is not None and attempt.attempted != before:
+        run.set_attempt(replace(attempt, attempted=before))
+
+
+def _attempted_on_reply(run: Any, event: Reply) -> None:
+    attempt = run.state.attempt
+    if attempt is not None and event.op is Op.PREPARE and isinstance(event.result, PrepareReply):
+        run.set_attempt(replace(attempt, attempted=attempt.attempted | {event.participant}))
+    _ORIGINAL_ON_REPLY(run, event)
+
+
+def _capture_without_reflush(run: Any) -> None:
+    # S7 mutant: pending ACKs at capture are neither re-flushed nor a reason to skip.
+    attempt = run.attempt
+    if run.state.trainer_step != attempt.trainer_step or run.state.optimizer_busy:
+        run.fail(Cause.TRAINER_STATE_CHANGED)
+        return
+    run.emit(_coordinator.CaptureCut(attempt.op_id, attempt.trainer_step, run.state.ledger))
+
+
+def _capture_without_step_check(run: Any) -> None:
+    # S9 mutant: an optimizer step between commit and capture goes unnoticed.
+    attempt = run.attempt
+    run.set_attempt(replace(attempt, trainer_step=run.state.trainer_step))
+    if not run.state.optimizer_busy:
+        _ORIGINAL_CAPTURE(run)
+    else:
+        run.state = replace(run.state, optimizer_busy=False)
+        _ORIGINAL_CAPTURE(run)
+        run.state = replace(run.state, optimizer_busy=True)
+
+
+def _flush_not_strict(run: Any, _arg: Any) -> None:
+    # S8 mutant: the flush trusts the background drain and sends nothing.
+    run.fire(CheckpointInput.ACKS_FLUSHED)
+
+
+def _not_ready_fails(run: Any, event: Reply) -> None:
+    # S10 mutant: a not-ready prepare fails the attempt at once instead of being retried.
+    if isinstance(event.result, PrepareReply) and event.result.status == "not_ready":
+        attempt = run.state.attempt
+        if attempt is not None and (event.participant, event.op_id) in attempt.waiting:
+            run.fail(Cause.NOT_READY_UNTIL_DEADLINE)
+            return
+    _ORIGINAL_ON_REPLY(run, event)
+
+
+def _live_level_ignored(self: Any, environment: str, default: Any) -> Any:
+    # S11 mutant: the group-scored environment's lowered live level is ignored.
+    return default
+
+
+def _journal_loses_everything(journal: Any, incarnation: str) -> ParticipantState:
+    # S19 mutant: a restart comes back with a fresh fence and role (nothing was durable).
+    config = journal.config if hasattr(journal, "config") else None
+    if config is None:
+        return _ORIGINAL_FROM_JOURNAL(journal, incarnation)
+    return new_participant(config, incarnation)
+
+
+_ORIGINAL_FROM_JOURNAL = _system_module.from_journal
+
+
+def _no_discards(value: Any, op_id: OpId, restored: Iterable[Any]) -> tuple[Any, ...]:
+    # S12 mutant: restart_only continuations are resumed like any other.
+    return ()
+
+
+_ORIGINAL_JUDGE = _restore.judge_restore
+
+
+def _judge_ignoring_digests(expected: Mapping[str, str], replies: Any, failures: Any, ledger: Any = None) -> Any:
+    # S16 mutant: restore replies are accepted whatever digest they report.
+    return _ORIGINAL_JUDGE({}, replies, failures, ledger)
+
+
+class _Everything(frozenset[str]):
+    """A set that contains every value (the S13/S14 mutants accept any mode)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+_ORIGINAL_LOWER = _recovery_levels.lower_levels
+
+
+def _lower_allowing_refinement(target: Any, environments: Any, overrides: Any = None) -> Any:
+    # Overrides allowed to refine: a finer override is silently kept instead of refused.
+    plan = _ORIGINAL_LOWER(target, environments, None)
+    return plan
+
+
+# ------------------------------------------------------------------ scripted scenario checks
+
+
+def _system(config: QuiesceConfig | None = None) -> tuple[System, SystemState]:
+    system = System(Coordinator(config or QuiesceConfig(max_consecutive_failures=5)))
+    participants = [
+        new_participant({"name": "policy", "role": "policy"}, "p1"),
+        new_participant({"name": "agent", "role": "agent"}, "a1"),
+        new_participant({"name": "resources", "role": "resources", "recovery_mode": "stateless"}, "r1"),
+    ]
+    state, _ = system.start(participants)
+    return system, state
+
+
+def _drain(system: System, state: SystemState) -> tuple[SystemState, list[Any]]:
+    effects: list[Any] = []
+    for _ in range(200):
+        if not state.messages:
+            return state, effects
+        state, more = system.deliver(state, 0)
+        effects.extend(more)
+    raise AssertionError("messages never settled")
+
+
+def _outcomes(effects: Iterable[Any]) -> list[tuple[str, str]]:
+    return [(e.result, e.reason) for e in effects if isinstance(e, Outcome)]
+
+
+def _scenario_s8() -> None:
+    """test_s8: a dead background ACK drain is caught by the strict flush."""
+    system, state = _system()
+    state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
+    state, _, _ = system.finish(state, "agent", "g0/0", 0)
+    [ack] = state.requests(Op.ACK)
+    state, _ = system.fail(state, ack, Cause.IO_ERROR)
+    state, _ = system.input(state, PeriodElapsed(), now=1.0)
+    state, effects = _drain(system, state)
+    if _outcomes(effects) != [("completed", "completed")]:
+        state, more = system.fire_timer(state, _coordinator.prepare_deadline_timer(state.controller.attempt.op_id)) if state.controller.attempt else (state, [])
+        raise AssertionError(f"strict flush missing: outcomes {_outcomes([*effects, *more])}")
+
+
+def _scenario_s10() -> None:
+    """test_s10: a completion after the flush is ACKed and prepare retried until ready."""
+    system, state = _system()
+    state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
+    state, _ = system.input(state, PeriodElapsed(), now=1.0)
+    state, early = _drain(system, state)
+    state, _, _ = system.finish(state, "agent", "g0/0", 0)
+    state, more = _drain(system, state)
+    attempt = state.controller.attempt
+    if attempt is None:
+        raise AssertionError(f"the attempt ended before its retry: {_outcomes([*early, *more])}")
+    state, _ = system.fire_timer(state, _coordinator.prepare_retry_timer(attempt.op_id))
+    state, effects = _drain(system, state)
+    if _outcomes(effects) != [("completed", "completed")]:
+        raise AssertionError(f"not retried until ready: {_outcomes(effects)}")
+
+
+def _scenario_s12() -> None:
+    """test_s12: restart_only continuations are discarded before resume."""
+    from quiesce.fsm import Value
+
+    paused = Value(_restore.RestoreState.RESTORED_PAUSED, _restore.RESTORE.start().data)
+    restored = [
+        ("agent", Continuation(rollout_id="g0/0", attempt=1, group_id="g0", turn=1, turns=2, restart_only_dependency=True)),
+        ("agent", Continuation(rollout_id="g0/1", attempt=1, group_id="g0", turn=1, turns=2)),
+    ]
+    discards = _restore.plan_discards(paused, OpId(2, 1, 0, "rs"), restored)
+    if [(d.rollout_id, d.attempt) for d in discards] != [("g0/0", 1)]:
+        raise AssertionError(f"restart_only continuation kept: {discards}")
+
+
+def _scenario_s13() -> None:
+    """test_s13: an unknown recovery mode is refused at setup, naming the server."""
+    system = System(Coordinator(QuiesceConfig()))
+    odd = new_participant({"name": "res-7", "role": "resources", "recovery_mode": "snapshotty"}, "r")
+    try:
+        system.start([odd])
+    except _recovery_levels.UnknownRecoveryMode:
+        return
+    raise AssertionError("unknown recovery mode accepted")
+
+
+def _scenario_s14() -> None:
+    """test_s14: an unmanaged multi-worker server is refused at setup."""
+    system = System(Coordinator(QuiesceConfig()))
+    many = new_participant({"name": "pol-3", "role": "policy", "multi_process": "unmanaged"}, "p")
+    try:
+        system.start([many])
+    except _recovery_levels.UnmanagedMultiProcess:
+        return
+    raise AssertionError("unmanaged multi-process server accepted")
+
+
+def _scenario_s16() -> None:
+    """test_s16: restore digests that differ from the committed ones reject the snapshot."""
+    op = OpId(2, 1, 0, "rs")
+    reply = RestoreReply(participant="policy", incarnation="p1", op_id=op, status="restored", digest="other")
+    verdict = _restore.judge_restore({"policy": "committed"}, {"policy": reply}, {})
+    if verdict.action is not _restore.VerdictAction.REJECT:
+        raise AssertionError(f"digest mismatch accepted: {verdict.action}")
+
+
+def _scenario_s17() -> None:
+    """test_s17: retire of a completed, un-ACKed execution keeps it until the ACK."""
+    agent = new_participant({"name": "agent", "role": "agent"}, "a1")
+    from quiesce.protocol._messages import BeginRequest
+
+    agent, _, _ = handle(agent, "begin", BeginRequest(rollout_id="g0/0", attempt=0, group_id="g0", turns=1))
+    agent, _, _ = handle(agent, "finish", FinishRequest(rollout_id="g0/0", attempt=0))
+    _, reply, _ = handle(agent, "retire", RetireRequest(rollout_id="g0/0", attempt=0))
+    if getattr(reply, "outcome", None) != "completed_unacknowledged":
+        raise AssertionError(f"retire released a completed result: {reply}")
+
+
+def _scenario_overrides() -> None:
+    """test_recovery_levels: an override finer than the target is refused."""
+    from quiesce.protocol._recovery_levels import EnvironmentTraits, OverrideRefines, RecoveryLevel
+
+    envs = [EnvironmentTraits("agent")] if _has_simple_traits() else []
+    try:
+        _recovery_levels.lower_levels(RecoveryLevel.SIBLING, envs, {"agent": RecoveryLevel.TURN})
+    except OverrideRefines:
+        return
+    except Exception as error:  # noqa: BLE001 - any other refusal is still a refusal
+        if "agent" in str(error):
+            return
+        raise
+    raise AssertionError("an override finer than the target was accepted")
+
+
+def _has_simple_traits() -> bool:
+    from quiesce.protocol._recovery_levels import EnvironmentTraits
+
+    try:
+        EnvironmentTraits("agent")
+    except TypeError:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------ the catalog
+
+
+def scenario_mutants() -> list[Mutant]:
+    """One mutant per scenario S1-S19 (and the refining-override variant of S11)."""
+    run = _coordinator._Run
+    return [
+        Mutant(
+            "S1_deadline_runs_while_parked",
+            "scenario",
+            "S1",
+            "the checkpoint's hold does not suspend the deadline clocks",
+            _patch(deadlines=_s1_registry()),
+            "I4",
+            _small(),
+        ),
+        Mutant(
+            "S2_boolean_suspend",
+            "scenario",
+            "S2",
+            "a boolean instead of a holder set: the train switch's end restarts the clocks",
+            _patch(deadlines=_s2_registry()),
+            "I4",
+            _small(train_switch=1),
+        ),
+        Mutant(
+            "S3_classified_by_exception_type",
+            "scenario",
+            "S3",
+            "a 5xx or timeout is typed as a generic (fatal) error: the run stops",
+            _patch((_coordinator, "classify", _by_exception_type)),
+            "no_stall",
+            _small(faults=1),
+        ),
+        Mutant(
+            "S4_release_failure_reraised",
+            "scenario",
+            "S4",
+            "a failed release stops the run instead of release_pending",
+            _patch(checkpoint=_s4_checkpoint()),
+            "no_stall",
+            _small(faults=1),
+        ),
+        Mutant(
+            "S5_abort_with_new_id",
+            "scenario",
+            "S5",
+            "a pending abort of X is dropped; the next attempt uses a new id",
+            _patch(checkpoint=_s5_checkpoint()),
+            "I3",
+            _small(triggers=2, faults=1),
+        ),
+        Mutant(
+            "S6_attempted_after_the_call",
+            "scenario",
+            "S6",
+            "a participant is marked attempted when it answers, not before the call",
+            _patch(
+                (run, "call_role", _attempted_after_call),
+                (_coordinator._HANDLERS, Reply, _attempted_on_reply),
+            ),
+            "I3",
+            _small(faults=1),
+        ),
+        Mutant(
+            "S7_no_reflush_at_capture",
+            "scenario",
+            "S7",
+            "pending ACKs at capture are neither re-flushed nor skipped",
+            _patch((run, "capture", _capture_without_reflush)),
+            "I8",
+            _small(),
+        ),
+        Mutant(
+            "S8_flush_not_strict",
+            "scenario",
+            "S8",
+            "flushing_acks trusts the background drain and sends nothing",
+            _patch((_coordinator._WORK, "flush_acks", _flush_not_strict)),
+            "scenario:test_s8_background_ack_failure_is_caught_by_the_strict_flush",
+            scripted=_scenario_s8,
+        ),
+        Mutant(
+            "S9_optimizer_step_unnoticed",
+            "scenario",
+            "S9",
+            "an optimizer step between commit and capture is not a skip",
+            _patch((run, "capture", _capture_without_step_check)),
+            "I8",
+            _small(optimizer_steps=1),
+        ),
+        Mutant(
+            "S10_not_ready_fails_at_once",
+            "scenario",
+            "S10",
+            "a not-ready prepare fails the attempt instead of being retried until ready",
+            _patch((_coordinator._HANDLERS, Reply, _not_ready_fails)),
+            "scenario:test_s10_completion_after_the_flush_is_acked_and_prepare_retried_until_ready",
+            scripted=_scenario_s10,
+        ),
+        Mutant(
+            "S11_group_scored_sibling_alone",
+            "scenario",
+            "S11",
+            "a group-scored environment's sibling is retried alone (live level ignored)",
+            _patch((_coordinator.Fleet, "live_level", _live_level_ignored)),
+            "I2",
+            _small(siblings=2, attempts=2, triggers=0, group_scored=True),
+        ),
+        Mutant(
+            "S11_overrides_refine",
+            "scenario",
+            "S11",
+            "an override finer than the target level is accepted",
+            _patch((_recovery_levels, "lower_levels", _lower_allowing_refinement)),
+            "scenario:test_recovery_levels (override refines)",
+            scripted=_scenario_overrides,
+        ),
+        Mutant(
+            "S12_restart_only_resumed",
+            "scenario",
+            "S12",
+            "a restored continuation depending on a restart_only resource is resumed",
+            _patch((_restore, "plan_discards", _no_discards)),
+            "scenario:test_s12_restart_only_continuations_are_discarded_before_resume",
+            scripted=_scenario_s12,
+        ),
+        Mutant(
+            "S13_unknown_recovery_mode_accepted",
+            "scenario",
+            "S13",
+            "an unknown recovery mode is accepted at setup",
+            _patch((_recovery_levels, "KNOWN_RECOVERY_MODES", _Everything())),
+            "scenario:test_s13_unknown_recovery_mode_is_refused_at_setup_naming_the_server",
+            scripted=_scenario_s13,
+        ),
+        Mutant(
+            "S14_unmanaged_accepted",
+            "scenario",
+            "S14",
+            "an unmanaged multi-worker server is accepted at setup",
+            _patch((_recovery_levels, "KNOWN_MULTI_PROCESS_MODES", _Everything())),
+            "scenario:test_s14_unmanaged_multi_worker_server_is_refused_at_setup",
+            scripted=_scenario_s14,
+        ),
+        Mutant(
+            "S15_stale_prepare_accepted",
+            "scenario",
+            "S15",
+            "a delayed prepare(X) after resume(X) is accepted (no high-watermark check)",
+            _patch(_fence(_s15_fence())),
+            "I3",
+            _small(faults=1),
+        ),
+        Mutant(
+            "S16_restore_digests_unchecked",
+            "scenario",
+            "S16",
+            "restore replies are accepted whatever digest they report",
+            _patch((_restore, "judge_restore", _judge_ignoring_digests)),
+            "scenario:test_s16_restore_digest_mismatch_rejects_the_snapshot",
+            scripted=_scenario_s16,
+        ),
+        Mutant(
+            "S17_retire_releases_completed",
+            "scenario",
+            "S17",
+            "retire tombstones a completed, un-ACKed execution",
+            _patch(_agent_table(_s17_agent())),
+            "I1",
+            _small(attempts=2, triggers=0),
+        ),
+        Mutant(
+            "S18_intent_ignored_at_restart",
+            "scenario",
+            "S18",
+            "a restarted controller ignores the intent record of the id in flight",
+            _patch(checkpoint=_s18_checkpoint()),
+            "I3",
+            _small(faults=1, crashes=True),
+        ),
+        Mutant(
+            "S19_journal_not_durable",
+            "scenario",
+            "S19",
+            "a restarted participant comes back without its fence and results",
+            _patch((_system_module, "from_journal", _journal_loses_everything)),
+            "I1",
+            _small(triggers=0, faults=1, crashes=True),
+        ),
+    ]
+
+
+GENERATED_PARAMS: dict[str, Any] = _small(siblings=1, attempts=2, faults=1, crashes=True)
+"""The configuration every generated mutant is checked at (bounded by `max_states`)."""
+
+_GENERATED_TABLES: tuple[tuple[str, Table[Any, Any]], ...] = (
+    ("checkpoint", CHECKPOINT),
+    ("admission_gate", ADMISSION_GATE),
+    ("deadline_registry", DEADLINE_REGISTRY),
+    ("control_fence", CONTROL_FENCE),
+    ("agent_execution", AGENT_EXECUTION),
+)
+
+
+def _hooks_for(table_name: str, table: Table[Any, Any]) -> Callable[[], Hooks]:
+    if table_name == "checkpoint":
+        return _patch(checkpoint=table)
+    if table_name == "admission_gate":
+        return _patch(gate=table)
+    if table_name == "deadline_registry":
+        return _patch(deadlines=table)
+    if table_name == "control_fence":
+        return _patch(_fence(table))
+    return _patch(_agent_table(table))
+
+
+def generated_mutants() -> list[Mutant]:
+    """Drop each guard, and send each row to every other state, of every protocol table
+    the model runs (`checkpoint`, `admission_gate`, `deadline_registry`,
+    `control_fence`, `agent_execution`)."""
+    out: list[Mutant] = []
+    for table_name, table in _GENERATED_TABLES:
+        for index, row in enumerate(table.rows):
+            where = f"{table_name}[{index}] {'/'.join(label(s) for s in row.sources)} {label(row.input)}"
+            if row.guard:
+                out.append(
+                    Mutant(
+                        f"{table_name}.drop_guard[{index}]",
+                        "generated",
+                        None,
+                        f"{where}: guard [{row.guard}] dropped",
+                        _hooks_for(table_name, table.without_guard(index)),
+                        "explorer",
+                        GENERATED_PARAMS,
+                        max_states=5_000,
+                    )
+                )
+            current = row.target
+            for state in table.states:
+                if state is current or (current is None and len(row.sources) == 1 and state in row.sources):
+                    continue
+                out.append(
+                    Mutant(
+                        f"{table_name}.retarget[{index}]->{label(state)}",
+                        "generated",
+                        None,
+                        f"{where}: goes to {label(state)} instead of {label(current) if current else 'holding'}",
+                        _lazy_retarget(table_name, table, index, state),
+                        "explorer",
+                        GENERATED_PARAMS,
+                        max_states=5_000,
+                    )
+                )
+    return out
+
+
+def _lazy_retarget(table_name: str, table: Table[Any, Any], index: int, state: Enum) -> Callable[[], Hooks]:
+    def build() -> Hooks:
+        return _hooks_for(table_name, table.retarget(index, state))()
+
+    return build
+
+
+def _catalog() -> dict[str, Mutant]:
+    mutants = [*scenario_mutants(), *generated_mutants()]
+    return {m.name: m for m in mutants}
+
+
+MUTANTS: dict[str, Mutant] = _catalog()
+"""Every mutant by name: scenario ones first, then the generated ones."""
+
+
+def mutant_hooks(name: str) -> Hooks:
+    """The hooks of mutant `name` (for `quiesce check --mutant NAME`)."""
+    return MUTANTS[name].hooks()
+
+
+def sample_generated(count: int, seed: int) -> list[Mutant]:
+    """A seeded sample of `count` generated mutants (all of them if fewer)."""
+    generated = [m for m in MUTANTS.values() if m.kind == "generated"]
+    if count >= len(generated):
+        return generated
+    return random.Random(seed).sample(generated, count)
+
+
+def verify(mutant: Mutant) -> Verdict:
+    """Run `mutant` against its killing check, stopping at the first violation."""
+    started = time.perf_counter()
+    hooks = mutant.hooks()
+    if mutant.scripted is not None:
+        try:
+            with _Patched(hooks.patches):
+                mutant.scripted()
+        except Exception as error:  # noqa: BLE001 - any failure of the scenario kills it
+            detail = f"{type(error).__name__}: {error}"
+            return Verdict(mutant, True, mutant.killed_by, 0, time.perf_counter() - started, detail)
+        return Verdict(mutant, False, None, 0, time.perf_counter() - started, "the scenario passed")
+    params = ProtocolParams(**mutant.params)
+    model = ProtocolModel(params, hooks=hooks, name=f"protocol[{mutant.name}]")
+    result = check(model, max_states=mutant.max_states, stop_on_violation=True)
+    seconds = time.perf_counter() - started
+    if result.violations:
+        violation = result.violations[0]
+        last = violation.trace.states()[-1]
+        detail = "; ".join(f"{p}: {why}" for p, why in last.env.bad) or (last.env.raised or "")
+        return Verdict(mutant, True, violation.property, result.distinct_states, seconds, detail)
+    bound = " (bounded)" if result.truncated else ""
+    return Verdict(mutant, False, None, result.distinct_states, seconds, f"no violation{bound}")

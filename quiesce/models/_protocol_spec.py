@@ -1,0 +1,70 @@
+"""Registration of the `protocol` model for `quiesce check` (the default model).
+
+`quiesce check --set key=value` sets any field of `ProtocolParams` (defaults: PROTOCOL.md §8
+reference size); `--faults K` is the fault budget; `--mutant NAME` checks a catalog mutant
+(`quiesce mutants` lists them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from quiesce.models._mutants import MUTANTS, mutant_hooks
+from quiesce.models._protocol_model import ProtocolModel, ProtocolParams
+from quiesce.models._registry import ModelSpec, Param, register_model
+
+__all__ = ["PROTOCOL_SPEC"]
+
+_DOCS = {
+    "siblings": "siblings of the prompt group (G)",
+    "turns": "turns of every rollout",
+    "attempts": "attempts per rollout (deadline retries bounded by it)",
+    "triggers": "checkpoint triggers (periodic or trainer boundary)",
+    "optimizer_steps": "optimizer steps (0 or 1)",
+    "weight_sync": "weight syncs (0 or 1)",
+    "train_switch": "train switches (0 or 1)",
+    "prepare_retries": "not-ready prepare retries per attempt before its deadline",
+    "faults": "fault budget (a crash counts as a fault); --faults sets it too",
+    "agents": "agent servers (the group runs on the first)",
+    "max_consecutive_failures": "the controller's max_consecutive_failures",
+    "group_scored": "the agent's environment is group-scored",
+    "recovery_mode": "the resources server's recovery mode",
+    "crashes": "controller and participant crashes are faults",
+}
+
+
+def _param(name: str, default: Any) -> Param:
+    if isinstance(default, bool):
+        return Param(name, bool, default, _DOCS[name])
+    if isinstance(default, int):
+        return Param(name, int, default, _DOCS[name], minimum=0, maximum=16)
+    return Param(
+        name, str, default, _DOCS[name], choices=("restart_only", "stateless", "export_restore")
+    )
+
+
+_DEFAULTS = ProtocolParams()
+
+
+def _build(params: Mapping[str, Any], faults: int | None, mutant: str | None) -> ProtocolModel:
+    values = dict(params)
+    if faults is not None:
+        values["faults"] = faults
+    chosen = ProtocolParams(**values)
+    if mutant is None:
+        return ProtocolModel(chosen)
+    return ProtocolModel(chosen, hooks=mutant_hooks(mutant), name=f"protocol[{mutant}]")
+
+
+PROTOCOL_SPEC = register_model(
+    ModelSpec(
+        name="protocol",
+        factory=_build,
+        doc="The composed checkpoint protocol (PROTOCOL.md §8 reference size by default).",
+        params=tuple(_param(f.name, getattr(_DEFAULTS, f.name)) for f in fields(ProtocolParams)),
+        mutants={name: m.doc for name, m in MUTANTS.items()},
+        faults=True,
+    )
+)

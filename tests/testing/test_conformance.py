@@ -1,0 +1,242 @@
+"""The conformance kit against `quiesce serve` (each role: passes) and against deliberately
+broken servers (each: fails with a short sequence that names the broken rule)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import structlog
+from click.testing import CliRunner
+
+from quiesce.adapters import ParticipantHost
+from quiesce.cli import main
+from quiesce.testing import (
+    BROKEN_HOSTS,
+    ConformanceResult,
+    ConformanceSetupError,
+    FlakyCommitHost,
+    LocalServer,
+    ReleaseOnRetireHost,
+    StalePrepareHost,
+    StuckCommitHost,
+    check_conformance,
+    free_port,
+)
+from quiesce.testing.plugin import ConformanceCheck
+
+pytest_plugins = ["quiesce.testing.plugin"]
+
+TOKEN = "conform-tok-5b1e9a"
+
+
+@pytest.fixture(autouse=True)
+def _quiet_logs() -> Iterator[None]:
+    # The in-thread servers log every request at debug level; keep test output readable.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    yield
+    structlog.reset_defaults()
+
+
+def _serve(role: str, tmp: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
+    token_file = tmp / f"{role}.token"
+    token_file.write_text(TOKEN + "\n")
+    port = free_port()
+    command = [
+        sys.executable, "-m", "quiesce", "serve", "--role", role, "--port", str(port),
+        "--state-dir", str(tmp / role), "--token-file", str(token_file), "--no-work",
+        "--log-level", "warning",
+    ]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "QUIESCE_TOKEN"}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        assert process.poll() is None, "quiesce serve exited at start"
+        try:
+            if httpx.get(f"{url}/healthz", timeout=0.5).status_code == 200:
+                return process, url, token_file
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "quiesce serve did not come up"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[str, Path]]]:
+    """One `quiesce serve --no-work` process per role, for the whole module."""
+    tmp = tmp_path_factory.mktemp("serve")
+    processes: list[subprocess.Popen[bytes]] = []
+    urls: dict[str, tuple[str, Path]] = {}
+    try:
+        for role in ("agent", "policy", "resources"):
+            process, url, token_file = _serve(role, tmp)
+            processes.append(process)
+            urls[role] = (url, token_file)
+        yield urls
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _conform(*args: str) -> tuple[int, str]:
+    env = {"QUIESCE_TOKEN": ""}
+    result = CliRunner().invoke(main, ["conform", *args], env=env)
+    return result.exit_code, result.output
+
+
+# ------------------------------------------------------------------ the real server passes
+
+
+@pytest.mark.parametrize("role", ["agent", "policy", "resources"])
+def test_quiesce_serve_conforms_for_each_role(
+    served: dict[str, tuple[str, Path]], role: str
+) -> None:
+    url, token_file = served[role]
+    args = ["--url", url, "--role", role, "--token-file", str(token_file)]
+    code, output = _conform(*args, "--examples", "25", "--seed", "7", "--json")
+    assert code == 0, output
+    document = json.loads(output)
+    assert document["ok"] is True and document["failure"] is None
+    assert document["role"] == role and document["participant"] == f"{role}-{url.rsplit(':', 1)[1]}"
+    assert document["examples"] >= 25
+    assert document["checks"] > 10 * document["examples"]  # every op and status is compared
+    # a second run continues from wherever the first left the server
+    code, output = _conform(*args, "--examples", "5", "--seed", "8")
+    assert code == 0, output
+    assert output.startswith("PASS")
+
+
+def test_conform_refuses_the_wrong_role_and_the_wrong_token(
+    served: dict[str, tuple[str, Path]], tmp_path: Path
+) -> None:
+    url, token_file = served["policy"]
+    code, output = _conform("--url", url, "--role", "agent", "--token-file", str(token_file))
+    assert code == 2
+    assert "policy participant, not a agent" in output and "--role policy" in output
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-the-token")
+    code, output = _conform("--url", url, "--role", "policy", "--token-file", str(wrong))
+    assert code == 2 and "401" in output and "wrong bearer token" in output
+    assert "not-the-token" not in output and TOKEN not in output
+    code, output = _conform(
+        "--url", f"http://127.0.0.1:{free_port()}", "--role", "policy", "--token-file", str(wrong)
+    )
+    assert code == 2 and "got no answer" in output
+
+
+def test_the_api_raises_a_typed_setup_error() -> None:
+    with pytest.raises(ConformanceSetupError) as caught:
+        check_conformance(f"http://127.0.0.1:{free_port()}", "agent", TOKEN, examples=1)
+    assert caught.value.url.startswith("http://127.0.0.1:")
+
+
+# ------------------------------------------------------------------ broken servers are caught
+
+
+def _check_broken(role: str, host_class: type[ParticipantHost], **options: int) -> ConformanceResult:
+    config = {"name": f"{role}-x", "role": role}
+    with LocalServer.start(config, token=TOKEN, host_class=host_class) as server:
+        return check_conformance(server.fresh, role, TOKEN, **options)
+
+
+def _printed_requests(result: ConformanceResult) -> list[str]:
+    return [line for line in result.report().splitlines() if line[:4].strip().rstrip(".").isdigit()]
+
+
+def test_a_server_that_accepts_a_stale_prepare_is_caught() -> None:
+    result = _check_broken("policy", StalePrepareHost, examples=50, seed=1)
+    assert not result.ok and result.violation is not None
+    assert "stale_checkpoint" in result.violation.rule and "S15" in result.violation.rule
+    last = result.violation.steps[-1]
+    assert last.exchange.path.endswith("/prepare") and last.exchange.status == 200
+    assert last.expected is not None and last.expected["code"] == "stale_checkpoint"
+    requests = _printed_requests(result)
+    assert len(requests) <= 3, result.report()  # setup resume + the stale prepare (+1 slack)
+    assert "resume" in requests[0] and "[setup]" in requests[0]
+    assert "expected:" in result.report() and "actual:" in result.report()
+
+
+def test_a_server_that_stays_committing_after_a_failed_commit_is_caught() -> None:
+    result = _check_broken("resources", StuckCommitHost, examples=50, seed=1)
+    assert not result.ok and result.violation is not None
+    assert result.violation.rule == "M2: a commit answered failed returns the fence to prepared"
+    assert "fence: expected 'prepared', got 'committing'" in result.violation.differences
+    paths = [s.exchange.path.rsplit("/", 1)[1] for s in result.violation.steps if not s.check]
+    assert paths[-2:] == ["prepare", "commit"], result.report()
+    assert len(_printed_requests(result)) <= 5, result.report()
+    assert result.allowed_failures >= 1
+
+
+def test_a_server_that_releases_a_completed_result_on_retire_is_caught() -> None:
+    result = _check_broken("agent", ReleaseOnRetireHost, examples=150, seed=3)
+    assert not result.ok and result.violation is not None
+    assert "S17" in result.violation.rule
+    last = result.violation.steps[-1]
+    assert last.exchange.path.endswith("/retire")
+    assert last.expected is not None and last.expected["outcome"] == "completed_unacknowledged"
+    assert last.actual is not None and last.actual["outcome"] == "tombstoned"
+    ops = [s.exchange.path.rsplit("/", 1)[1] for s in result.violation.steps if not s.check]
+    assert ops[-3:] == ["begin", "finish", "retire"], result.report()
+    assert len(_printed_requests(result)) <= 5, result.report()
+
+
+def test_a_server_that_fails_commits_correctly_conforms() -> None:
+    result = _check_broken("policy", FlakyCommitHost, examples=40, seed=2)
+    assert result.ok, result.report()
+    assert result.allowed_failures >= 1  # it did fail commits, and landed in `prepared`
+
+
+def test_conform_cli_exits_1_and_prints_the_sequence_for_a_broken_server(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    config = {"name": "policy-b", "role": "policy"}
+    with LocalServer.start(config, token=TOKEN, host_class=BROKEN_HOSTS["stuck-commit"]) as s:
+        code, output = _conform(
+            "--url", s.url, "--role", "policy", "--token-file", str(token_file),
+            "--examples", "30", "--seed", "1",
+        )  # fmt: skip
+    assert code == 1, output
+    assert output.startswith("FAIL")
+    assert "rule: M2: a commit answered failed returns the fence to prepared" in output
+    assert "shortest failing sequence" in output and "POST /control/v1/commit" in output
+    assert TOKEN not in output
+
+
+# ------------------------------------------------------------------ the pytest fixture
+
+
+def test_the_pytest_fixture_passes_a_conforming_server(
+    quiesce_conformance: ConformanceCheck,
+) -> None:
+    with LocalServer.start({"name": "agent-f", "role": "agent"}, token=TOKEN) as server:
+        result = quiesce_conformance(server.url, "agent", TOKEN, examples=10, seed=4)
+    assert result.ok and result.checks > 0
+
+
+def test_the_pytest_fixture_fails_the_test_with_the_sequence(
+    quiesce_conformance: ConformanceCheck,
+) -> None:
+    config = {"name": "policy-f", "role": "policy"}
+    with (
+        LocalServer.start(config, token=TOKEN, host_class=StalePrepareHost) as server,
+        pytest.raises(pytest.fail.Exception) as failed,
+    ):
+        quiesce_conformance(server.fresh, "policy", TOKEN, examples=30, seed=1)
+    assert "FAIL" in str(failed.value) and "stale_checkpoint" in str(failed.value)
+    assert "shortest failing sequence" in str(failed.value)
