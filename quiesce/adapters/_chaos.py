@@ -22,8 +22,9 @@ The checks, all independent of the controller's own view:
   half-written staging directory or an unverifiable snapshot);
 - after each kill the run made progress: a step was trained, a snapshot was published, or
   the run finished (`recoveries` counts the kills followed by progress);
-- at the end the controller finished its data (not stopped), its intent record is clear
-  and every participant's fence is `idle`.
+- at the end the controller finished its data (not stopped), its intent record is clear,
+  every participant's fence is `idle` and no agent holds a completed result nobody ACKed
+  (a leaked completion keeps that agent from ever being ready for a prepare again).
 
 Every child is stopped on the way out, also on SIGINT/SIGTERM (`ChaosInterrupted`): SIGTERM
 to its process group, then SIGKILL.
@@ -227,14 +228,6 @@ class _Children:
             _signal_group(proc, signal.SIGKILL)
             if proc.poll() is None:
                 proc.wait()
-            for stream in (proc.stdout,):
-                if stream is not None:
-                    stream.close()
-
-    @property
-    def pids(self) -> tuple[int, ...]:
-        """The pid of every process started, in order."""
-        return tuple(proc.pid for proc in self.started)
 
 
 @contextmanager
@@ -276,10 +269,8 @@ class _Chaos:
         config: ChaosConfig,
         root: Path,
         say: Callable[[str], None],
-        on_start: Callable[[tuple[int, ...]], None] | None = None,
     ) -> None:
         self.cfg = config
-        self.on_start = on_start
         self.root = root
         self.say = say
         self.rng = random.Random(config.seed)
@@ -471,8 +462,6 @@ class _Chaos:
 
     def run(self) -> None:
         self.start_deployment()
-        if self.on_start is not None:
-            self.on_start(self.children.pids)
         if not self._wait(lambda: self.restored is not None, self.cfg.progress_timeout_s):
             raise ChaosError(f"the controller never finished its start; see {self._log_of()}")
         for number in range(1, self.cfg.kills + 1):
@@ -603,13 +592,20 @@ class _Chaos:
         headers = {"Authorization": f"Bearer {self.token}"}
         for name, url in self.urls.items():
             try:
-                reply = httpx.get(f"{url}/control/v1/status", headers=headers, timeout=5.0)
-                fence = reply.json().get("fence")
-            except (httpx.HTTPError, ValueError) as error:
+                status = httpx.get(f"{url}/control/v1/status", headers=headers, timeout=5.0)
+                body = status.json()
+                fence, unacked = body.get("fence"), body.get("completed_unacknowledged", 0)
+            except (httpx.HTTPError, ValueError, AttributeError) as error:
                 self.violations.append(f"{name} did not answer status at the end: {error}")
                 continue
             if fence != "idle":
                 self.violations.append(f"{name} is still fenced at the end (I7): {fence}")
+            if unacked:
+                # Nobody will ever ACK it: every later prepare of this agent is not ready.
+                self.violations.append(
+                    f"{name} holds {unacked} completed result(s) nobody ACKed at the end "
+                    f"(a leaked completion; see its journal in {self.root / 'participants'})"
+                )
 
     def _ledger(self) -> tuple[int, int]:
         trained = read_trained(self.root)
@@ -628,15 +624,17 @@ class _Chaos:
 
 
 def _read_events(stream: IO[bytes], generation: int, sink: queue.Queue[dict[str, Any]]) -> None:
-    """The controller's stdout, one JSON event per line, tagged with its generation."""
-    for raw in stream:
-        try:
-            event = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            event["_generation"] = generation
-            sink.put(event)
+    """The controller's stdout, one JSON event per line, tagged with its generation; the
+    stream is closed at its end (the controller's exit)."""
+    with stream:
+        for raw in stream:
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                event["_generation"] = generation
+                sink.put(event)
     sink.put({"event": "exit", "_generation": generation})
 
 
@@ -644,14 +642,14 @@ def run_chaos(
     config: ChaosConfig | None = None,
     *,
     say: Callable[[str], None] | None = None,
-    on_start: Callable[[tuple[int, ...]], None] | None = None,
     **overrides: Any,
 ) -> ChaosResult:
     """Run one chaos experiment to the end and judge it (blocking; call from the main
     thread to have SIGINT/SIGTERM stop the children too).
 
-    `say(line)` gets one line per kill (default: nothing); `on_start(pids)` gets the pids
-    of every child started so far once the deployment is up (tests use it). Raises
+    `say(line)` gets one line per kill (default: nothing). Every child's command line names
+    the run's directory (`ChaosResult.workdir`, when kept), so leftovers are easy to find.
+    Raises
     `ChaosInterrupted` on SIGINT/SIGTERM and `ChaosError` when the deployment cannot be
     started; in every case no child outlives the call.
     """
@@ -662,7 +660,7 @@ def run_chaos(
     root = cfg.workdir or Path(tempfile.mkdtemp(prefix="quiesce-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
     begun = time.monotonic()
-    chaos = _Chaos(cfg, root, say or (lambda _line: None), on_start)
+    chaos = _Chaos(cfg, root, say or (lambda _line: None))
     ok = False
     try:
         with _interruptible():

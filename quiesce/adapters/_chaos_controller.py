@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import anyio
+import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from quiesce.adapters._clock import RealClock
@@ -61,8 +62,9 @@ from quiesce.fsm import label
 from quiesce.protocol._checkpoint import CheckpointState
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._controller_effects import ControllerEffect, Outcome
-from quiesce.protocol._controller_inputs import ControllerInput
+from quiesce.protocol._controller_inputs import ControllerInput, Reply
 from quiesce.protocol._coordinator import ControllerState, Coordinator
+from quiesce.protocol._messages import PrepareReply
 
 __all__ = [
     "CONSUMED_LOG",
@@ -269,7 +271,7 @@ class _ChaosWorld(_Run):
         self.journal = ControllerJournal(config.root / "controller")
         self.budget = config.steps * config.groups_per_step
         self.window = 3 * config.groups_per_step
-        self.agents = list(config.agents)
+        self.agents = tuple(config.agents)
         self.tally = _Tally()
         self.pushed: set[int] = set()
         self.open: set[int] = set()
@@ -285,6 +287,7 @@ class _ChaosWorld(_Run):
         self.events: TextIO = sys.stdout
         self._announced = CheckpointState.IDLE
         self._view_restored = False
+        self._log = structlog.get_logger("quiesce.chaos")
 
     def emit(self, event: str, **fields: Any) -> None:
         """One progress line for the chaos parent (flushed: the parent kills on it)."""
@@ -320,6 +323,15 @@ class _ChaosWorld(_Run):
                 "phase",
                 phase=label(state.phase),
                 checkpoint_id=str(attempt.op_id) if attempt is not None else None,
+            )
+        result = event.result if isinstance(event, Reply) else None
+        if isinstance(result, PrepareReply) and result.status == "not_ready":
+            # Why a prepare waits is the first question when a chaos run stalls.
+            self._log.info(
+                "prepare_not_ready",
+                participant=result.participant,
+                checkpoint_id=str(result.op_id),
+                blockers=list(result.blockers),
             )
         for effect in effects:
             if isinstance(effect, Outcome):

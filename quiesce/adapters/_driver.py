@@ -221,8 +221,9 @@ class RestoreReport:
     `kind`: `snapshot` (restored `snapshot_id`), `fresh_start` / `bootstrap` (no snapshot
     matched the trainer anchor: rollouts restart at the anchor), `restore_failed`, or
     `stopped` (the controller stopped before the restore ended). `redispatched` counts the
-    attempts the restore dispatched again; `released_orphans` the completions of the
-    rolled-back interval the driver ACKed so their agents can be ready again.
+    attempts the restore dispatched again; `released_orphans` the completions agents still
+    held after the restore that the coordinator dropped and ACKed (work of the rolled-back
+    interval, or of attempts the restore retired), so their agents can be ready again.
     """
 
     kind: Literal["snapshot", "fresh_start", "bootstrap", "restore_failed", "stopped"]
@@ -330,8 +331,6 @@ class Driver:
         self._lane: Queue[Callable[[], ControllerInput | None]] | None = (
             Queue(clock) if threaded else None
         )
-        self._sources: dict[tuple[str, int], str] = {}
-        self.orphans_released = 0
         self._log = structlog.get_logger("quiesce.driver")
 
     # ------------------------------------------------------------------ lifecycle
@@ -382,28 +381,7 @@ class Driver:
 
     def completed(self, participant: str, receipt: Receipt) -> None:
         """An agent announced a completion: report it (the fleet's `on_completed` hook)."""
-        self._sources[(receipt.rollout_id, receipt.attempt)] = participant
-        self.submit(RolloutCompleted(receipt.rollout_id, receipt.attempt, receipt.receipt))
-
-    def _orphan(self, event: RolloutCompleted) -> None:
-        """A completion the ledger does not own, after a restore: it belongs to the interval
-        the restore rolled back (I1). Release it, or its agent is never ready again."""
-        agent = self._sources.pop((event.rollout_id, event.attempt), None)
-        if agent is None or self.restore_report is None:
-            return
-        self.orphans_released += 1
-        receipt = Receipt(rollout_id=event.rollout_id, attempt=event.attempt, receipt=event.receipt)
-        self._spawn(self._ack_orphans, agent, (receipt,), name=f"orphan:{event.rollout_id}")
-
-    async def _ack_orphans(self, agent: str, receipts: tuple[Receipt, ...]) -> None:
-        for _ in range(self.discovery_attempts):
-            deadline = self.clock.now() + self.config.control_timeout_s
-            result = await self.send(
-                agent, ParticipantOp.ACK, AckRequest(receipts=receipts), deadline
-            )
-            if not isinstance(result, Cause) or self._dead:
-                return
-            await self.clock.sleep(self.retry_backoff_s)
+        self.submit(_completion(participant, receipt))
 
     # ------------------------------------------------------------------ the loop
 
@@ -423,13 +401,9 @@ class Driver:
                 raise  # a setup refusal (S13, S14): the run cannot start
             # The core refused an input it should have ignored; the state is unchanged.
             self._log.warning("input_refused", input=type(event).__name__, error=str(error))
-            if isinstance(event, RolloutCompleted):
-                self._orphan(event)
             self._after(event, ())
             return ()
         self.steps += 1
-        if isinstance(event, RolloutCompleted):
-            self._sources.pop((event.rollout_id, event.attempt), None)
         if before.phase is not self.state.phase:
             attempt = self.state.attempt or before.attempt
             self._log.info(
@@ -801,7 +775,7 @@ class Driver:
             self.restore_report = RestoreReport("stopped", intent=_text(intent_id))
             return self.restore_report
         if self.restore_report.kind != "restore_failed":
-            released = await self._release_orphans()
+            released = await self._report_held_completions()
             self.restore_report = replace(self.restore_report, released_orphans=released)
         return self.restore_report
 
@@ -950,11 +924,11 @@ class Driver:
             redispatched=self.restore_report.redispatched,
         )
 
-    async def _release_orphans(self) -> int:
-        """ACK completions the restored ledger does not own: they belong to the interval
-        the restore rolled back (I1: never trained), and an agent holding them unACKed
-        would never be ready for a prepare again."""
-        released = 0
+    async def _report_held_completions(self) -> int:
+        """Report every completion an agent still holds unACKed after the restore: the
+        announcements went to the dead controller. The coordinator decides what each one
+        is (sealed, or dropped and ACKed); returns how many it dropped."""
+        dropped = 0
         for agent in sorted(self.participants):
             fleet = self.state.fleet
             if fleet is None or fleet.role_of(agent) != "agent":
@@ -965,13 +939,20 @@ class Driver:
                 )
             except CallFailedError:
                 continue
-            ledger = self.state.ledger
-            orphans = tuple(r for r in reply.receipts if not ledger.owns(r.rollout_id, r.attempt))
-            if orphans:
-                released += len(orphans)
-                await self._ack_orphans(agent, orphans)
-        self.orphans_released += released
-        return released
+            for receipt in reply.receipts:
+                before = _dropped(self.state)
+                self._step(_completion(agent, receipt))
+                dropped += _dropped(self.state) - before
+        return dropped
+
+
+def _completion(agent: str, receipt: Receipt) -> RolloutCompleted:
+    return RolloutCompleted(receipt.rollout_id, receipt.attempt, receipt.receipt, agent)
+
+
+def _dropped(state: ControllerState) -> int:
+    """Completions the coordinator dropped (and ACKed) so far."""
+    return state.unowned_dropped + state.ledger.counters.late_completions_dropped
 
 
 def _text(op_id: OpId | None) -> str | None:

@@ -45,8 +45,7 @@ How each fault looks to the caller (one `Cause` each, never an exception class):
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -256,54 +255,6 @@ class InMemoryParticipant(Participant):
         return host.completions()
 
 
-class _ServerSide:
-    """A service call as a server sees it: once it arrived, it runs to its end even if
-    the calling execution dies (its agent crashed), so the server's in-flight count drains.
-
-    Without this the policy (or resources) server would count a dead agent's call forever
-    and never become ready for a prepare."""
-
-    def __init__(self, ref: HostRef) -> None:
-        self.ref = ref
-
-    @property
-    def restart_only(self) -> bool:
-        """See `ParticipantHost.restart_only`."""
-        return self.ref.restart_only
-
-    async def generate(
-        self,
-        call_id: str,
-        *,
-        held: Callable[[], Awaitable[None]] | None = None,
-        released: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
-        """The policy call, shielded from the caller's death (see the class docstring)."""
-        with anyio.CancelScope(shield=True):
-            await self.ref.generate(
-                call_id, held=_caller_side(held), released=_caller_side(released)
-            )
-
-    async def mutate(self, mutation_id: str, rollout_id: str) -> None:
-        """The mutation, shielded from the caller's death."""
-        with anyio.CancelScope(shield=True):
-            await self.ref.mutate(mutation_id, rollout_id)
-
-
-def _caller_side(
-    hook: Callable[[], Awaitable[None]] | None,
-) -> Callable[[], Awaitable[None]] | None:
-    # The hooks report to the calling agent; a dead agent must not abort the server's work.
-    if hook is None:
-        return None
-
-    async def call() -> None:
-        with contextlib.suppress(HostStopped):
-            await hook()
-
-    return call
-
-
 @dataclass(slots=True)
 class _Later:
     at: float
@@ -485,8 +436,8 @@ class InMemoryFleet:
         if host.config.role != "agent":
             return
         host.connect(
-            policies=[_ServerSide(self.refs[n]) for n in self.names("policy")],
-            resources=[_ServerSide(self.refs[n]) for n in self.names("resources")],
+            policies=[self.refs[n] for n in self.names("policy")],
+            resources=[self.refs[n] for n in self.names("resources")],
             on_completed=self._completed,
         )
 

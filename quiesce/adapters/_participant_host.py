@@ -50,6 +50,9 @@ The role's work (simulation; every sleep is on the injected `Clock`, every draw 
   `policy_call_finished` (the last call of a drain pauses the server).
 - **resources**: `mutate(mutation_id, rollout_id)` admits or holds the mutation
   (`mutation_started`), sleeps, then `mutation_finished` (the last one freezes the server).
+- A call whose caller goes away (its agent crashed: the call is cancelled) still ends on
+  the server: an admitted one is finished at once, a held one as soon as a resume admits
+  it. Otherwise the server would count it in flight forever and never be ready again.
 - A service call on a crashed host raises `HostStopped`; an agent retries it after
   `retry_backoff_s` (up to `max_service_retries`), since a restarted server answers again.
   `HostRef` is a stable handle on "the current host named X" for such wiring.
@@ -61,6 +64,7 @@ conformance tests, or when an external runtime reports `boundary` / `finish` its
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -68,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import anyio
 import anyio.to_thread
 import structlog
 from pydantic import ValidationError
@@ -321,6 +326,8 @@ class _Pending:
 class _Waiter:
     event: ClockEvent
     dead: bool = False
+    # Set when the caller went away while held: the call is finished as soon as released.
+    abandoned: Callable[[ParticipantState], ParticipantState] | None = None
 
 
 @dataclass(slots=True)
@@ -577,7 +584,11 @@ class ParticipantHost:
             if isinstance(effect, ReleaseWaiters):
                 for waiter_id in effect.ids:
                     waiter = self._waiters.pop(waiter_id, None)
-                    if waiter is not None:
+                    if waiter is not None and waiter.abandoned is not None:
+                        # Admitted by this very step with nobody left to run it: it ends now
+                        # (we hold the lock, so this is the next state change).
+                        self._state = waiter.abandoned(self._state)
+                    elif waiter is not None:
                         waiter.event.set()
             elif isinstance(effect, WakeExecutions):
                 for key in effect.keys:
@@ -749,15 +760,17 @@ class ParticipantHost:
         self, call_id: str, *, held: Hook | None = None, released: Hook | None = None
     ) -> None:
         """A generation call on this policy server (see `PolicyService`)."""
-        admitted = await self._admit(lambda s: policy_call_started(s, call_id), call_id)
-        if admitted is not None:
-            if held is not None:
-                await held()
-            await self._held(admitted)
-            if released is not None:
-                await released()
-        await self.clock.sleep(self.clock.rng.uniform(*self.work.policy_latency_s))
-        await self._update(lambda s: policy_call_finished(s, call_id))
+        waiter = await self._admit(lambda s: policy_call_started(s, call_id), call_id)
+        try:
+            if waiter is not None:
+                if held is not None:
+                    await held()
+                await self._held(waiter)
+                if released is not None:
+                    await released()
+            await self.clock.sleep(self.clock.rng.uniform(*self.work.policy_latency_s))
+        finally:
+            await self._finish(waiter, lambda s: policy_call_finished(s, call_id))
 
     @property
     def restart_only(self) -> bool:
@@ -769,10 +782,12 @@ class ParticipantHost:
         waiter = await self._admit(
             lambda s: mutation_started(s, mutation_id, rollout_id), mutation_id
         )
-        if waiter is not None:
-            await self._held(waiter)
-        await self.clock.sleep(self.clock.rng.uniform(*self.work.mutation_latency_s))
-        await self._update(lambda s: mutation_finished(s, mutation_id, rollout_id))
+        try:
+            if waiter is not None:
+                await self._held(waiter)
+            await self.clock.sleep(self.clock.rng.uniform(*self.work.mutation_latency_s))
+        finally:
+            await self._finish(waiter, lambda s: mutation_finished(s, mutation_id, rollout_id))
 
     async def _admit(
         self, event: Callable[[ParticipantState], tuple[ParticipantState, bool]], waiter_id: str
@@ -787,6 +802,24 @@ class ParticipantHost:
                 return None
             waiter = self._waiters[waiter_id] = _Waiter(self.clock.event())
             return waiter
+
+    async def _finish(
+        self,
+        waiter: _Waiter | None,
+        finished: Callable[[ParticipantState], ParticipantState],
+    ) -> None:
+        """End a call that `_admit` started, however its caller left (returned, raised, or
+        was cancelled because its agent died): the pure core's count must drain."""
+        if waiter is not None and waiter.dead:
+            return  # this server crashed: its state died with it
+        if waiter is not None and not waiter.event.is_set():
+            # Still held: the core counts it as a waiter, not in flight. It is finished
+            # the moment a resume admits it (`_carry`).
+            waiter.abandoned = finished
+            return
+        # Shielded: a cancelled caller must still get the lock and apply the finish.
+        with anyio.CancelScope(shield=True), contextlib.suppress(HostStopped):
+            await self._update(finished)
 
     async def _held(self, waiter: _Waiter) -> None:
         await waiter.event.wait()

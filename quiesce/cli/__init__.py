@@ -1,28 +1,51 @@
 """The `quiesce` command line: one module per command, registered on one click group.
 
 Results go to stdout (JSON with `--json`); logs and progress go to stderr.
+
+Commands are imported only when they run (`_COMMANDS` maps a name to its module), so a
+participant server started by `quiesce serve` does not pay for hypothesis or the model
+checker, and a restart in `quiesce chaos` is as fast as the server itself.
 """
 
 from __future__ import annotations
 
-import click
+import importlib
 
-from quiesce.cli._check import check
-from quiesce.cli._conform import conform
-from quiesce.cli._diagram import diagram, diagrams
-from quiesce.cli._mutants import mutants
-from quiesce.cli._serve import serve
-from quiesce.cli._simulate import simulate
-from quiesce.cli._tables import tables
+import click
 
 __all__ = ["main"]
 
+# name -> (module, attribute), in the order `quiesce --help` lists them.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "simulate": ("quiesce.cli._simulate", "simulate"),
+    "tables": ("quiesce.cli._tables", "tables"),
+    "diagram": ("quiesce.cli._diagram", "diagram"),
+    "diagrams": ("quiesce.cli._diagram", "diagrams"),
+    "check": ("quiesce.cli._check", "check"),
+    "mutants": ("quiesce.cli._mutants", "mutants"),
+    "serve": ("quiesce.cli._serve", "serve"),
+    "conform": ("quiesce.cli._conform", "conform"),
+    "chaos": ("quiesce.cli._chaos", "chaos"),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class _LazyGroup(click.Group):
+    """A click group whose commands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, attribute = target
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="quiesce")
 def main() -> None:
     """Declare, run and prove the quiesce checkpoint-and-recovery protocol."""
-
-
-for _command in (check, conform, diagram, diagrams, mutants, serve, simulate, tables):
-    main.add_command(_command)

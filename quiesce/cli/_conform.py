@@ -2,7 +2,7 @@
 
 Drives the server at `--url` with hypothesis-generated request sequences and judges every
 reply against the reference participant (`quiesce.testing`, docs/wire.md, PROTOCOL.md §1
-M2–M5). Result on stdout: `PASS`/`FAIL` with the counts and, on failure, the shortest
+M2-M5). Result on stdout: `PASS`/`FAIL` with the counts and, on failure, the shortest
 failing sequence as numbered HTTP requests with the expected and actual reply (one JSON
 document with `--json`). Exit 0: conforms; 1: a violation; 2: a usage error or a server
 that cannot be reached or has another role.

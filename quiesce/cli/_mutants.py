@@ -32,8 +32,13 @@ def _entry(mutant: Mutant) -> dict[str, Any]:
 @click.option("--verify", "run", is_flag=True, help="Run each mutant against its killing check.")
 @click.option("--all", "everything", is_flag=True, help="Verify every generated mutant too.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
-@click.option("--sample", type=click.IntRange(min=0), default=50, show_default=True,
-              help="Generated mutants to verify (without --all).")
+@click.option(
+    "--sample",
+    type=click.IntRange(min=0),
+    default=50,
+    show_default=True,
+    help="Generated mutants to verify (without --all).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def mutants(run: bool, everything: bool, seed: int, sample: int, as_json: bool) -> None:
     """List the mutants, or (--verify) show that every check kills its mutant.

@@ -25,6 +25,8 @@ from quiesce.models._explorer import (
     check,
     mermaid_sequence,
 )
+from quiesce.models._protocol_model import ProtocolModel, ProtocolParams
+from quiesce.models._protocol_spec import PROTOCOL_SPEC
 from quiesce.models._registry import (
     BadModelParam,
     ModelSpec,
@@ -36,8 +38,13 @@ from quiesce.models._registry import (
     known_models,
     register_model,
 )
-from quiesce.models._protocol_model import ProtocolModel, ProtocolParams
-from quiesce.models._protocol_spec import PROTOCOL_SPEC
+from quiesce.models._system_machine import (
+    CallRecord,
+    SystemMachine,
+    SystemRun,
+    SystemViolation,
+    system_machine,
+)
 from quiesce.models._table_machine import TableMachine, arg_strategies, table_state_machine
 from quiesce.models._two_phase import (
     RM_TABLE as TWO_PHASE_RM,
@@ -52,20 +59,24 @@ from quiesce.models._two_phase import (
 
 __all__ = [
     "NO_STALL",
+    "PROTOCOL_SPEC",
     "TWO_PHASE_RM",
     "TWO_PHASE_TM",
     "Action",
     "Always",
     "BadModelParam",
+    "CallRecord",
     "CheckResult",
     "Model",
     "ModelSpec",
     "Param",
-    "PROTOCOL_SPEC",
     "Progress",
     "ProtocolModel",
     "ProtocolParams",
     "Step",
+    "SystemMachine",
+    "SystemRun",
+    "SystemViolation",
     "TableMachine",
     "TableStepper",
     "Trace",
@@ -83,5 +94,6 @@ __all__ = [
     "known_models",
     "mermaid_sequence",
     "register_model",
+    "system_machine",
     "table_state_machine",
 ]

@@ -34,7 +34,14 @@ from typing import Any, Literal
 from quiesce.fsm import Table, label, on
 from quiesce.models._explorer import check
 from quiesce.models._protocol_model import Hooks, ProtocolModel, ProtocolParams, _Patched
-from quiesce.protocol import _agent_role, _control_ops, _coordinator, _recovery_levels, _restore
+from quiesce.protocol import (
+    _agent_role,
+    _control_ops,
+    _coordinator,
+    _journal,
+    _recovery_levels,
+    _restore,
+)
 from quiesce.protocol import _system as _system_module
 from quiesce.protocol._admission_gate import ADMISSION_GATE
 from quiesce.protocol._agent_execution import AGENT_EXECUTION, AgentInput, ExecState
@@ -42,7 +49,7 @@ from quiesce.protocol._causes import CAUSES, Cause, Classification, Disposition
 from quiesce.protocol._checkpoint import CHECKPOINT, CheckpointInput, CheckpointState
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._control_fence import CONTROL_FENCE, FenceInput
-from quiesce.protocol._controller_effects import Op, Outcome
+from quiesce.protocol._controller_effects import CaptureCut, Op, Outcome
 from quiesce.protocol._controller_inputs import GroupOpened, PeriodElapsed, Reply
 from quiesce.protocol._coordinator import Coordinator
 from quiesce.protocol._deadline_registry import DEADLINE_REGISTRY, RegistryInput, RegistryState
@@ -59,8 +66,8 @@ from quiesce.protocol._participant_state import ParticipantState
 from quiesce.protocol._system import System, SystemState
 
 __all__ = [
-    "MUTANTS",
     "GENERATED_PARAMS",
+    "MUTANTS",
     "Mutant",
     "Verdict",
     "generated_mutants",
@@ -148,7 +155,7 @@ def _small(**overrides: Any) -> dict[str, Any]:
     return base
 
 
-def _patch(*patches: tuple[Any, str, Any], **tables: Table[Any, Any]) -> Callable[[], Hooks]:
+def _patch(*patches: tuple[Any, Any, Any], **tables: Table[Any, Any]) -> Callable[[], Hooks]:
     def build() -> Hooks:
         return Hooks(patches=tuple(patches), **tables)
 
@@ -174,7 +181,9 @@ def _s1_registry() -> Table[Any, Any]:
 
 def _s2_registry() -> Table[Any, Any]:
     # A boolean, not a holder set: any holder's resume restarts the clocks.
-    index = _row(DEADLINE_REGISTRY, RegistryState.SUSPENDED, RegistryInput.RESUME, guard="last_holder")
+    index = _row(
+        DEADLINE_REGISTRY, RegistryState.SUSPENDED, RegistryInput.RESUME, guard="last_holder"
+    )
     return DEADLINE_REGISTRY.without_guard(index)
 
 
@@ -206,7 +215,9 @@ def _s5_checkpoint() -> Table[Any, Any]:
 
 def _s15_fence() -> Table[Any, Any]:
     # No high-watermark check for prepare: a delayed prepare(X) after resume(X) is accepted.
-    index = _row(CONTROL_FENCE, tuple(CONTROL_FENCE.states), FenceInput.RECV_PREPARE, guard="stale_id")
+    index = _row(
+        CONTROL_FENCE, tuple(CONTROL_FENCE.states), FenceInput.RECV_PREPARE, guard="stale_id"
+    )
     return CONTROL_FENCE.without_row(index)
 
 
@@ -214,7 +225,9 @@ def _s17_agent() -> Table[Any, Any]:
     # Retire tombstones a completed, un-ACKed execution: its result is released without ACK.
     index = _row(AGENT_EXECUTION, ExecState.COMPLETED, AgentInput.RETIRE)
     rows = list(AGENT_EXECUTION.rows)
-    rows[index] = on(ExecState.COMPLETED, AgentInput.RETIRE, ExecState.TOMBSTONED, effects="tombstone")
+    rows[index] = on(
+        ExecState.COMPLETED, AgentInput.RETIRE, ExecState.TOMBSTONED, effects="tombstone"
+    )
     return AGENT_EXECUTION.derive("retire_releases_completed", rows=rows)
 
 
@@ -264,7 +277,7 @@ def _capture_without_reflush(run: Any) -> None:
     if run.state.trainer_step != attempt.trainer_step or run.state.optimizer_busy:
         run.fail(Cause.TRAINER_STATE_CHANGED)
         return
-    run.emit(_coordinator.CaptureCut(attempt.op_id, attempt.trainer_step, run.state.ledger))
+    run.emit(CaptureCut(attempt.op_id, attempt.trainer_step, run.state.ledger))
 
 
 def _capture_without_step_check(run: Any) -> None:
@@ -307,7 +320,7 @@ def _journal_loses_everything(journal: Any, incarnation: str) -> ParticipantStat
     return new_participant(config, incarnation)
 
 
-_ORIGINAL_FROM_JOURNAL = _system_module.from_journal
+_ORIGINAL_FROM_JOURNAL = _journal.from_journal
 
 
 def _no_discards(value: Any, op_id: OpId, restored: Iterable[Any]) -> tuple[Any, ...]:
@@ -318,7 +331,9 @@ def _no_discards(value: Any, op_id: OpId, restored: Iterable[Any]) -> tuple[Any,
 _ORIGINAL_JUDGE = _restore.judge_restore
 
 
-def _judge_ignoring_digests(expected: Mapping[str, str], replies: Any, failures: Any, ledger: Any = None) -> Any:
+def _judge_ignoring_digests(
+    expected: Mapping[str, str], replies: Any, failures: Any, ledger: Any = None
+) -> Any:
     # S16 mutant: restore replies are accepted whatever digest they report.
     return _ORIGINAL_JUDGE({}, replies, failures, ledger)
 
@@ -347,7 +362,9 @@ def _system(config: QuiesceConfig | None = None) -> tuple[System, SystemState]:
     participants = [
         new_participant({"name": "policy", "role": "policy"}, "p1"),
         new_participant({"name": "agent", "role": "agent"}, "a1"),
-        new_participant({"name": "resources", "role": "resources", "recovery_mode": "stateless"}, "r1"),
+        new_participant(
+            {"name": "resources", "role": "resources", "recovery_mode": "stateless"}, "r1"
+        ),
     ]
     state, _ = system.start(participants)
     return system, state
@@ -377,7 +394,13 @@ def _scenario_s8() -> None:
     state, _ = system.input(state, PeriodElapsed(), now=1.0)
     state, effects = _drain(system, state)
     if _outcomes(effects) != [("completed", "completed")]:
-        state, more = system.fire_timer(state, _coordinator.prepare_deadline_timer(state.controller.attempt.op_id)) if state.controller.attempt else (state, [])
+        state, more = (
+            system.fire_timer(
+                state, _coordinator.prepare_deadline_timer(state.controller.attempt.op_id)
+            )
+            if state.controller.attempt
+            else (state, [])
+        )
         raise AssertionError(f"strict flush missing: outcomes {_outcomes([*effects, *more])}")
 
 
@@ -404,7 +427,17 @@ def _scenario_s12() -> None:
 
     paused = Value(_restore.RestoreState.RESTORED_PAUSED, _restore.RESTORE.start().data)
     restored = [
-        ("agent", Continuation(rollout_id="g0/0", attempt=1, group_id="g0", turn=1, turns=2, restart_only_dependency=True)),
+        (
+            "agent",
+            Continuation(
+                rollout_id="g0/0",
+                attempt=1,
+                group_id="g0",
+                turn=1,
+                turns=2,
+                restart_only_dependency=True,
+            ),
+        ),
         ("agent", Continuation(rollout_id="g0/1", attempt=1, group_id="g0", turn=1, turns=2)),
     ]
     discards = _restore.plan_discards(paused, OpId(2, 1, 0, "rs"), restored)
@@ -415,7 +448,9 @@ def _scenario_s12() -> None:
 def _scenario_s13() -> None:
     """test_s13: an unknown recovery mode is refused at setup, naming the server."""
     system = System(Coordinator(QuiesceConfig()))
-    odd = new_participant({"name": "res-7", "role": "resources", "recovery_mode": "snapshotty"}, "r")
+    odd = new_participant(
+        {"name": "res-7", "role": "resources", "recovery_mode": "snapshotty"}, "r"
+    )
     try:
         system.start([odd])
     except _recovery_levels.UnknownRecoveryMode:
@@ -437,7 +472,9 @@ def _scenario_s14() -> None:
 def _scenario_s16() -> None:
     """test_s16: restore digests that differ from the committed ones reject the snapshot."""
     op = OpId(2, 1, 0, "rs")
-    reply = RestoreReply(participant="policy", incarnation="p1", op_id=op, status="restored", digest="other")
+    reply = RestoreReply(
+        participant="policy", incarnation="p1", op_id=op, status="restored", digest="other"
+    )
     verdict = _restore.judge_restore({"policy": "committed"}, {"policy": reply}, {})
     if verdict.action is not _restore.VerdictAction.REJECT:
         raise AssertionError(f"digest mismatch accepted: {verdict.action}")
@@ -448,7 +485,9 @@ def _scenario_s17() -> None:
     agent = new_participant({"name": "agent", "role": "agent"}, "a1")
     from quiesce.protocol._messages import BeginRequest
 
-    agent, _, _ = handle(agent, "begin", BeginRequest(rollout_id="g0/0", attempt=0, group_id="g0", turns=1))
+    agent, _, _ = handle(
+        agent, "begin", BeginRequest(rollout_id="g0/0", attempt=0, group_id="g0", turns=1)
+    )
     agent, _, _ = handle(agent, "finish", FinishRequest(rollout_id="g0/0", attempt=0))
     _, reply, _ = handle(agent, "retire", RetireRequest(rollout_id="g0/0", attempt=0))
     if getattr(reply, "outcome", None) != "completed_unacknowledged":
@@ -464,7 +503,7 @@ def _scenario_overrides() -> None:
         _recovery_levels.lower_levels(RecoveryLevel.SIBLING, envs, {"agent": RecoveryLevel.TURN})
     except OverrideRefines:
         return
-    except Exception as error:  # noqa: BLE001 - any other refusal is still a refusal
+    except Exception as error:
         if "agent" in str(error):
             return
         raise
@@ -705,7 +744,8 @@ def generated_mutants() -> list[Mutant]:
     out: list[Mutant] = []
     for table_name, table in _GENERATED_TABLES:
         for index, row in enumerate(table.rows):
-            where = f"{table_name}[{index}] {'/'.join(label(s) for s in row.sources)} {label(row.input)}"
+            sources = "/".join(label(s) for s in row.sources)
+            where = f"{table_name}[{index}] {sources} {label(row.input)}"
             if row.guard:
                 out.append(
                     Mutant(
@@ -720,15 +760,18 @@ def generated_mutants() -> list[Mutant]:
                     )
                 )
             current = row.target
+            was = label(current) if current else "holding"
             for state in table.states:
-                if state is current or (current is None and len(row.sources) == 1 and state in row.sources):
+                if state is current or (
+                    current is None and len(row.sources) == 1 and state in row.sources
+                ):
                     continue
                 out.append(
                     Mutant(
                         f"{table_name}.retarget[{index}]->{label(state)}",
                         "generated",
                         None,
-                        f"{where}: goes to {label(state)} instead of {label(current) if current else 'holding'}",
+                        f"{where}: goes to {label(state)} instead of {was}",
                         _lazy_retarget(table_name, table, index, state),
                         "explorer",
                         GENERATED_PARAMS,
@@ -738,7 +781,9 @@ def generated_mutants() -> list[Mutant]:
     return out
 
 
-def _lazy_retarget(table_name: str, table: Table[Any, Any], index: int, state: Enum) -> Callable[[], Hooks]:
+def _lazy_retarget(
+    table_name: str, table: Table[Any, Any], index: int, state: Enum
+) -> Callable[[], Hooks]:
     def build() -> Hooks:
         return _hooks_for(table_name, table.retarget(index, state))()
 
@@ -775,7 +820,7 @@ def verify(mutant: Mutant) -> Verdict:
         try:
             with _Patched(hooks.patches):
                 mutant.scripted()
-        except Exception as error:  # noqa: BLE001 - any failure of the scenario kills it
+        except Exception as error:
             detail = f"{type(error).__name__}: {error}"
             return Verdict(mutant, True, mutant.killed_by, 0, time.perf_counter() - started, detail)
         return Verdict(mutant, False, None, 0, time.perf_counter() - started, "the scenario passed")

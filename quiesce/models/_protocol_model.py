@@ -39,7 +39,7 @@ the S13/S14 setup refusals. The mutant catalog names the check that covers each.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from quiesce.fsm import Table, label
@@ -49,7 +49,7 @@ from quiesce.protocol._agent_execution import ExecState
 from quiesce.protocol._causes import Cause
 from quiesce.protocol._checkpoint import CHECKPOINT, CheckpointState
 from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._control_fence import CONTROL_FENCE, FenceState
+from quiesce.protocol._control_fence import CONTROL_FENCE, FenceOp, FenceState
 from quiesce.protocol._controller_effects import (
     CaptureCut,
     Dispatch,
@@ -60,6 +60,7 @@ from quiesce.protocol._controller_effects import (
     WriteStaging,
 )
 from quiesce.protocol._controller_inputs import (
+    CallFailed,
     GroupOpened,
     GroupTrained,
     OptimizerStepBegin,
@@ -98,7 +99,7 @@ _PHASE_ORDER = {
     Op.COMMIT: ("agent", "policy", "resources"),
     Op.RESUME: ("resources", "policy", "agent"),
 }
-_CONTROL_OPS = frozenset({Op.PREPARE, Op.COMMIT, Op.RESUME})
+_CONTROL_OPS = frozenset({Op.PREPARE, Op.COMMIT, Op.RESUME, Op.RESTORE, Op.DISCARD})
 _COMMITTED_STATES = frozenset({FenceState.COMMITTED_PAUSED})
 _WAITING_PHASES = frozenset(
     {
@@ -236,7 +237,7 @@ class Hooks:
     checkpoint: Table[Any, Any] = CHECKPOINT
     gate: Table[Any, Any] = ADMISSION_GATE
     deadlines: Table[Any, Any] = DEADLINE_REGISTRY
-    patches: tuple[tuple[Any, str, Any], ...] = ()
+    patches: tuple[tuple[Any, Any, Any], ...] = ()
 
 
 class _Patched:
@@ -244,9 +245,9 @@ class _Patched:
 
     __slots__ = ("_patches", "_saved")
 
-    def __init__(self, patches: tuple[tuple[Any, str, Any], ...]) -> None:
+    def __init__(self, patches: tuple[tuple[Any, Any, Any], ...]) -> None:
         self._patches = patches
-        self._saved: list[tuple[Any, str, Any]] = []
+        self._saved: list[tuple[Any, Any, Any]] = []
 
     def __enter__(self) -> None:
         for owner, attribute, value in self._patches:
@@ -329,7 +330,9 @@ class ProtocolModel(Model[PState]):
     def _init_states(self) -> Iterable[PState]:
         state, _ = self.system.start(self._participants({}))
         env = Env(triggers=self.p.triggers, faults=self.p.faults)
-        state, effects = self.system.input(state, GroupOpened(GROUP, self.p.siblings, self.agents[0]))
+        state, effects = self.system.input(
+            state, GroupOpened(GROUP, self.p.siblings, self.agents[0])
+        )
         env = self._observe(state, state, effects, env)
         yield self._make(state, env)
 
@@ -386,7 +389,10 @@ class ProtocolModel(Model[PState]):
                 rid, attempt = data.rollout_id, data.attempt
                 if data.turn + 1 < data.turns:
                     enabled.append(
-                        act(f"turn {rid}#{attempt} ends turn {data.turn + 1}", ("turn", agent, rid, attempt, data.turn + 1))
+                        act(
+                            f"turn {rid}#{attempt} ends turn {data.turn + 1}",
+                            ("turn", agent, rid, attempt, data.turn + 1),
+                        )
                     )
                 else:
                     enabled.append(act(f"finish {rid}#{attempt}", ("finish", agent, rid, attempt)))
@@ -408,7 +414,12 @@ class ProtocolModel(Model[PState]):
             # One trigger action (§8: "periodic or trainer-boundary trigger"): the trainer's
             # boundary when it reached a step it has not announced yet, else the period.
             if env.trainer_step > env.announced:
-                enabled.append(act(f"trainer boundary at step {env.trainer_step}", ("trigger", "boundary", env.trainer_step)))
+                enabled.append(
+                    act(
+                        f"trainer boundary at step {env.trainer_step}",
+                        ("trigger", "boundary", env.trainer_step),
+                    )
+                )
             else:
                 enabled.append(act("periodic trigger", ("trigger", "period")))
         if env.optimizer == 0 and p.optimizer_steps > 0:
@@ -422,9 +433,10 @@ class ProtocolModel(Model[PState]):
             which = "begins" if env.train_switch == 0 else "ends"
             enabled.append(act(f"train switch {which}", ("train_switch", env.train_switch + 1)))
         ledger = sys.controller.ledger
-        for group in ledger.groups:
-            if group.state is GroupState.READY_TO_FINALIZE:
-                enabled.append(act(f"trainer trains {group.group_id}", ("train", group.group_id)))
+        for record in ledger.groups:
+            if record.state is GroupState.READY_TO_FINALIZE:
+                gid = record.group_id
+                enabled.append(act(f"trainer trains {gid}", ("train", gid)))
         if env.delayed is not None:
             who, op, _ = env.delayed
             enabled.append(act(f"stale {op.value} redelivered to {who}", ("redeliver",)))
@@ -433,12 +445,19 @@ class ProtocolModel(Model[PState]):
                 text = _describe_message(message)
                 if message.reply is None:
                     enabled.append(act(f"request lost: {text}", ("drop", index), True))
-                    enabled.append(act(f"5xx: {text}", ("fail", index, Cause.PARTICIPANT_ERROR), True))
+                    enabled.append(
+                        act(f"5xx: {text}", ("fail", index, Cause.PARTICIPANT_ERROR), True)
+                    )
                     enabled.append(act(f"timeout: {text}", ("fail", index, Cause.TIMEOUT), True))
                     if env.delayed is None and message.call.op in _CONTROL_OPS:
                         enabled.append(act(f"delayed: {text}", ("delay", index), True))
                 else:
                     enabled.append(act(f"reply lost: {text}", ("drop", index), True))
+            for index in self.system.restore_replies(sys):
+                text = _describe_message(sys.messages[index])
+                enabled.append(
+                    act(f"wrong digest at restore: {text}", ("wrong_digest", index), True)
+                )
             if p.crashes:
                 enabled.append(act("controller crashes", ("crash_controller",), True))
                 for name in self.names:
@@ -451,7 +470,7 @@ class ProtocolModel(Model[PState]):
         ledger = sys.controller.ledger
         try:
             siblings = ledger.siblings(group_id)
-        except Exception:  # noqa: BLE001 - an unknown group: the timer is stale
+        except Exception:
             return True
         return all(
             a.state is AttemptState.SEALED or a.attempt + 1 < self.p.attempts for a in siblings
@@ -468,7 +487,7 @@ class ProtocolModel(Model[PState]):
     def _apply(self, state: PState, action: Action) -> PState | None:
         try:
             return self._step(state, action)
-        except Exception as error:  # noqa: BLE001 - the pure core must accept every input
+        except Exception as error:
             why = f"{type(error).__name__}: {error}"
             return PState(state.system, replace(state.env, raised=why))
 
@@ -490,12 +509,20 @@ class ProtocolModel(Model[PState]):
             name = action.payload[1]
             if name.startswith("prepare_retry:"):
                 left = self._retries_left(sys, env) - 1
-                env = replace(env, retries=left, retry_for=sys.controller.attempt.op_id if sys.controller.attempt else None)
+                env = replace(
+                    env,
+                    retries=left,
+                    retry_for=sys.controller.attempt.op_id if sys.controller.attempt else None,
+                )
             timers = tuple(t for t in sys.timers if t[0] != name)
             sys, effects = system.input(replace(sys, timers=timers), TimerDue(name))
         elif kind == "trigger":
             env = replace(env, triggers=env.triggers - 1, announced=env.trainer_step)
-            event = PeriodElapsed() if action.payload[1] == "period" else TrainerBoundary(action.payload[2])
+            event = (
+                PeriodElapsed()
+                if action.payload[1] == "period"
+                else TrainerBoundary(action.payload[2])
+            )
             sys, effects = system.input(sys, event)
         elif kind == "optimizer":
             if action.payload[1] == 1:
@@ -507,12 +534,12 @@ class ProtocolModel(Model[PState]):
                 sys, effects = system.input(sys, OptimizerStepEnd(step))
         elif kind == "weight_sync":
             env = replace(env, weight_sync=action.payload[1])
-            event = WeightSyncBegin() if action.payload[1] == 1 else WeightSyncEnd()
-            sys, effects = system.input(sys, event)
+            sync = WeightSyncBegin() if action.payload[1] == 1 else WeightSyncEnd()
+            sys, effects = system.input(sys, sync)
         elif kind == "train_switch":
             env = replace(env, train_switch=action.payload[1])
-            event = TrainSwitchBegin() if action.payload[1] == 1 else TrainSwitchEnd()
-            sys, effects = system.input(sys, event)
+            switch = TrainSwitchBegin() if action.payload[1] == 1 else TrainSwitchEnd()
+            sys, effects = system.input(sys, switch)
         elif kind == "train":
             group_id = action.payload[1]
             ledger = sys.controller.ledger
@@ -544,11 +571,22 @@ class ProtocolModel(Model[PState]):
             env = replace(env, faults=env.faults - 1, delayed=(call.participant, call.op, request))
             # The call itself times out at its deadline (I6): the controller hears that.
             sys, effects = system.input(sys, _call_failed(call, Cause.TIMEOUT))
+        elif kind == "wrong_digest":
+            env = replace(env, faults=env.faults - 1)
+            sys = system.wrong_digest_at_restore(sys, action.payload[1])
         elif kind == "crash_controller":
             epoch = env.epoch + 1
-            lost = frozenset((k[0], k[1]) for k in env.completed) - env.trained
-            env = replace(env, faults=env.faults - 1, epoch=epoch, rolled_back=env.rolled_back | lost, failures=0)
-            sys, effects = system.crash_controller(sys, epoch=epoch, anchor_step=env.trainer_step)
+            # The restore goes back to a snapshot taken before any of this work finished:
+            # everything dispatched and not trained is rolled back (its prompt reruns).
+            lost = (frozenset((k[0], k[1]) for k in env.completed) | env.dispatched) - env.trained
+            env = replace(
+                env,
+                faults=env.faults - 1,
+                epoch=epoch,
+                rolled_back=env.rolled_back | lost,
+                failures=0,
+            )
+            sys, effects = system.crash_controller(sys, epoch=epoch)
         elif kind == "crash_participant":
             name = action.payload[1]
             counts = dict(env.crashed)
@@ -585,11 +623,22 @@ class ProtocolModel(Model[PState]):
             was = {e.data.key: e.state for e in _executions(before.participant(agent))}
             for execution in _executions(after.participant(agent)):
                 key = execution.data.key
-                if execution.state is ExecState.COMPLETED and was.get(key) is not ExecState.COMPLETED:
+                if (
+                    execution.state is ExecState.COMPLETED
+                    and was.get(key) is not ExecState.COMPLETED
+                ):
                     if any(c[:2] == key for c in completed):
                         continue
                     kept = _kept(after, key)
                     completed.add((key[0], key[1], kept, reruns))
+        # The receipts of the ACK batches delivered in this step (their requests left).
+        remaining = {id(m) for m in after.messages}
+        delivered_acks = {
+            (owed.rollout_id, owed.attempt, owed.receipt)
+            for m in before.messages
+            if m.call.op is Op.ACK and m.reply is None and id(m) not in remaining
+            for owed in m.call.payload or ()
+        }
         # Only an ACK releases a result (M3, S17): a completed execution that leaves its
         # agent must leave an acked refusal key behind (a crash keeps it in the journal).
         for agent in self.agents:
@@ -599,16 +648,18 @@ class ProtocolModel(Model[PState]):
                 key = execution.data.key
                 if execution.state is not ExecState.COMPLETED or key in now_held:
                     continue
-                acked = (key[0], key[1], execution.data.receipt) in role.refusal_keys
+                keys = getattr(role, "refusal_keys", ())
+                receipt = (key[0], key[1], execution.data.receipt)
+                acked = receipt in keys or receipt in delivered_acks
                 if not acked:
                     bad.append(("I1", f"{key[0]}#{key[1]} released by its agent without an ACK"))
         # Commits: a participant whose fence reached committed_paused with an id.
         for participant in after.participants:
             fence = participant.fence
-            if fence.state in _COMMITTED_STATES and fence.data.active is not None:
-                if fence.data.active not in committed:
-                    committed.add(fence.data.active)
-                    commit_steps.add((fence.data.active, env.trainer_step))
+            active = fence.data.active
+            if fence.state in _COMMITTED_STATES and active is not None and active not in committed:
+                committed.add(active)
+                commit_steps.add((active, env.trainer_step))
         staged: dict[OpId, set[tuple[str, str]]] = {}
         for effect in effects:
             if isinstance(effect, Dispatch):
@@ -626,7 +677,9 @@ class ProtocolModel(Model[PState]):
             elif isinstance(effect, Stopped):
                 stops.append(effect.reason)
             elif isinstance(effect, WriteStaging):
-                staged.setdefault(effect.checkpoint_id, set()).add((effect.participant, effect.digest))
+                staged.setdefault(effect.checkpoint_id, set()).add(
+                    (effect.participant, effect.digest)
+                )
             elif isinstance(effect, CaptureCut):
                 steps = {s for x, s in commit_steps if x == effect.checkpoint_id}
                 if env.optimizer == 1 or any(s != env.trainer_step for s in steps):
@@ -686,7 +739,12 @@ class ProtocolModel(Model[PState]):
         for participant in after.participants:
             fence = participant.fence
             if fence.data.active != op_id or fence.state is not FenceState.COMMITTED_PAUSED:
-                bad.append(("I8", f"{op_id} published while {participant.config.name} is not committed to it"))
+                bad.append(
+                    (
+                        "I8",
+                        f"{op_id} published while {participant.config.name} is not committed to it",
+                    )
+                )
                 continue
             reply = fence.data.result(op_id, _COMMIT_OP)
             if not isinstance(reply, CommitReply):
@@ -701,7 +759,9 @@ class ProtocolModel(Model[PState]):
             if dict(attempt.digests) != recorded:
                 bad.append(("I8", f"{op_id} staged digests differ from the participants'"))
 
-    def _check_order(self, before: SystemState, after: SystemState, bad: list[tuple[str, str]]) -> None:
+    def _check_order(
+        self, before: SystemState, after: SystemState, bad: list[tuple[str, str]]
+    ) -> None:
         """I5: a control call to a role goes out only when every earlier role of the phase
         has done that op for that id (checked at the moment the call is sent)."""
         old = {id(m.call) for m in before.messages}
@@ -711,7 +771,9 @@ class ProtocolModel(Model[PState]):
                 continue
             if call.op_id is None:
                 continue
-            order = _PHASE_ORDER[call.op]
+            order = _PHASE_ORDER.get(call.op)
+            if order is None:
+                continue
             role = self._roles.get(call.participant)
             if role is None:
                 continue
@@ -720,7 +782,13 @@ class ProtocolModel(Model[PState]):
                     if self._roles.get(participant.config.name) != earlier:
                         continue
                     if not _done(participant, call.op, call.op_id):
-                        bad.append(("I5", f"{call.op.value}({call.op_id}) to {call.participant} before {participant.config.name}"))
+                        bad.append(
+                            (
+                                "I5",
+                                f"{call.op.value}({call.op_id}) to {call.participant}"
+                                f" before {participant.config.name}",
+                            )
+                        )
 
     # ------------------------------------------------------------------ properties
 
@@ -746,7 +814,7 @@ class ProtocolModel(Model[PState]):
         }
         waiting = {a.key for a in ledger.sealed_untrained()}
         discarded = 0
-        for rollout, attempt, kept, _ in env.completed:
+        for rollout, attempt, _kept, _ in env.completed:
             key = (rollout, attempt)
             if key in env.trained or key in env.rolled_back or key in held or key in waiting:
                 continue
@@ -755,7 +823,11 @@ class ProtocolModel(Model[PState]):
             # sibling of a whole-group rerun), and the ledger must have counted it.
             discarded += 1
         counters = ledger.counters
-        return discarded <= counters.discarded_siblings + counters.late_completions_dropped
+        # Completions the controller no longer owns (compacted, or from before a restart)
+        # are ACKed and counted apart from the ledger.
+        unowned = getattr(sys.controller, "unowned_dropped", 0)
+        counted = counters.discarded_siblings + counters.late_completions_dropped + unowned
+        return discarded <= counted
 
     def _i3(self, state: PState) -> bool:
         sys, env = state.system, state.env
@@ -786,7 +858,15 @@ class ProtocolModel(Model[PState]):
         deadlines = {"checkpoint"} if checkpoint else set()
         if env.train_switch == 1:
             deadlines.add("train_switch")
-        if set(controller.gate.data) != gate or (label(controller.gate.state) == "open") != (not gate):
+        # A restarted controller's restore (M9) holds both while it runs, and only then.
+        restore = controller.restore
+        if restore is not None and label(restore.state) not in ("idle", "restore_failed"):
+            gate.add("restore")
+            if "restore" in controller.deadlines.data.holders:
+                deadlines.add("restore")
+        if set(controller.gate.data) != gate or (label(controller.gate.state) == "open") != (
+            not gate
+        ):
             return False
         registry = controller.deadlines
         if set(registry.data.holders) != deadlines:
@@ -851,9 +931,16 @@ class ProtocolModel(Model[PState]):
             "checkpoint": label(controller.phase),
             "attempt": None if attempt is None else str(attempt.op_id),
             "admission_gate": sorted(controller.gate.data),
-            "deadline_registry": [label(controller.deadlines.state), sorted(controller.deadlines.data.holders)],
+            "deadline_registry": [
+                label(controller.deadlines.state),
+                sorted(controller.deadlines.data.holders),
+            ],
             "fences": {
-                p.config.name: [label(p.fence.state), _text(p.fence.data.active), _text(p.fence.data.high_watermark)]
+                p.config.name: [
+                    label(p.fence.state),
+                    _text(p.fence.data.active),
+                    _text(p.fence.data.high_watermark),
+                ]
                 for p in sys.participants
             },
             "executions": {
@@ -908,7 +995,7 @@ class ProtocolModel(Model[PState]):
 
     def message(self, before: PState, action: Action, after: PState) -> tuple[str, str, str] | None:
         kind = action.payload[0]
-        if kind in ("deliver", "drop", "fail", "delay"):
+        if kind in ("deliver", "drop", "fail", "delay", "wrong_digest"):
             message = before.system.messages[action.payload[1]]
             call = message.call
             what = f"{call.op.value}({_text(call.op_id) or ''})"
@@ -918,7 +1005,11 @@ class ProtocolModel(Model[PState]):
                 return ("controller", call.participant, what)
             return (call.participant, "controller", f"{what} -> {_reply_text(message.reply)}")
         if kind in ("turn", "finish"):
-            return (action.payload[1], "controller" if kind == "finish" else action.payload[1], action.label)
+            return (
+                action.payload[1],
+                "controller" if kind == "finish" else action.payload[1],
+                action.label,
+            )
         if kind == "redeliver":
             who = before.env.delayed[0] if before.env.delayed else "controller"
             return ("environment", who, action.label)
@@ -929,7 +1020,7 @@ class ProtocolModel(Model[PState]):
 
 # ============================================================================ helpers
 
-_COMMIT_OP = None  # set below (FenceOp.COMMIT), kept as a module constant for speed
+_COMMIT_OP = FenceOp.COMMIT
 
 
 def _executions(participant: ParticipantState) -> tuple[Any, ...]:
@@ -940,7 +1031,7 @@ def _kept(sys: SystemState, key: tuple[str, int]) -> bool:
     """Did the controller keep this completion (seal it), rather than drop it late?"""
     try:
         return sys.controller.ledger.attempt(key).state is AttemptState.SEALED
-    except Exception:  # noqa: BLE001 - a controller that does not know the attempt
+    except Exception:
         return False
 
 
@@ -962,9 +1053,7 @@ def _flags(state: PState, prop: str) -> bool:
     return any(name == prop for name, _ in state.env.bad)
 
 
-def _call_failed(call: Any, cause: Cause) -> Any:
-    from quiesce.protocol._controller_inputs import CallFailed
-
+def _call_failed(call: Any, cause: Cause) -> CallFailed:
     return CallFailed(call.participant, call.op, call.op_id, cause)
 
 
@@ -1052,7 +1141,7 @@ def _view_execution(model: ProtocolModel, state: PState, target: str) -> str | N
         role = participant.role
         highest = getattr(role, "highest_retired", None)
         if highest is not None and key[1] <= highest(rollout):
-            for r, a, receipt in role.refusal_keys:
+            for r, a, receipt in getattr(role, "refusal_keys", ()):
                 if r == rollout and a == key[1]:
                     return "acked" if receipt else "tombstoned"
             return "tombstoned"
@@ -1071,13 +1160,14 @@ _VIEWS: dict[str, Callable[[ProtocolModel, PState, str], str | None]] = {
 def _table_of(table: str) -> Table[Any, Any]:
     from quiesce.protocol._agent_execution import AGENT_EXECUTION
 
-    return {
+    tables: dict[str, Table[Any, Any]] = {
         "checkpoint": CHECKPOINT,
         "admission_gate": ADMISSION_GATE,
         "deadline_registry": DEADLINE_REGISTRY,
         "control_fence": CONTROL_FENCE,
         "agent_execution": AGENT_EXECUTION,
-    }[table.partition("[")[0]]
+    }
+    return tables[table.partition("[")[0]]
 
 
 def _table_steps(table: str, old: str, new: str) -> list[dict[str, str]]:
@@ -1100,11 +1190,11 @@ def _table_steps(table: str, old: str, new: str) -> list[dict[str, str]]:
     seen = {old}
     while frontier and new not in seen:
         following = []
-        for state in frontier:
-            for input, target in edges.get(state, ()):
+        for here in frontier:
+            for name, target in edges.get(here, ()):
                 if target not in seen:
                     seen.add(target)
-                    previous[target] = (state, input)
+                    previous[target] = (here, name)
                     following.append(target)
         frontier = following
     if new not in previous:
@@ -1112,9 +1202,9 @@ def _table_steps(table: str, old: str, new: str) -> list[dict[str, str]]:
     chain: list[dict[str, str]] = []
     at = new
     while at != old:
-        source, input = previous[at]
-        chain.append({"state": source, "input": input, "target": at})
-        at = source
+        came_from, via = previous[at]
+        chain.append({"state": came_from, "input": via, "target": at})
+        at = came_from
     chain.reverse()
     return chain
 
@@ -1123,13 +1213,3 @@ def _canonical(model: ProtocolModel, state: PState) -> Any:
     from quiesce.models._protocol_symmetry import canonical_key
 
     return canonical_key(model, state)
-
-
-def _init_commit_op() -> None:
-    global _COMMIT_OP
-    from quiesce.protocol._control_fence import FenceOp
-
-    _COMMIT_OP = FenceOp.COMMIT
-
-
-_init_commit_op()

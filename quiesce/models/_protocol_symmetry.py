@@ -103,7 +103,10 @@ class _Renamer:
                 tuple((f.name, self.key(getattr(value, f.name), f.name)) for f in fields(value)),
             )
         if isinstance(value, dict):
-            return ("dict", tuple(sorted(((self.key(k), self.key(v)) for k, v in value.items()), key=repr)))
+            return (
+                "dict",
+                tuple(sorted(((self.key(k), self.key(v)) for k, v in value.items()), key=repr)),
+            )
         return repr(value)
 
 
@@ -118,8 +121,7 @@ def canonical_key(model: ProtocolModel, state: PState) -> Any:
     renamers = _RENAMERS.get((GROUP, siblings, attempts))
     if renamers is None:
         renamers = [
-            _Renamer(GROUP, perm, attempts)
-            for perm in itertools.permutations(range(siblings))
+            _Renamer(GROUP, perm, attempts) for perm in itertools.permutations(range(siblings))
         ]
         _RENAMERS[(GROUP, siblings, attempts)] = renamers
     keys = [r.key((state.system, state.env)) for r in renamers]

@@ -103,8 +103,10 @@ class LocalOp(Enum):
 class Call:
     """Send `op` to `participant`; the call must not outlive `deadline_at` (I6).
 
-    `op_id` is the checkpoint (or restore) id for fence operations and None for ACK and
-    RETIRE, whose `payload` says what they are about.
+    `op_id` is the checkpoint (or restore) id for fence operations and None for RETIRE,
+    whose `payload` says what it is about. An ACK's `payload` is its batch (`OwedAck`s);
+    its `op_id` is the attempt whose strict flush sent it, or None for a background drain,
+    so the answer (which quotes the call's `op_id`) settles only the call that was made.
     """
 
     participant: str

@@ -166,11 +166,16 @@ class GroupOpened:
 
 @dataclass(frozen=True, slots=True)
 class RolloutCompleted:
-    """Attempt `(rollout_id, attempt)` finished on its agent with `receipt`."""
+    """Attempt `(rollout_id, attempt)` finished on its agent with `receipt`.
+
+    `agent` is the agent that holds the result (None: the agent of its group in the
+    ledger). The coordinator needs it to ACK a completion its ledger does not own (work of
+    an interval a restore rolled back): that one is ACKed and dropped, never trained."""
 
     rollout_id: str
     attempt: int
     receipt: str
+    agent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

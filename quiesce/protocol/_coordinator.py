@@ -123,7 +123,14 @@ from quiesce.protocol._deadline_registry import (
 from quiesce.protocol._errors import LocalProtocolError
 from quiesce.protocol._holder_set import Holders
 from quiesce.protocol._ids import OpId, OpKind
-from quiesce.protocol._ledger import AttemptKey, AttemptState, GroupState, Ledger
+from quiesce.protocol._ledger import (
+    AttemptKey,
+    AttemptState,
+    GroupState,
+    Ledger,
+    OwedAck,
+    UnknownGroup,
+)
 from quiesce.protocol._messages import (
     AckReply,
     CommitReply,
@@ -265,6 +272,9 @@ class ControllerState:
     triggered; `mutated` says whether anything changed since the last published snapshot.
     `restore` is the M9 table value (None until `Recovered`) and `restoring` the
     bookkeeping of the restore in progress (None when none runs).
+    `unowned_acks` is the second part of the ACK outbox: `(agent, receipt)` of completions
+    the ledger does not own (work of an interval a restore rolled back), owed an ACK so
+    their agent can be ready again, never trained; `unowned_dropped` counts them.
     """
 
     epoch: int
@@ -281,6 +291,8 @@ class ControllerState:
     anchor_checkpoint: OpId | None = None
     restore: Value[RestoreState, RestoreData] | None = None
     restoring: RestoreRun | None = None
+    unowned_acks: tuple[tuple[str, OwedAck], ...] = ()
+    unowned_dropped: int = 0
 
     @property
     def phase(self) -> CheckpointState:
@@ -668,7 +680,7 @@ class _Run:
         if incarnation is not None and self.restarted(event.participant, incarnation):
             return
         if event.op is Op.ACK:
-            self.on_ack_reply(event.participant, result)
+            self.on_ack_reply(event.participant, event.op_id, result)
             return
         if event.op is Op.RETIRE:
             self.on_retire_reply(event.participant, event, result)
@@ -846,33 +858,58 @@ class _Run:
 
     # ------------------------------------------------------------------ ACKs
 
-    def send_acks(self) -> frozenset[str]:
-        """Send the whole ACK outbox, one batch per agent; the agents called."""
-        by_agent: dict[str, list[Any]] = {}
+    def send_acks(self, flush: OpId | None = None) -> frozenset[str]:
+        """Send the whole ACK outbox, one batch per agent; the agents called.
+
+        `flush` is the attempt whose strict flush (or re-flush inside the cut) this is: its
+        calls carry that id, so only their own replies and failures settle the flush; a
+        background drain (`flush=None`) is answered under None and never does (S8)."""
+        by_agent: dict[str, list[OwedAck]] = {}
         for owed in self.state.ledger.pending_acks():
             agent = self._agent_of(owed.rollout_id)
+            if agent is not None:
+                by_agent.setdefault(agent, []).append(owed)
+        for agent, owed in self.state.unowned_acks:
             by_agent.setdefault(agent, []).append(owed)
         deadline = self.now + self.config.control_timeout_s
         for agent in sorted(by_agent):
-            self.emit(Call(agent, Op.ACK, None, deadline, tuple(by_agent[agent])))
+            self.emit(Call(agent, Op.ACK, flush, deadline, tuple(by_agent[agent])))
         return frozenset(by_agent)
 
-    def on_ack_reply(self, participant: str, result: Any) -> None:
+    def on_ack_reply(self, participant: str, op_id: OpId | None, result: Any) -> None:
         if isinstance(result, AckReply):
             released = (*result.acknowledged, *result.unknown)
             self.state = replace(self.state, ledger=self.state.ledger.ack_flushed(released))
-        self._ack_settled(participant, ok=isinstance(result, AckReply))
+            if self.state.unowned_acks:
+                gone = {(r.rollout_id, r.attempt, r.receipt) for r in released}
+                kept = tuple(
+                    (agent, owed)
+                    for agent, owed in self.state.unowned_acks
+                    if agent != participant
+                    or (owed.rollout_id, owed.attempt, owed.receipt) not in gone
+                )
+                self.state = replace(self.state, unowned_acks=kept)
+        self._ack_settled(participant, op_id, ok=isinstance(result, AckReply))
 
     def on_ack_failed(self, event: CallFailed) -> None:
         self.log(
             "ack_failed", level="warning", participant=event.participant, cause=event.cause.value
         )
-        self._ack_settled(event.participant, ok=False, cause=event.cause)
+        self._ack_settled(event.participant, event.op_id, ok=False, cause=event.cause)
 
-    def _ack_settled(self, agent: str, *, ok: bool, cause: Cause = Cause.PARTICIPANT_ERROR) -> None:
+    def _ack_settled(
+        self,
+        agent: str,
+        op_id: OpId | None,
+        *,
+        ok: bool,
+        cause: Cause = Cause.PARTICIPANT_ERROR,
+    ) -> None:
         attempt = self.state.attempt
-        if attempt is None or agent not in attempt.acking:
-            return  # a background ACK: the strict flush of the next attempt catches up (S8)
+        if attempt is None or op_id != attempt.op_id or agent not in attempt.acking:
+            # A background drain's answer (or a stale flush's): it never settles the flush
+            # in progress; the strict flush of the next attempt catches up (S8).
+            return
         self.set_attempt(replace(attempt, acking=attempt.acking - {agent}))
         phase = self.state.phase
         if phase is CheckpointState.FLUSHING_ACKS:
@@ -897,15 +934,18 @@ class _Run:
                 return
             # S7: an ACK accepted but not yet recorded; flush again, inside the cut.
             self.set_attempt(replace(attempt, reflushed=True))
-            self.set_attempt(replace(self.attempt, acking=self.send_acks()))
+            self.set_attempt(replace(self.attempt, acking=self.send_acks(attempt.op_id)))
             return
         self.emit(CaptureCut(attempt.op_id, attempt.trainer_step, self.state.ledger))
 
     # ------------------------------------------------------------------ rollouts
 
-    def _agent_of(self, rollout_id: str) -> str:
-        group_id = rollout_id.rpartition("/")[0]
-        return self.state.ledger.group(group_id).environment
+    def _agent_of(self, rollout_id: str) -> str | None:
+        """The agent that runs `rollout_id`'s group (None: the ledger has no such group)."""
+        try:
+            return self.state.ledger.group(rollout_id.rpartition("/")[0]).environment
+        except UnknownGroup:
+            return None
 
     def dispatch_reserved(self) -> None:
         """While admission is open, dispatch every reserved attempt (oldest group first,
@@ -952,6 +992,9 @@ class _Run:
 
     def on_completed(self, event: RolloutCompleted) -> None:
         key: AttemptKey = (event.rollout_id, event.attempt)
+        if not self.state.ledger.owns(*key):
+            self.drop_unowned(event)
+            return
         try:
             ledger = self.state.ledger.seal(key, event.receipt)
         except (ValueError, TransitionNotAllowed, LocalProtocolError) as error:
@@ -964,6 +1007,38 @@ class _Run:
         if ledger.group(group_id).state is GroupState.READY_TO_FINALIZE:
             self._registry(RegistryInput.STOP, DeadlineArg(group_id, self.now))
         # The background ACK drain; the strict flush of the next attempt backs it up (S8).
+        self.send_acks()
+
+    def drop_unowned(self, event: RolloutCompleted) -> None:
+        """A completion the ledger does not own (I1: its interval was rolled back by a
+        restore, its prompt is in flight again or back in the dataloader): never trained,
+        but ACKed, or its agent holds it unACKed and is never ready for a prepare again.
+        It joins the ACK outbox until the agent accepts it (strict flushes retry it)."""
+        agent = event.agent or self._agent_of(event.rollout_id)
+        if agent is None:
+            self.log(
+                "unowned_completion_unroutable",
+                level="warning",
+                rollout=event.rollout_id,
+                attempt=event.attempt,
+            )
+            return
+        owed = (agent, OwedAck(event.rollout_id, event.attempt, event.receipt))
+        if owed not in self.state.unowned_acks:
+            self.state = replace(
+                self.state,
+                unowned_acks=(*self.state.unowned_acks, owed),
+                unowned_dropped=self.state.unowned_dropped + 1,
+            )
+            self.log(
+                "unowned_completion_dropped",
+                participant=agent,
+                rollout=event.rollout_id,
+                attempt=event.attempt,
+            )
+            self.emit(
+                Metric("rollouts.unowned_completions_dropped", float(self.state.unowned_dropped))
+            )
         self.send_acks()
 
     def on_rollout_failed(self, event: RolloutFailed) -> None:
@@ -1096,7 +1171,7 @@ def _w_hold(run: _Run, _arg: Any) -> None:
 
 def _w_flush_acks(run: _Run, _arg: Any) -> None:
     # S8: strict, every attempt, even if a background drain died.
-    agents = run.send_acks()
+    agents = run.send_acks(run.attempt.op_id)
     run.set_attempt(replace(run.attempt, acking=agents))
     if not agents:
         run.fire(CheckpointInput.ACKS_FLUSHED)

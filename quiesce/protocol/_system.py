@@ -290,7 +290,9 @@ class System:
         events: list[ControllerInput] = []
         if isinstance(reply, ExecutionReply) and reply.receipt is not None and op == "finish":
             receipt = reply.receipt
-            events.append(RolloutCompleted(receipt.rollout_id, receipt.attempt, receipt.receipt))
+            events.append(
+                RolloutCompleted(receipt.rollout_id, receipt.attempt, receipt.receipt, agent)
+            )
         state, effects = self._feed(state, events)
         return state, reply, effects
 

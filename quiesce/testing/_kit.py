@@ -58,7 +58,6 @@ from typing import Any, ClassVar, NoReturn
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
-from hypothesis.errors import HypothesisException
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     get_state_machine_test,
@@ -283,7 +282,7 @@ context manager starts a fresh server per example and yields its URL (or an obje
 `url`, like `LocalServer`)."""
 
 
-class _Abort(BaseException):  # noqa: N818 - not an error: it ends the run
+class _Abort(BaseException):
     """Raised when shrinking cannot go on (a shared server is stuck) or the server is not
     what was asked for. A BaseException, so hypothesis does not try to shrink it."""
 
@@ -518,8 +517,7 @@ _OP_RULES = {
     "restore": "M2: restore(R) runs from idle (or restore_failed_paused with the same R); an "
     "artifact whose digest differs from expected_digest fails (restore_failed_paused)",
     "discard": "M2: discard(R, rollout) holds restored_paused with the same R",
-    "begin": "M3: begin starts an execution (running) when the fence is idle and the key is "
-    "new",
+    "begin": "M3: begin starts an execution (running) when the fence is idle and the key is new",
     "boundary": "M3: a turn boundary parks a park_requested execution; a running one goes on",
     "finish": "M3: a finished /run completes a running or park_requested execution and holds "
     "its result until an exact-receipt ACK",
@@ -547,12 +545,12 @@ def _hint(op: str, expected: dict[str, Any], actual: dict[str, Any], after: str)
         return "docs/wire.md: every reply body is the typed model of its route and status"
     if isinstance(actual.get("http"), int) and actual["http"] >= 500:
         return "docs/wire.md: no input is answered 5xx (a 5xx means the server itself failed)"
-    if "incarnation" in expected and "incarnation" in actual:
-        if expected["incarnation"] != actual["incarnation"]:
-            return (
-                "every reply carries the incarnation of the running process: it changed, so "
-                "the server restarted during the run"
-            )
+    both = "incarnation" in actual and "incarnation" in expected
+    if both and expected["incarnation"] != actual["incarnation"]:
+        return (
+            "every reply carries the incarnation of the running process: it changed, so "
+            "the server restarted during the run"
+        )
     if op in ("status", "completions"):
         if after == "failed_commit":
             return "M2: a commit answered failed returns the fence to prepared"
@@ -696,7 +694,9 @@ class _Machine(RuleBasedStateMachine):
         if self.context is not None:
             self._fail(rule, differences)
         steps = (*self.run.previous, *self.steps)
-        violation = ConformanceViolation(f"{rule} (after the previous sequence)", differences, steps)
+        violation = ConformanceViolation(
+            f"{rule} (after the previous sequence)", differences, steps
+        )
         self.run.found(violation)
         self.run.stuck = True
         raise _Abort(violation)
@@ -810,7 +810,9 @@ class _Machine(RuleBasedStateMachine):
         out["incarnation"] = data["incarnation"]
         if isinstance(reply, ErrorReply):
             out.update(
-                code=data["code"], active_id=data["active_id"], high_watermark=data["high_watermark"]
+                code=data["code"],
+                active_id=data["active_id"],
+                high_watermark=data["high_watermark"],
             )
             return out
         pick = {
@@ -855,8 +857,14 @@ class _Machine(RuleBasedStateMachine):
         return self._project(op, http, body, "oracle")
 
     def _compare(
-        self, op: str, exchange: Exchange, expected: dict[str, Any], *, check: bool = False,
-        setup: bool = False, note: str = "",
+        self,
+        op: str,
+        exchange: Exchange,
+        expected: dict[str, Any],
+        *,
+        check: bool = False,
+        setup: bool = False,
+        note: str = "",
     ) -> dict[str, Any]:
         self._learn("server", op, exchange.status, exchange.reply)
         actual = self._project(op, exchange.status, exchange.reply, "server")
@@ -888,7 +896,10 @@ class _Machine(RuleBasedStateMachine):
                 after = self._failed(before, op, oracle_body)
                 self.run.allowed_failures += 1
                 self.steps[-1] = Step(
-                    exchange, expected, actual, setup=setup,
+                    exchange,
+                    expected,
+                    actual,
+                    setup=setup,
                     note=f"the server failed the {op}: allowed; it must now be where M2 says",
                 )
                 self.last = f"failed_{op}"
@@ -997,7 +1008,6 @@ class _Machine(RuleBasedStateMachine):
         first): a needless request in a failing sequence becomes a pause, and the printed
         sequence keeps only the requests that matter."""
 
-
     def _control(self, at: str | int, kind: str = "ck") -> dict[str, Any]:
         return {"op_id": self._id(at, kind), "deadline_at": DEADLINE_AT}
 
@@ -1019,8 +1029,16 @@ class _Machine(RuleBasedStateMachine):
         if intact and self.commits:
             snapshot = self.commits[source % len(self.commits)]
             common = {**body, "snapshot_id": snapshot.op_id}
-            server = {**common, "artifact": snapshot.server[0], "expected_digest": snapshot.server[1]}
-            oracle = {**common, "artifact": snapshot.oracle[0], "expected_digest": snapshot.oracle[1]}
+            server = {
+                **common,
+                "artifact": snapshot.server[0],
+                "expected_digest": snapshot.server[1],
+            }
+            oracle = {
+                **common,
+                "artifact": snapshot.oracle[0],
+                "expected_digest": snapshot.oracle[1],
+            }
             self._op("restore", server, oracle_body=oracle)
             return
         named = self.commits[source % len(self.commits)].op_id if self.commits else str(self.base)
@@ -1127,7 +1145,9 @@ class _Machine(RuleBasedStateMachine):
         expected = {"http": 422, "code": "malformed_request", "field": bad}
         self._expect_refused(self._send(op, body, raw=raw), expected, op)
 
-    @rule(op=st.sampled_from(["status", "prepare", "resume"]), auth=st.sampled_from(["none", "wrong"]))
+    @rule(
+        op=st.sampled_from(["status", "prepare", "resume"]), auth=st.sampled_from(["none", "wrong"])
+    )
     def unauthenticated(self, op: str, auth: str) -> None:
         body = None if op == "status" else self._control("next")
         expected = {"http": 401, "code": "unauthorized"}

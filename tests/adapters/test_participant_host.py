@@ -19,6 +19,7 @@ from quiesce.adapters import (
     ParticipantHost,
     RealClock,
     VirtualClock,
+    WorkConfig,
 )
 from quiesce.protocol import ParticipantOp, journal_of
 from quiesce.protocol._journal import Journal
@@ -393,3 +394,77 @@ async def test_file_journal_round_trips(tmp_path: Path, anyio_backend: str) -> N
     loaded = journal.load()
     assert loaded is not None and str(loaded.high_watermark) == CK1
     assert not list((tmp_path / "state").glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("server", ["policy", "resources"])
+async def test_an_agent_crash_mid_call_lets_the_server_become_ready(server: str) -> None:
+    # The dead agent's call is cancelled mid-flight: the server still ends it, so its next
+    # prepare is ready long before the call would have finished (10 s).
+    clock = VirtualClock(seed=51)
+    slow = WorkConfig(policy_latency_s=(10.0, 10.0), mutation_latency_s=(10.0, 10.0))
+    fast = WorkConfig(policy_latency_s=(0.01, 0.01), mutation_latency_s=(0.01, 0.01))
+
+    async def main() -> None:
+        policy = ParticipantHost.start(
+            {"name": "policy-0", "role": "policy"},
+            clock=clock,
+            work=slow if server == "policy" else fast,
+        )
+        resources = ParticipantHost.start(
+            {"name": "res-0", "role": "resources"},
+            clock=clock,
+            work=slow if server == "resources" else fast,
+        )
+        agent = ParticipantHost.start({"name": "agent-0", "role": "agent"}, clock=clock)
+        agent.connect(policies=[HostRef(policy)], resources=[HostRef(resources)])
+        target = policy if server == "policy" else resources
+        async with clock.task_group() as tg:
+            for host in (policy, resources, agent):
+                tg.start_soon(host.run)
+            begin = BeginRequest(rollout_id="r0", attempt=0, group_id="g", turns=2)
+            await agent.handle(P.BEGIN, begin)
+            await clock.sleep(1.0)
+            assert target.state.role.summary(True)[0] == "accepting"
+            busy = await target.handle(P.PREPARE, ctl(CK1))
+            assert isinstance(busy, PrepareReply) and busy.status == "not_ready"
+            crashed_at = clock.now()
+            agent.crash()
+            for _ in range(100):
+                reply = await target.handle(P.PREPARE, ctl(CK1))
+                assert isinstance(reply, PrepareReply)
+                if reply.status == "ready":
+                    break
+                await clock.sleep(0.01)
+            assert reply.status == "ready" and clock.now() - crashed_at < 1.0
+            policy.stop()
+            resources.stop()
+
+    await clock.run(main)
+
+
+async def test_an_agent_crash_while_its_call_is_held_lets_the_policy_pause_after_resume() -> None:
+    # The call waits as a waiter when the agent dies; the resume admits it, and the host
+    # ends it at once (nobody is left to run it), so the next prepare is ready.
+    clock = VirtualClock(seed=52)
+
+    async def main() -> None:
+        policy = ParticipantHost.start({"name": "policy-0", "role": "policy"}, clock=clock)
+        agent = ParticipantHost.start({"name": "agent-0", "role": "agent"}, clock=clock)
+        agent.connect(policies=[HostRef(policy)])
+        async with clock.task_group() as tg:
+            tg.start_soon(policy.run)
+            tg.start_soon(agent.run)
+            await policy.handle(P.PREPARE, ctl(CK1))  # paused: the call will be held
+            begin = BeginRequest(rollout_id="r0", attempt=0, group_id="g", turns=2)
+            await agent.handle(P.BEGIN, begin)
+            await clock.sleep(1.0)
+            assert policy.state.role.admission.data.waiters  # type: ignore[union-attr]
+            agent.crash()
+            await clock.sleep(1.0)
+            await policy.handle(P.RESUME, ctl(CK1))  # admits the dead agent's call
+            reply = await policy.handle(P.PREPARE, ctl(CK2))
+            assert isinstance(reply, PrepareReply) and reply.status == "ready"
+            assert policy.state.role.admission.data.in_flight == 0  # type: ignore[union-attr]
+            policy.stop()
+
+    await clock.run(main)

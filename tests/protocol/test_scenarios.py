@@ -232,6 +232,19 @@ def test_s8_background_ack_failure_is_caught_by_the_strict_flush() -> None:
     assert outcomes(effects) == [("completed", "completed")]
 
 
+def test_s8_a_background_ack_failure_landing_during_the_strict_flush_does_not_fail_it() -> None:
+    system, state = make()
+    state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
+    state, _, _ = system.finish(state, "agent", "g0/0", 0)
+    [background] = state.requests(Op.ACK)
+    state, _ = system.input(state, PeriodElapsed(), now=1.0)
+    assert state.controller.phase is S.FLUSHING_ACKS  # the strict flush is in flight too
+    state, effects = system.fail(state, background, Cause.IO_ERROR)  # the drain dies now
+    assert state.controller.phase is S.FLUSHING_ACKS
+    state, more = drain(system, state)
+    assert outcomes([*effects, *more]) == [("completed", "completed")]
+
+
 def test_s9_optimizer_step_between_commit_and_capture_skips_and_aborts_same_id() -> None:
     system, state = make()
     state = checkpoint_with_parked(system, state)

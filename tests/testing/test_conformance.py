@@ -1,5 +1,8 @@
 """The conformance kit against `quiesce serve` (each role: passes) and against deliberately
-broken servers (each: fails with a short sequence that names the broken rule)."""
+broken servers (each: fails with a short sequence that names the broken rule).
+
+Seeds are fixed so each run is reproducible and its shrinking time bounded (hypothesis'
+shrinking against a live server replays hundreds of sequences for some seeds)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -32,9 +36,11 @@ from quiesce.testing import (
     check_conformance,
     free_port,
 )
-from quiesce.testing.plugin import ConformanceCheck
 
-pytest_plugins = ["quiesce.testing.plugin"]
+if TYPE_CHECKING:
+    from quiesce.testing.plugin import ConformanceCheck
+
+pytest_plugins = ["quiesce.testing.plugin"]  # what a user's conftest.py does
 
 TOKEN = "conform-tok-5b1e9a"
 
@@ -57,7 +63,9 @@ def _serve(role: str, tmp: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
         "--log-level", "warning",
     ]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "QUIESCE_TOKEN"}
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -149,7 +157,9 @@ def test_the_api_raises_a_typed_setup_error() -> None:
 # ------------------------------------------------------------------ broken servers are caught
 
 
-def _check_broken(role: str, host_class: type[ParticipantHost], **options: int) -> ConformanceResult:
+def _check_broken(
+    role: str, host_class: type[ParticipantHost], **options: Any
+) -> ConformanceResult:
     config = {"name": f"{role}-x", "role": role}
     with LocalServer.start(config, token=TOKEN, host_class=host_class) as server:
         return check_conformance(server.fresh, role, TOKEN, **options)
@@ -160,7 +170,7 @@ def _printed_requests(result: ConformanceResult) -> list[str]:
 
 
 def test_a_server_that_accepts_a_stale_prepare_is_caught() -> None:
-    result = _check_broken("policy", StalePrepareHost, examples=50, seed=1)
+    result = _check_broken("policy", StalePrepareHost, examples=50, seed=3)
     assert not result.ok and result.violation is not None
     assert "stale_checkpoint" in result.violation.rule and "S15" in result.violation.rule
     last = result.violation.steps[-1]
@@ -173,7 +183,7 @@ def test_a_server_that_accepts_a_stale_prepare_is_caught() -> None:
 
 
 def test_a_server_that_stays_committing_after_a_failed_commit_is_caught() -> None:
-    result = _check_broken("resources", StuckCommitHost, examples=50, seed=1)
+    result = _check_broken("resources", StuckCommitHost, examples=30, seed=2)
     assert not result.ok and result.violation is not None
     assert result.violation.rule == "M2: a commit answered failed returns the fence to prepared"
     assert "fence: expected 'prepared', got 'committing'" in result.violation.differences
@@ -197,7 +207,7 @@ def test_a_server_that_releases_a_completed_result_on_retire_is_caught() -> None
 
 
 def test_a_server_that_fails_commits_correctly_conforms() -> None:
-    result = _check_broken("policy", FlakyCommitHost, examples=40, seed=2)
+    result = _check_broken("policy", FlakyCommitHost, examples=40, seed=1)
     assert result.ok, result.report()
     assert result.allowed_failures >= 1  # it did fail commits, and landed in `prepared`
 
@@ -209,7 +219,7 @@ def test_conform_cli_exits_1_and_prints_the_sequence_for_a_broken_server(tmp_pat
     with LocalServer.start(config, token=TOKEN, host_class=BROKEN_HOSTS["stuck-commit"]) as s:
         code, output = _conform(
             "--url", s.url, "--role", "policy", "--token-file", str(token_file),
-            "--examples", "30", "--seed", "1",
+            "--examples", "30", "--seed", "2",
         )  # fmt: skip
     assert code == 1, output
     assert output.startswith("FAIL")
@@ -237,6 +247,6 @@ def test_the_pytest_fixture_fails_the_test_with_the_sequence(
         LocalServer.start(config, token=TOKEN, host_class=StalePrepareHost) as server,
         pytest.raises(pytest.fail.Exception) as failed,
     ):
-        quiesce_conformance(server.fresh, "policy", TOKEN, examples=30, seed=1)
+        quiesce_conformance(server.fresh, "policy", TOKEN, examples=50, seed=3)
     assert "FAIL" in str(failed.value) and "stale_checkpoint" in str(failed.value)
     assert "shortest failing sequence" in str(failed.value)

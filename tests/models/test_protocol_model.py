@@ -1,0 +1,119 @@
+"""The `protocol` model: pinned state counts, no violation on the real protocol, symmetry
+preserving every verdict, and counterexamples that project onto the engine's tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from quiesce.cli import main
+from quiesce.models import NO_STALL, ProtocolModel, ProtocolParams, build_model, check
+from quiesce.models._mutants import MUTANTS
+
+# The smallest exhaustive configurations, cheap enough for every CI run. The §8 reference
+# size (`ProtocolParams()`) is far larger: see the README section "Model checking the
+# protocol" for its measured size.
+ONE_ROLLOUT: dict[str, Any] = dict(
+    siblings=1,
+    turns=1,
+    attempts=1,
+    triggers=1,
+    optimizer_steps=0,
+    weight_sync=0,
+    train_switch=0,
+    prepare_retries=1,
+    faults=0,
+    crashes=False,
+)
+TWO_SIBLINGS: dict[str, Any] = {**ONE_ROLLOUT, "siblings": 2, "triggers": 0}
+
+
+def test_reference_size_is_protocol_md_section_8() -> None:
+    params = ProtocolParams()
+    assert (params.siblings, params.turns, params.attempts, params.triggers) == (2, 2, 2, 2)
+    assert (params.optimizer_steps, params.weight_sync, params.train_switch) == (1, 1, 1)
+    assert (params.prepare_retries, params.faults, params.agents) == (2, 1, 1)
+    assert build_model("protocol").params == params.describe()
+
+
+@pytest.mark.parametrize(
+    ("params", "distinct"),
+    [(ONE_ROLLOUT, 1655), (TWO_SIBLINGS, 54)],
+    ids=["one_rollout", "two_siblings"],
+)
+def test_pinned_state_count_and_no_violation(params: dict[str, Any], distinct: int) -> None:
+    result = check(ProtocolModel(ProtocolParams(**params)), stop_on_violation=False)
+    assert result.complete and not result.truncated
+    assert result.violations == ()
+    assert result.distinct_states == distinct
+    assert NO_STALL in result.properties
+    assert {"I1", "I2", "I3", "I4", "I5", "I6", "I8"} <= set(result.properties)
+
+
+def test_faults_are_explored_without_violation() -> None:
+    params = ProtocolParams(**{**ONE_ROLLOUT, "faults": 1})
+    result = check(ProtocolModel(params), max_states=4000, stop_on_violation=False)
+    assert result.violations == ()
+    assert (
+        result.distinct_states > check(ProtocolModel(ProtocolParams(**ONE_ROLLOUT))).distinct_states
+    )
+
+
+@pytest.mark.parametrize(
+    "mutant", [None, "S11_group_scored_sibling_alone", "S17_retire_releases_completed"]
+)
+def test_symmetry_preserves_every_verdict(mutant: str | None) -> None:
+    params = ProtocolParams(**{**TWO_SIBLINGS, "group_scored": True, "attempts": 2})
+    hooks = None if mutant is None else MUTANTS[mutant].hooks()
+
+    def verdict(symmetry: bool) -> tuple[bool, set[str], int]:
+        model = ProtocolModel(params, hooks=hooks)
+        result = check(model, symmetry=symmetry, stop_on_violation=False)
+        return result.ok, {v.property for v in result.violations}, result.distinct_states
+
+    plain, reduced = verdict(False), verdict(True)
+    assert plain[:2] == reduced[:2]
+    assert reduced[2] < plain[2]  # the siblings really are identified
+
+
+def test_counterexample_projects_onto_checkpoint_for_the_diagram(tmp_path: Path) -> None:
+    mutant = MUTANTS["S4_release_failure_reraised"]
+    model = ProtocolModel(ProtocolParams(**mutant.params), hooks=mutant.hooks())
+    result = check(model)
+    [violation] = result.violations
+    steps = model.project(violation.trace, "checkpoint")
+    assert steps[0] == {"state": "idle", "input": "trigger", "target": "closing_admission"}
+    assert steps[-1]["target"] == "stopped"
+    trace = tmp_path / "checkpoint.json"
+    trace.write_text(json.dumps(steps))
+    drawn = CliRunner().invoke(main, ["diagram", "checkpoint", "--trace", str(trace)])
+    assert drawn.exit_code == 0, drawn.output
+    assert "releasing --> stopped" in drawn.output
+
+
+def test_check_cli_kills_a_mutant_and_writes_traces(tmp_path: Path) -> None:
+    settings = [f"--set={k}={v}" for k, v in MUTANTS["S2_boolean_suspend"].params.items()]
+    ran = CliRunner().invoke(
+        main,
+        [
+            "check",
+            *settings,
+            "--mutant",
+            "S2_boolean_suspend",
+            "--json",
+            "--trace-out",
+            str(tmp_path),
+        ],
+    )
+    assert ran.exit_code == 1, ran.output
+    document = json.loads(ran.stdout)
+    assert document["model"] == "protocol[S2_boolean_suspend]"
+    assert document["violations"][0]["property"] == "I4"
+    assert (tmp_path / "I4.checkpoint.json").exists()
+    assert "sequenceDiagram" in (tmp_path / "I4.sequence.mmd").read_text()
+    ok = CliRunner().invoke(main, ["check", *settings, "--json"])
+    assert ok.exit_code == 0 and json.loads(ok.stdout)["violations"] == []

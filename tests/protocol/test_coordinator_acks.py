@@ -1,0 +1,148 @@
+"""The coordinator's ACK outbox: completions the ledger does not own are ACKed and dropped
+(never trained, counted), and ACK answers settle only the call that was made, so a
+background drain's failure cannot fail a strict flush (S8)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quiesce.protocol import (
+    Call,
+    CallFailed,
+    Cause,
+    CheckpointState,
+    GroupOpened,
+    Log,
+    Metric,
+    Op,
+    Outcome,
+    Reply,
+    RolloutCompleted,
+)
+from quiesce.protocol._controller_effects import Dispatch
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._ledger import OwedAck
+from quiesce.protocol._messages import AckReply, Receipt
+from tests.protocol.test_coordinator import Harness, of
+
+S = CheckpointState
+
+
+def ack_reply(agent: str, *owed: OwedAck) -> AckReply:
+    receipts = tuple(
+        Receipt(rollout_id=o.rollout_id, attempt=o.attempt, receipt=o.receipt) for o in owed
+    )
+    return AckReply(participant=agent, incarnation="i1", acknowledged=receipts)
+
+
+def acks(effects: list[Any]) -> list[Call]:
+    return [c for c in of(effects, Call) if c.op is Op.ACK]
+
+
+def sealed_one(h: Harness, group: str = "g0") -> OwedAck:
+    """Open a group of one on agent `ag`, complete it: sealed, its ACK owed."""
+    effects = h.step(GroupOpened(group, 1, "ag"))
+    [dispatch] = of(effects, Dispatch)
+    h.step(RolloutCompleted(dispatch.rollout_id, dispatch.attempt, f"rcpt-{group}"))
+    [owed] = h.s.ledger.pending_acks()
+    return owed
+
+
+# ------------------------------------------------------------------ unowned completions
+
+
+def test_a_completion_of_an_unknown_group_is_acked_dropped_and_counted() -> None:
+    h = Harness()
+    ledger = h.s.ledger
+    effects = h.step(RolloutCompleted("gone/0", 3, "rcpt-old", agent="ag"))
+    owed = OwedAck("gone/0", 3, "rcpt-old")
+    # ACKed (a background drain: no flush id), so the agent releases it and becomes ready.
+    deadline = h.now + h.c.config.control_timeout_s
+    assert acks(effects) == [Call("ag", Op.ACK, None, deadline, (owed,))]
+    assert Metric("rollouts.unowned_completions_dropped", 1.0) in effects
+    # Dropped: the ledger (what is trained) never hears of it; the state counts it.
+    assert h.s.ledger == ledger and not h.s.ledger.sealed_untrained()
+    assert h.s.unowned_dropped == 1 and h.s.unowned_acks == (("ag", owed),)
+    # The agent accepts: the entry leaves the outbox.
+    h.step(Reply("ag", Op.ACK, None, ack_reply("ag", owed)))
+    assert h.s.unowned_acks == () and h.s.unowned_dropped == 1
+
+
+def test_an_unknown_attempt_of_a_known_group_goes_to_the_group_agent() -> None:
+    h = Harness()
+    h.step(GroupOpened("g0", 1, "ag"))
+    effects = h.step(RolloutCompleted("g0/0", 7, "rcpt-7"))  # no agent named: the group's
+    [call] = acks(effects)
+    assert call.participant == "ag" and call.payload == (OwedAck("g0/0", 7, "rcpt-7"),)
+    assert h.s.ledger.attempt(("g0/0", 0)).state.value == "dispatched"  # untouched
+    assert h.s.unowned_dropped == 1
+
+
+def test_a_repeated_report_is_acked_again_but_counted_once() -> None:
+    h = Harness()
+    event = RolloutCompleted("gone/0", 0, "rcpt", agent="ag")
+    h.step(event)
+    effects = h.step(event)
+    assert len(acks(effects)) == 1
+    assert h.s.unowned_dropped == 1 and len(h.s.unowned_acks) == 1
+
+
+def test_an_unroutable_unowned_completion_is_logged_and_changes_nothing() -> None:
+    h = Harness()
+    before = h.s
+    effects = h.step(RolloutCompleted("gone/0", 0, "rcpt"))  # no agent, no group
+    assert [e.event for e in of(effects, Log)] == ["unowned_completion_unroutable"]
+    assert h.s == before
+
+
+def test_an_unowned_ack_that_failed_is_retried_by_the_strict_flush() -> None:
+    h = Harness()
+    h.step(RolloutCompleted("gone/0", 0, "rcpt", agent="ag"))
+    h.step(CallFailed("ag", Op.ACK, None, Cause.IO_ERROR))  # the background drain dies
+    assert h.s.unowned_acks  # still owed
+    effects = h.start()  # closing_admission -> flushing_acks
+    [call] = acks(effects)
+    assert (call.op_id, call.payload) == (h.x, (OwedAck("gone/0", 0, "rcpt"),))
+    assert h.s.phase is S.FLUSHING_ACKS
+    h.step(Reply("ag", Op.ACK, h.x, ack_reply("ag", OwedAck("gone/0", 0, "rcpt"))))
+    assert h.s.phase is S.PREPARING and h.s.unowned_acks == ()
+
+
+# ------------------------------------------------------------------ matching ACK answers
+
+
+def test_a_stale_background_drain_failure_does_not_fail_the_strict_flush() -> None:
+    h = Harness()
+    owed = sealed_one(h)  # the seal sent a background drain (op id None), still in flight
+    effects = h.start()
+    [flush] = acks(effects)
+    assert flush.op_id == h.x and h.s.phase is S.FLUSHING_ACKS
+    # The race: the background drain's failure lands during flushing_acks.
+    effects = h.step(CallFailed("ag", Op.ACK, None, Cause.IO_ERROR), 1.0)
+    assert h.s.phase is S.FLUSHING_ACKS and not of(effects, Outcome)
+    assert h.s.attempt is not None and h.s.attempt.acking == {"ag"}
+    # The flush's own answer settles it.
+    h.step(Reply("ag", Op.ACK, h.x, ack_reply("ag", owed)), 1.0)
+    assert h.s.phase is S.PREPARING and not h.s.ledger.pending_acks()
+
+
+def test_the_strict_flush_still_fails_on_its_own_failure() -> None:
+    h = Harness()
+    sealed_one(h)
+    h.start()
+    x = h.x
+    effects = h.step(CallFailed("ag", Op.ACK, x, Cause.IO_ERROR), 1.0)
+    [result] = of(effects, Outcome)
+    assert (result.checkpoint_id, result.result, result.reason) == (x, "failed", "io_error")
+
+
+def test_an_answer_to_an_older_attempts_flush_settles_nothing() -> None:
+    h = Harness()
+    owed = sealed_one(h)
+    h.start()
+    older = OpId(h.x.epoch, h.x.seq - 1, h.x.step, "ck")
+    effects = h.step(Reply("ag", Op.ACK, older, ack_reply("ag", owed)), 1.0)
+    # The receipts it names are released (an ACK batch is idempotent)...
+    assert not h.s.ledger.pending_acks()
+    # ...but only the call this flush made settles the flush.
+    assert h.s.phase is S.FLUSHING_ACKS and not of(effects, Outcome)
