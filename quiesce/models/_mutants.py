@@ -25,6 +25,8 @@ True
 from __future__ import annotations
 
 import random
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -812,6 +814,18 @@ def sample_generated(count: int, seed: int) -> list[Mutant]:
     return random.Random(seed).sample(generated, count)
 
 
+STEP_TIMEOUT_S = 2.0
+"""One model step of a mutant that takes longer than this is a hang (the core looped)."""
+
+
+class StepHang(Exception):
+    """A single step of the composed system did not return within `STEP_TIMEOUT_S`."""
+
+
+def _hang(_signum: int, _frame: Any) -> None:
+    raise StepHang(f"one step ran longer than {STEP_TIMEOUT_S}s: the core loops")
+
+
 def verify(mutant: Mutant) -> Verdict:
     """Run `mutant` against its killing check, stopping at the first violation."""
     started = time.perf_counter()
@@ -826,7 +840,14 @@ def verify(mutant: Mutant) -> Verdict:
         return Verdict(mutant, False, None, 0, time.perf_counter() - started, "the scenario passed")
     params = ProtocolParams(**mutant.params)
     model = ProtocolModel(params, hooks=hooks, name=f"protocol[{mutant.name}]")
-    result = check(model, max_states=mutant.max_states, stop_on_violation=True)
+    watch = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGALRM, _hang) if watch else None
+    model.step_timeout = STEP_TIMEOUT_S if watch else None
+    try:
+        result = check(model, max_states=mutant.max_states, stop_on_violation=True)
+    finally:
+        if watch:
+            signal.signal(signal.SIGALRM, previous)
     seconds = time.perf_counter() - started
     if result.violations:
         violation = result.violations[0]

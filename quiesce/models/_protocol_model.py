@@ -38,6 +38,7 @@ the S13/S14 setup refusals. The mutant catalog names the check that covers each.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -285,6 +286,8 @@ class ProtocolModel(Model[PState]):
         name: str = "protocol",
     ) -> None:
         self.p = params or ProtocolParams()
+        # Seconds one step may take before it counts as a hang (set by `verify`).
+        self.step_timeout: float | None = None
         self.hooks = hooks or Hooks()
         self.name = name
         self.params = self.p.describe()
@@ -485,11 +488,20 @@ class ProtocolModel(Model[PState]):
     # ------------------------------------------------------------------ next state
 
     def _apply(self, state: PState, action: Action) -> PState | None:
+        watchdog = self.step_timeout
         try:
+            if watchdog is not None:
+                # A derived table can make one controller step loop forever (a row that
+                # re-fires itself): the watchdog turns that hang into an exception.
+                signal.setitimer(signal.ITIMER_REAL, watchdog)
             return self._step(state, action)
         except Exception as error:
+            # The pure core must accept every input: an exception is a bug (or a mutant).
             why = f"{type(error).__name__}: {error}"
             return PState(state.system, replace(state.env, raised=why))
+        finally:
+            if watchdog is not None:
+                signal.setitimer(signal.ITIMER_REAL, 0)
 
     def _step(self, state: PState, action: Action) -> PState:
         sys, env = state.system, state.env
@@ -579,12 +591,17 @@ class ProtocolModel(Model[PState]):
             # The restore goes back to a snapshot taken before any of this work finished:
             # everything dispatched and not trained is rolled back (its prompt reruns).
             lost = (frozenset((k[0], k[1]) for k in env.completed) | env.dispatched) - env.trained
+            # The trainer's switches and an uncommitted optimizer step live in the
+            # controller's process: they die with it.
             env = replace(
                 env,
                 faults=env.faults - 1,
                 epoch=epoch,
                 rolled_back=env.rolled_back | lost,
                 failures=0,
+                weight_sync=2 if env.weight_sync == 1 else env.weight_sync,
+                train_switch=2 if env.train_switch == 1 else env.train_switch,
+                optimizer=2 if env.optimizer == 1 else env.optimizer,
             )
             sys, effects = system.crash_controller(sys, epoch=epoch)
         elif kind == "crash_participant":
@@ -595,7 +612,7 @@ class ProtocolModel(Model[PState]):
             sys, effects = system.crash_participant(sys, name, f"{name}-{counts[name]}")
         else:  # pragma: no cover - every payload kind is listed above
             raise ValueError(f"unknown action {action.label!r}")
-        env = self._observe(before, sys, effects, env)
+        env = self._observe(before, sys, effects, env, delivered=kind == "deliver")
         return self._make(sys, env)
 
     def _make(self, sys: SystemState, env: Env) -> PState:
@@ -604,7 +621,12 @@ class ProtocolModel(Model[PState]):
     # ------------------------------------------------------------------ observation
 
     def _observe(
-        self, before: SystemState, after: SystemState, effects: Sequence[Any], env: Env
+        self,
+        before: SystemState,
+        after: SystemState,
+        effects: Sequence[Any],
+        env: Env,
+        delivered: bool = False,
     ) -> Env:
         """Update the environment's ledger from what a step did (effects and the
         participants' states), and note any violation only a transition can show."""
@@ -636,7 +658,7 @@ class ProtocolModel(Model[PState]):
         delivered_acks = {
             (owed.rollout_id, owed.attempt, owed.receipt)
             for m in before.messages
-            if m.call.op is Op.ACK and m.reply is None and id(m) not in remaining
+            if delivered and m.call.op is Op.ACK and m.reply is None and id(m) not in remaining
             for owed in m.call.payload or ()
         }
         # Only an ACK releases a result (M3, S17): a completed execution that leaves its
@@ -804,6 +826,8 @@ class ProtocolModel(Model[PState]):
         )
 
     def _i1(self, state: PState) -> bool:
+        if _flags(state, "I1"):
+            return False
         sys, env = state.system, state.env
         ledger = sys.controller.ledger
         held = {
@@ -973,7 +997,8 @@ class ProtocolModel(Model[PState]):
         names += [f"control_fence[{n}]" for n in self.names]
         for sibling in range(self.p.siblings):
             for attempt in range(self.p.attempts + 1):
-                names.append(f"agent_execution[{GROUP}/{sibling}#{attempt}]")
+                # `/` would not survive as a file name (`--trace-out`): g0/1#0 is g0-1#0.
+                names.append(f"agent_execution[{GROUP}-{sibling}#{attempt}]")
         return names
 
     def project(self, trace: Trace[PState], table: str) -> list[dict[str, str]]:
@@ -1132,6 +1157,8 @@ def _view_fence(model: ProtocolModel, state: PState, target: str) -> str | None:
 
 def _view_execution(model: ProtocolModel, state: PState, target: str) -> str | None:
     rollout, _, attempt = target.rpartition("#")
+    group, _, sibling = rollout.rpartition("-")
+    rollout = f"{group}/{sibling}"
     key = (rollout, int(attempt))
     for agent in model.agents:
         participant = state.system.participant(agent)
