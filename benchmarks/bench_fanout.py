@@ -16,7 +16,7 @@ For one checkpoint:
 controller's own steps (intent record, staging writes, capture, validation, publish: real
 files, fsynced, off the event loop in worker threads) and scheduling. Target: <= 1.10.
 The store lives in the system temp dir unless `--store-dir` says otherwise: on a slow or
-busy disk the fsyncs of publishing (one per artifact) show up in the figure. The same
+busy disk the fsyncs of staging and publishing show up in the figure. The same
 figure for a **sequential** fan-out (one call at a time) shows what calling a role's
 participants concurrently buys.
 """

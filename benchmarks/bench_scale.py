@@ -134,7 +134,8 @@ class _ParkedAgent(Participant):
             return ResumeReply.model_construct(None, **stamp, op_id=op_id, retired=op_id)
         if op is ParticipantOp.ACK:
             return AckReply(**stamp)
-        raise NotImplementedError(op)
+        # The benchmark parks and resumes only: any other op means the driver changed.
+        raise ValueError(f"the scale benchmark's stub agent does not answer {op}")
 
     async def completions(self, *, deadline_at: float | None = None) -> Any:
         return CompletionsReply(participant=self.name, incarnation=self.incarnation)
