@@ -24,7 +24,7 @@ from quiesce.adapters._chaos import (
     ChaosResult,
     run_chaos,
 )
-from quiesce.cli._output import fail, print_json
+from quiesce.cli._output import fail, json_option, log_level_option, print_json
 
 __all__ = ["chaos"]
 
@@ -70,14 +70,8 @@ def _summary(result: ChaosResult) -> RichTable:
     default=None,
     help="Keep state, snapshots, ledgers and logs here (default: a temp dir, kept on failure).",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-    help="Log level of the children (their logs go to <workdir>/logs/).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@log_level_option("info", "Log level of the children (their logs go to <workdir>/logs/).")
+@json_option
 def chaos(
     kills: int, seed: int, steps: int | None, workdir: Path | None, log_level: str, as_json: bool
 ) -> None:

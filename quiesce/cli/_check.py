@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from quiesce.cli._output import fail, print_json
+from quiesce.cli._output import fail, json_option, print_json
 from quiesce.fsm import QuiesceError
 from quiesce.models import (
     CheckResult,
@@ -64,7 +64,7 @@ def _log_progress(report: Progress) -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="Write each counterexample per table (engine --trace format) plus a Mermaid diagram.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 def check(
     model_name: str | None,
     settings: tuple[str, ...],

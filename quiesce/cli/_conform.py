@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from quiesce.cli._output import fail, print_json
+from quiesce.cli._output import fail, json_option, print_json
 from quiesce.cli._serve import read_token
 from quiesce.testing._kit import ROLES, ConformanceSetupError, check_conformance
 
@@ -49,7 +49,7 @@ __all__ = ["conform"]
     "runs its own rollouts.",
 )
 @click.option("--timeout", type=click.FloatRange(0.1), default=10.0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 def conform(
     url: str,
     role: str,

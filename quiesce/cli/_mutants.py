@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from quiesce.cli._output import print_json
+from quiesce.cli._output import json_option, print_json
 from quiesce.models._mutants import MUTANTS, Mutant, Verdict, sample_generated, verify
 
 
@@ -39,7 +39,7 @@ def _entry(mutant: Mutant) -> dict[str, Any]:
     show_default=True,
     help="Generated mutants to verify (without --all).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@json_option
 def mutants(run: bool, everything: bool, seed: int, sample: int, as_json: bool) -> None:
     """List the mutants, or (--verify) show that every check kills its mutant.
 

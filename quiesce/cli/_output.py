@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import click
 
 from quiesce.fsm import QuiesceError
 
-__all__ = ["fail", "print_json"]
+__all__ = ["fail", "json_option", "log_level_option", "print_json"]
 
 
 def print_json(document: Any) -> None:
@@ -22,3 +23,25 @@ def fail(error: QuiesceError | str, code: int = 2) -> NoReturn:
     """Report `error` on stderr and exit with `code` (2: usage or input error)."""
     click.echo(f"error: {error}", err=True)
     sys.exit(code)
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print the result as one JSON document on stdout."
+)
+"""The `--json` flag every command that prints a result shares."""
+
+
+def log_level_option(
+    default: str, help: str = "Log level on stderr."
+) -> Callable[[_Command], _Command]:
+    """The `--log-level` option, validated against the levels the logging setup knows."""
+    return click.option(
+        "--log-level",
+        type=click.Choice(LOG_LEVELS, case_sensitive=False),
+        default=default,
+        show_default=True,
+        help=help,
+    )

@@ -26,7 +26,7 @@ from quiesce.adapters._participant_host import (
     ParticipantHost,
     secret_incarnation,
 )
-from quiesce.cli._output import fail
+from quiesce.cli._output import fail, log_level_option
 
 __all__ = ["configure_logging", "read_token", "serve"]
 
@@ -100,7 +100,7 @@ def read_token(token_file: Path | None) -> str:
     help="Run an agent's simulated executions; with --no-work an external runtime (or "
     "`quiesce conform`) reports boundary and finish itself.",
 )
-@click.option("--log-level", default="info", show_default=True)
+@log_level_option("info")
 def serve(
     role: str,
     bind: str,

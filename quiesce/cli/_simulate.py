@@ -19,7 +19,7 @@ from rich.table import Table as RichTable
 from quiesce.adapters._driver import configure_logging
 from quiesce.adapters._simulation import SimulationConfig, SimulationResult
 from quiesce.adapters._simulation import simulate as run
-from quiesce.cli._output import fail, print_json
+from quiesce.cli._output import fail, json_option, log_level_option, print_json
 from quiesce.fsm import QuiesceError
 
 LEVELS = ("turn", "sibling", "prompt_group")
@@ -118,14 +118,8 @@ def _summary(result: SimulationResult) -> RichTable:
     default=None,
     help="Keep snapshots and controller state here (default: a fresh temp dir).",
 )
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="error",
-    show_default=True,
-    help="Log level on stderr.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@log_level_option("error")
+@json_option
 def simulate(
     steps: int,
     groups_per_step: int,

@@ -6,12 +6,12 @@ import click
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from quiesce.cli._output import print_json
+from quiesce.cli._output import json_option, print_json
 from quiesce.fsm import registered
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document instead of tables.")
+@json_option
 def tables(as_json: bool) -> None:
     """List every registered table: states, inputs, rows, guards and effects."""
     described = [table.describe() for table in registered().values()]
