@@ -1,7 +1,7 @@
 """The controller process of `quiesce chaos`: the simulated training run over HTTP participants.
 
 What lives here: one controller *process* -- the world of `quiesce simulate` (dataloader,
-trainer loop, periodic trigger: `_simulation._Run`, reused as is) driven on the real clock
+trainer loop, periodic trigger: `_simulation._World`, reused as is) driven on the real clock
 against `quiesce serve` processes through `HttpParticipant`, with the filesystem snapshot
 store and the intent journal of PROTOCOL.md §6 -- plus the two durable files the chaos
 parent judges it by. What it does not know: that it will be killed. It starts, restores
@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -46,12 +45,10 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from quiesce.adapters._clock import RealClock
-from quiesce.adapters._driver import Driver, configure_logging
+from quiesce.adapters._driver import RestoreReport, configure_logging
 from quiesce.adapters._http_client import HttpParticipant
-from quiesce.adapters._intent import ControllerJournal
 from quiesce.adapters._participant_api import CallFailed as CallFailedError
-from quiesce.adapters._simulation import SimulationConfig, _Run, _Tally, _turns
-from quiesce.adapters._snapshot_store import SnapshotStore
+from quiesce.adapters._simulation import SimulationConfig, _World
 from quiesce.adapters._trainer import (
     FinishedGroup,
     InMemoryDataPlane,
@@ -63,7 +60,7 @@ from quiesce.protocol._checkpoint import CheckpointState
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._controller_effects import ControllerEffect, Outcome
 from quiesce.protocol._controller_inputs import ControllerInput, Reply
-from quiesce.protocol._coordinator import ControllerState, Coordinator
+from quiesce.protocol._coordinator import ControllerState
 from quiesce.protocol._messages import PrepareReply
 
 __all__ = [
@@ -240,53 +237,39 @@ class LoggedDataPlane(InMemoryDataPlane):
 # --------------------------------------------------------------------------- the world
 
 
-class _ChaosWorld(_Run):
+class _ChaosWorld(_World):
     """The simulation's world around one controller, on the real clock over HTTP.
 
-    Reuses `_Run`'s dataloader, trainer loop, periodic trigger and reactions; replaces the
-    in-memory fleet by HTTP clients (completions are polled from the agents, which have no
-    callback to a controller in another process) and reports progress on `events`.
+    Reuses `_World`'s dataloader, trainer loop, periodic trigger and reactions; its
+    participants are HTTP clients (completions are polled from the agents, which have no
+    callback to a controller in another process), and it reports progress on `events`.
     """
 
     def __init__(self, config: ChaosControllerConfig, clients: dict[str, HttpParticipant]) -> None:
-        # Not `super().__init__`: that builds an in-memory fleet on a virtual clock.
-        self.chaos = config
-        self.cfg = SimulationConfig(
-            steps=config.steps,
-            groups_per_step=config.groups_per_step,
-            group_size=config.group_size,
-            agents=len(config.agents),
-            max_turns=config.max_turns,
-            seed=config.seed,
-            time_limit_s=config.time_limit_s,
+        trainer = DurableTrainer.open(config.root)
+        super().__init__(
+            SimulationConfig(
+                steps=config.steps,
+                groups_per_step=config.groups_per_step,
+                group_size=config.group_size,
+                agents=len(config.agents),
+                max_turns=config.max_turns,
+                seed=config.seed,
+                time_limit_s=config.time_limit_s,
+            ),
+            RealClock(seed=config.seed),
+            config.root,
+            protocol=config.protocol,
+            participants=clients,
+            depends_on=tuple((agent, config.resources) for agent in config.agents),
+            trainer=trainer,
+            plane=LoggedDataPlane(trainer, config.root),
+            observers=[self._announce],
+            progress=self._step_done,
         )
-        self.progress = self._step_done
-        self.clock = RealClock(seed=config.seed)  # type: ignore[assignment]
-        self.root = config.root
-        self.protocol = config.protocol
-        self.clients = clients
-        self.trainer = DurableTrainer.open(config.root)
-        self.plane = LoggedDataPlane(self.trainer, config.root)
-        self.store = SnapshotStore(config.root / "snapshots")
-        self.journal = ControllerJournal(config.root / "controller")
-        self.budget = config.steps * config.groups_per_step
-        self.window = 3 * config.groups_per_step
-        self.agents = tuple(config.agents)
-        self.tally = _Tally()
-        self.pushed: set[int] = set()
-        self.open: set[int] = set()
-        self.phase = CheckpointState.IDLE
-        self.driver: Driver | None = None
-        self.crashed_at: int | None = None
-        self.crash_pending = False
-        self.stop_reason: str | None = None
-        self.done = self.clock.event()
-        self.wake_trainer = self.clock.event()
-        self.training = False
-        self.boundaries = 0
+        self.chaos = config
         self.events: TextIO = sys.stdout
         self._announced = CheckpointState.IDLE
-        self._view_restored = False
         self._log = structlog.get_logger("quiesce.chaos")
 
     def emit(self, event: str, **fields: Any) -> None:
@@ -296,22 +279,6 @@ class _ChaosWorld(_Run):
 
     def _step_done(self, step: int) -> None:
         self.emit("step", step=step)
-
-    def _new_driver(self) -> Driver:
-        depends_on = tuple((agent, self.chaos.resources) for agent in self.chaos.agents)
-        return Driver(
-            Coordinator(self.protocol),
-            self.clock,
-            self.clients,
-            store=self.store,
-            journal=self.journal,
-            trainer=self.trainer,
-            data_plane=self.plane,
-            depends_on=depends_on,
-            turns=_turns(self.cfg.max_turns),
-            has_group=self._trainer_has,
-            observers=[self._observe, self._announce],
-        )
 
     def _announce(
         self, event: ControllerInput, effects: tuple[ControllerEffect, ...], state: ControllerState
@@ -338,10 +305,12 @@ class _ChaosWorld(_Run):
                 self.emit("outcome", result=effect.result, checkpoint_id=str(effect.checkpoint_id))
 
     async def main(self) -> None:
+        """Run this process's controller until the data is used up (or it stops), beside
+        the completion poller; announce the start and the end on `events`."""
         self.emit("started", pid=os.getpid(), epoch=self.journal.epoch())
         async with self.clock.task_group() as tg:
             tg.start_soon(self._poll_completions, name="completions")
-            await self._controller(tg)
+            await self._controller()
             tg.cancel()
         report = self.tally.restores[0] if self.tally.restores else None
         self.emit(
@@ -352,49 +321,18 @@ class _ChaosWorld(_Run):
             intent_cleared=self.journal.read_intent() is None,
         )
 
-    def _react(self, state: ControllerState) -> None:
-        # `Driver.start()` still awaits (it ACKs orphaned completions) after the restore
-        # outcome: until `_after_restore` rebuilt this process's view of what is queued,
-        # the world must not push the restored ledger's finished groups (the restored queue
-        # holds them already: pushing them again trains them twice).
-        if self._view_restored:
-            super()._react(state)
-
-    def _after_restore(self) -> None:
-        super()._after_restore()
-        self._view_restored = True
-        report = self.driver.restore_report if self.driver is not None else None
-        if report is not None:
-            self.emit(
-                "restored",
-                kind=report.kind,
-                snapshot_id=report.snapshot_id,
-                intent=report.intent,
-                intent_action=report.intent_action,
-                redispatched=report.redispatched,
-                released_orphans=report.released_orphans,
-                step=self.trainer.step,
-            )
-
-    async def _until_done_or_crash(self, driver: Driver) -> None:
-        await super()._until_done_or_crash(driver)
-        if self.done.is_set() and driver.alive:
-            await self._drain_store(driver)
-
-    async def _drain_store(self, driver: Driver) -> None:
-        """Wait until the driver's store lane has run every job queued so far (the last
-        checkpoint's `ClearIntent` among them): on the real clock the lane is a worker
-        thread, and `Driver.stop()` would drop what is still queued."""
-        drained = threading.Event()
-        driver._store(lambda: drained.set())  # FIFO: runs after every earlier job
-        while not drained.is_set() and driver.alive:
-            await self.clock.sleep(0.01)
-
-    async def _time_limit(self) -> None:
-        # The real clock's `now()` is the loop's monotonic time: the limit is relative.
-        await self.clock.sleep(self.cfg.time_limit_s)
-        if self.driver is not None:
-            self._finish("time_limit", self.driver)
+    def restored(self, report: RestoreReport) -> None:
+        """Tell the chaos parent what the start restored (its verdicts check it)."""
+        self.emit(
+            "restored",
+            kind=report.kind,
+            snapshot_id=report.snapshot_id,
+            intent=report.intent,
+            intent_action=report.intent_action,
+            redispatched=report.redispatched,
+            released_orphans=report.released_orphans,
+            step=self.trainer.step,
+        )
 
     async def _poll_completions(self) -> None:
         """Report each agent's completed-but-unACKed receipts once per process.
@@ -415,9 +353,9 @@ class _ChaosWorld(_Run):
             driver = self.driver
             if driver is None or not driver.alive:
                 return
-            for agent in self.chaos.agents:
+            for agent in self.agents:
                 try:
-                    reply = await self.clients[agent].completions(
+                    reply = await self.participants[agent].completions(
                         deadline_at=self.clock.now() + self.protocol.control_timeout_s
                     )
                 except CallFailedError:

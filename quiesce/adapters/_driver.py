@@ -34,7 +34,9 @@ not a failure, and goes in as a `Reply`.
 
 Clocks: with a `RealClock` deadlines are `anyio.fail_at` and the driver runs on asyncio or
 trio; with a `VirtualClock` the whole run is a seeded discrete-event simulation, so the same
-seed gives the same run on either backend.
+seed gives the same run on either backend. Store effects run inline on the virtual clock and
+in worker threads on the real one: there `stop()` runs every store job still queued before it
+returns, while `crash()` abandons them (a dead process writes nothing more).
 
 Every transition is logged with structlog, bound to `checkpoint_id`, `participant` and
 `rollout_id` where they apply, on stderr (`configure_logging`: JSON when not a TTY).
@@ -43,8 +45,11 @@ Every transition is logged with structlog, bound to `checkpoint_id`, `participan
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 import sys
+import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TextIO
@@ -157,6 +162,9 @@ CUT_ARTIFACT = "controller_cut"
 Observer = Callable[[ControllerInput, tuple[ControllerEffect, ...], ControllerState], None]
 """Called after every coordinator step with the input, its effects and the new state."""
 
+_Job = Callable[[], ControllerInput | None]
+"""A store job: its answer (if any) goes to the coordinator."""
+
 _OPS = {op.value: op for op in ParticipantOp}
 _LOG_LEVELS = {
     "debug": logging.DEBUG,
@@ -247,6 +255,97 @@ class _Waiter:
     event: ClockEvent
 
 
+class _StoreLane:
+    """The store's work on the real clock, in worker threads, off the event loop.
+
+    Jobs run one at a time in FIFO order, each once no staging write is left; staging
+    writes run in parallel with each other. A worker thread claims its work under a lock
+    when it starts, so `drain` can run, in its own thread, whatever no worker has claimed
+    yet: every piece runs exactly once, in order, also when the lane's tasks are cancelled
+    before their threads start.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._lock = threading.Condition()
+        self._serial = threading.Lock()  # held while a job runs: one at a time
+        self._jobs: deque[_Job] = deque()
+        self._writes: list[Callable[[], object]] = []  # staging writes nobody claimed yet
+        self._writing = 0  # staging writes a worker thread is running
+        self._tickets: Queue[None] = Queue(clock)  # one per job: wakes `run`
+        self._settled: ClockEvent | None = None
+
+    def put(self, job: _Job) -> None:
+        """Queue a job behind every earlier one."""
+        with self._lock:
+            self._jobs.append(job)
+        self._tickets.put_nowait(None)
+
+    def add_write(self, write: Callable[[], object]) -> None:
+        """Register a staging write (jobs wait for it); `run_write` runs it."""
+        with self._lock:
+            self._writes.append(write)
+
+    async def run_write(self, write: Callable[[], object]) -> None:
+        """Run one registered staging write in its own worker thread."""
+        try:
+            await anyio.to_thread.run_sync(self._write, write)
+        finally:
+            if not self._writes_left() and self._settled is not None:
+                self._settled.set()
+
+    async def run(self, submit: Callable[[ControllerInput], None]) -> None:
+        """Run the jobs as they come, forever; `submit` takes their answers."""
+        while True:
+            await self._tickets.get()
+            while self._writes_left():
+                self._settled = self._clock.event()
+                await self._settled.wait()
+            answer = await anyio.to_thread.run_sync(self._next_job)
+            if answer is not None:
+                submit(answer)
+
+    def drain(self) -> None:
+        """Run here every staging write, then every job, that no worker thread claimed,
+        after the ones already running ended (this blocks); their answers are dropped."""
+        with self._lock:
+            writes, self._writes = self._writes, []
+        for write in writes:
+            write()
+        with self._lock:
+            self._lock.wait_for(lambda: not self._writing)
+        with self._serial:
+            with self._lock:
+                jobs, self._jobs = self._jobs, deque()
+            for job in jobs:
+                job()
+
+    def _writes_left(self) -> bool:
+        with self._lock:
+            return bool(self._writes or self._writing)
+
+    def _write(self, write: Callable[[], object]) -> None:
+        with self._lock:
+            if write not in self._writes:
+                return  # `drain` ran it
+            self._writes.remove(write)
+            self._writing += 1
+        try:
+            write()
+        finally:
+            with self._lock:
+                self._writing -= 1
+                self._lock.notify_all()
+
+    def _next_job(self) -> ControllerInput | None:
+        with self._serial:
+            with self._lock:
+                if not self._jobs:
+                    return None  # `drain` ran it
+                job = self._jobs.popleft()
+            return job()
+
+
 class Driver:
     """Runs one controller: the coordinator's effects against the adapters.
 
@@ -315,7 +414,7 @@ class Driver:
         self._inbox: Queue[ControllerInput] = Queue(clock)
         self._tg: TaskGroup | None = None
         self._started: ClockEvent = clock.event()
-        self._halt: ClockEvent = clock.event()
+        self._halted: ClockEvent = clock.event()
         self._dead = False
         self._timers: dict[str, int] = {}
         self._timer_seq = 0
@@ -323,14 +422,10 @@ class Driver:
         self._staging: dict[str, Staging] = {}
         self._loaded: tuple[str, Mapping[str, bytes]] | None = None
         self._cuts: dict[str, tuple[int, int]] = {}
-        self._staging_writes = 0
-        self._staged: ClockEvent | None = None
         threaded = (
             not isinstance(clock, VirtualClock) if store_in_thread is None else store_in_thread
         )
-        self._lane: Queue[Callable[[], ControllerInput | None]] | None = (
-            Queue(clock) if threaded else None
-        )
+        self._lane = _StoreLane(clock) if threaded else None
         self._log = structlog.get_logger("quiesce.driver")
 
     # ------------------------------------------------------------------ lifecycle
@@ -342,23 +437,36 @@ class Driver:
             self._tg = tg
             tg.start_soon(self._loop, name="driver:loop")
             if self._lane is not None:
-                tg.start_soon(self._store_lane, self._lane, name="driver:store")
+                tg.start_soon(self._lane.run, self.submit, name="driver:store")
             self._started.set()
-            await self._halt.wait()
+            await self._halted.wait()
             tg.cancel()
         self._tg = None
 
     def stop(self) -> None:
-        """Stop the controller's tasks (timers, calls in flight, the loop)."""
-        self._dead = True
-        self._halt.set()
+        """Stop the controller cleanly: every store job queued so far (intent record,
+        staging, validation, publication, ...) has run when this returns -- the ones a worker
+        thread already runs end first, the others run here, in order, in the calling thread
+        -- so a clean stop loses nothing the store was asked to keep. Then the controller's
+        tasks stop (timers, calls in flight, the loop). A stopped or crashed controller stays
+        as it is."""
+        if self._dead:
+            return
+        self._halt()
+        if self._lane is not None:
+            self._lane.drain()
 
     def crash(self) -> None:
         """The controller process dies now: nothing more is stepped or sent, calls in
-        flight are abandoned (requests already sent may still arrive), timers are gone.
-        Only the durable store (intent record, epoch, snapshots) survives."""
+        flight are abandoned (requests already sent may still arrive), timers are gone,
+        store jobs not yet started never run. Only the durable store (intent record,
+        epoch, snapshots) survives."""
         self._log.warning("controller_crashed", epoch=self.state.epoch)
-        self.stop()
+        self._halt()
+
+    def _halt(self) -> None:
+        self._dead = True
+        self._halted.set()
 
     @property
     def alive(self) -> bool:
@@ -665,7 +773,7 @@ class Driver:
 
         self._store(write)
 
-    def _store(self, job: Callable[[], ControllerInput | None]) -> None:
+    def _store(self, job: _Job) -> None:
         """Run a store job: inline on the virtual clock (deterministic), else in the store
         lane, one job at a time in FIFO order in a worker thread, so fsyncs never block the
         event loop while calls are in flight. The job's answer is submitted when it ends."""
@@ -674,18 +782,7 @@ class Driver:
             if answer is not None:
                 self.submit(answer)
         else:
-            self._lane.put_nowait(job)
-
-    async def _store_lane(self, lane: Queue[Callable[[], ControllerInput | None]]) -> None:
-        while True:
-            job = await lane.get()
-            # Staging writes run in parallel (below); every later job waits for them.
-            while self._staging_writes:
-                self._staged = self.clock.event()
-                await self._staged.wait()
-            answer = await anyio.to_thread.run_sync(job)
-            if answer is not None and not self._dead:
-                self.submit(answer)
+            self._lane.put(job)
 
     def _stage(self, effect: WriteStaging) -> None:
         """One participant's artifact into staging: inline on the virtual clock, else in its
@@ -701,16 +798,9 @@ class Driver:
                 "staging_error", checkpoint_id=str(effect.checkpoint_id), error=str(error)
             )
             return
-        self._staging_writes += 1
-        self._spawn(self._stage_in_thread, effect, name=f"stage:{effect.participant}")
-
-    async def _stage_in_thread(self, effect: WriteStaging) -> None:
-        try:
-            await anyio.to_thread.run_sync(self._write_staging, effect)
-        finally:
-            self._staging_writes -= 1
-            if not self._staging_writes and self._staged is not None:
-                self._staged.set()
+        write = functools.partial(self._write_staging, effect)
+        self._lane.add_write(write)
+        self._spawn(self._lane.run_write, write, name=f"stage:{effect.participant}")
 
     def _validate(self, effect: Validate, now: float) -> ControllerInput | None:
         cid = effect.checkpoint_id

@@ -4,7 +4,9 @@ What lives here: the *environment* of one controller -- a dataloader that opens 
 groups of G siblings, a trainer that takes finished groups in batches, a periodic
 trigger, injected faults, an optional controller crash and restart -- and an oracle that
 judges the run. What it does not know: the protocol. The coordinator decides; the driver
-executes; this module only plays the world around them and counts.
+executes; this module only plays the world around them and counts. The world itself
+(`_World`) runs on any clock and any participants -- `quiesce chaos` plays it on the real
+clock over HTTP; `_Run` plays it on the in-memory fleet and the virtual clock.
 
 The run:
 1. a fleet of P policies, A agents and R resources servers (`InMemoryFleet`), every control
@@ -37,7 +39,7 @@ import statistics
 import tempfile
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -45,10 +47,11 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from quiesce.adapters._clock import ClockEvent, TaskGroup, VirtualClock
-from quiesce.adapters._driver import Driver, RestoreReport
+from quiesce.adapters._clock import Clock, ClockEvent, VirtualClock
+from quiesce.adapters._driver import Driver, Observer, RestoreReport
 from quiesce.adapters._in_memory import Faults, InMemoryFleet
 from quiesce.adapters._intent import ControllerJournal
+from quiesce.adapters._participant_api import Participant
 from quiesce.adapters._participant_host import WorkConfig
 from quiesce.adapters._snapshot_store import SnapshotStore
 from quiesce.adapters._trainer import FinishedGroup, InMemoryDataPlane, InMemoryTrainer
@@ -213,50 +216,43 @@ def _prompt(group: GroupRecord) -> int:
     return int(group.prompt)
 
 
-class _Run:
-    """One simulated run: the world around one controller (and its successor)."""
+class _World:
+    """The world around one controller process, on any `Clock`: the dataloader, the
+    trainer loop, the periodic trigger, and how they react to the controller's state.
+
+    A subclass hands `__init__` its participants, protocol, trainer and data plane, and
+    says how a process runs (`main`, which runs `_controller` once per controller
+    process); `restored` is its hook into a controller's start.
+    """
 
     def __init__(
         self,
         config: SimulationConfig,
-        clock: VirtualClock,
+        clock: Clock,
         root: Path,
+        *,
+        protocol: QuiesceConfig,
+        participants: Mapping[str, Participant],
+        depends_on: tuple[tuple[str, tuple[str, ...]], ...],
+        trainer: InMemoryTrainer,
+        plane: InMemoryDataPlane,
+        observers: Sequence[Observer] = (),
         progress: Callable[[int], None] | None = None,
     ) -> None:
         self.cfg = config
-        self.progress = progress
         self.clock = clock
-        self.root = root
-        self.protocol = QuiesceConfig(
-            rollout_timeout_s=120.0,
-            prepare_timeout_s=5.0,
-            control_timeout_s=2.0,
-            prepare_retry_interval_s=0.2,
-            snapshot_attempt_interval_s=4.0,
-            save_period=1,
-            max_consecutive_failures=3,
-            keep_latest_k=2,
-            rollout_recovery={"target_level": config.target_level},
-        )
-        self.fleet = InMemoryFleet(
-            clock,
-            policies=config.policies,
-            agents=config.agents,
-            resources=config.resources,
-            resources_modes=(config.resources_mode,),
-            group_scored=config.group_scored,
-            group_size=config.group_size,
-            latency_s=(0.001, 0.004),
-            faults=Faults(rate=config.fault_rate),
-            work=WorkConfig(retry_backoff_s=0.05, max_service_retries=10_000),
-        )
-        self.trainer = InMemoryTrainer()
-        self.plane = InMemoryDataPlane(self.trainer)
+        self.protocol = protocol
+        self.participants = dict(participants)
+        self.depends_on = depends_on
+        self.agents = tuple(agent for agent, _ in depends_on)
+        self.trainer = trainer
+        self.plane = plane
         self.store = SnapshotStore(root / "snapshots")
         self.journal = ControllerJournal(root / "controller")
+        self.observers = tuple(observers)
+        self.progress = progress
         self.budget = config.steps * config.groups_per_step
         self.window = 3 * config.groups_per_step
-        self.agents = self.fleet.names("agent")
         self.tally = _Tally()
         self.pushed: set[int] = set()
         self.open: set[int] = set()
@@ -265,50 +261,44 @@ class _Run:
         self.crashed_at: int | None = None
         self.crash_pending = config.crash_at_step is not None
         self.stop_reason: str | None = None
+        self.deadline_at: float | None = None
         self.done: ClockEvent = clock.event()
         self.wake_trainer: ClockEvent = clock.event()
         self.training = False
         self.boundaries = 0
+        # The controller whose restore `pushed` and `open` were rebuilt for: the world
+        # reacts to that controller's state only.
+        self._view_of: Driver | None = None
 
     # ------------------------------------------------------------------ controller life
 
     def _new_driver(self) -> Driver:
-        driver = Driver(
+        return Driver(
             Coordinator(self.protocol),
             self.clock,
-            self.fleet.participants,
+            self.participants,
             store=self.store,
             journal=self.journal,
             trainer=self.trainer,
             data_plane=self.plane,
-            depends_on=self.fleet.depends_on(),
+            depends_on=self.depends_on,
             turns=_turns(self.cfg.max_turns),
             has_group=self._trainer_has,
-            observers=[self._observe],
+            observers=[self._observe, *self.observers],
         )
-        self.fleet.on_completed = driver.completed
-        return driver
 
     def _trainer_has(self, group: GroupRecord) -> bool:
         prompt = _prompt(group)
         return any(item[0] == prompt for item in self.trainer.trained_items())
 
-    async def main(self) -> None:
-        async with self.clock.task_group() as tg:
-            tg.start_soon(self.fleet.run, name="fleet")
-            while True:
-                restarted = await self._controller(tg)
-                if not restarted:
-                    break
-            self.fleet.stop()
-
-    async def _controller(self, outer: TaskGroup) -> bool:
+    async def _controller(self) -> bool:
         """One controller process: start (restore), then play the world until done or a
         crash. True if it crashed (a successor starts)."""
         driver = self.driver = self._new_driver()
         self.phase = _S.IDLE
         self.trainer.rollback_to_anchor()  # a (re)starting trainer loads its checkpoint
-        crashed = False
+        if self.deadline_at is None:  # the time limit counts from the first start
+            self.deadline_at = self.clock.now() + self.cfg.time_limit_s
         async with self.clock.task_group() as tg:
             tg.start_soon(driver.run, name="driver")
             report = await driver.start()
@@ -316,31 +306,37 @@ class _Run:
             if report.kind == "stopped":
                 self._finish("stopped", driver)
             else:
-                self._after_restore()
+                self._after_restore(driver)
+                self.restored(report)
                 tg.start_soon(self._trainer_loop, driver, name="trainer")
                 tg.start_soon(self._periodic, driver, name="periodic")
-                tg.start_soon(self._time_limit, name="time-limit")
+                tg.start_soon(self._time_limit, self.deadline_at, name="time-limit")
                 self._react(driver.state)
             await self._until_done_or_crash(driver)
             crashed = self.crashed_at is not None and not self.done.is_set()
-            driver.stop()
+            driver.stop()  # a clean stop: every store job queued (ClearIntent) runs first
             tg.cancel()
-        if crashed:
-            self.fleet.on_completed = None
         return crashed
 
     async def _until_done_or_crash(self, driver: Driver) -> None:
         while not self.done.is_set() and driver.alive:
             await driver.wait_for(lambda _s: self.done.is_set() or not driver.alive)
 
-    def _after_restore(self) -> None:
-        """The controller's own view after a start: what is consumed and not trained is in
-        flight (the dataloader and the trainer were restored; the coordinator is not read)."""
+    def _after_restore(self, driver: Driver) -> None:
+        """The world's own view after `driver` started: what is consumed and not trained is
+        in flight (the dataloader and the trainer were restored; the coordinator is not
+        read). From now on the world reacts to `driver`'s state."""
         trained = {prompt for prompt, _ in self.trainer.trained_items()}
         queued = {g.prompt_id for g in self.plane.queued()}
         consumed = {p for p in range(self.plane.position) if p not in trained}
         self.open = consumed
         self.pushed = trained | queued
+        self._view_of = driver
+
+    def restored(self, report: RestoreReport) -> None:
+        """Hook, called once per controller start that restored (`report`): the world has
+        rebuilt its view of what is in flight and queued, and reacts to the controller's
+        state right after this returns. Nothing here; a subclass may report it."""
 
     def _finish(self, reason: str | None, driver: Driver) -> None:
         if self.done.is_set():
@@ -349,8 +345,8 @@ class _Run:
         self.done.set()
         driver.recheck()  # wake `_until_done_or_crash`
 
-    async def _time_limit(self) -> None:
-        await self.clock.sleep_until(self.cfg.time_limit_s)
+    async def _time_limit(self, deadline_at: float) -> None:
+        await self.clock.sleep_until(deadline_at)
         if self.driver is not None:
             self._finish("time_limit", self.driver)
 
@@ -398,8 +394,11 @@ class _Run:
         driver = self.driver
         if driver is None or not driver.alive or self.done.is_set():
             return
-        if driver.restore_report is None:
-            return  # still starting: the world waits for the restore
+        if driver is not self._view_of:
+            # Still starting: until `_after_restore` rebuilt the view for this controller,
+            # `pushed` and `open` describe a previous one, and pushing a finished group the
+            # restored queue holds already would train it twice. `_controller` catches up.
+            return
         if state.phase is _S.STOPPED:
             self._finish(driver.stopped.reason if driver.stopped else "stopped", driver)
             return
@@ -497,6 +496,68 @@ class _Run:
                 assert self.driver is not None
                 self.driver.crash()
                 return
+
+
+class _Run(_World):
+    """One simulated run: the world around one controller (and its successor) on the
+    in-memory fleet, and the oracle that judges it."""
+
+    def __init__(
+        self,
+        config: SimulationConfig,
+        clock: Clock,
+        root: Path,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.fleet = InMemoryFleet(
+            clock,
+            policies=config.policies,
+            agents=config.agents,
+            resources=config.resources,
+            resources_modes=(config.resources_mode,),
+            group_scored=config.group_scored,
+            group_size=config.group_size,
+            latency_s=(0.001, 0.004),
+            faults=Faults(rate=config.fault_rate),
+            work=WorkConfig(retry_backoff_s=0.05, max_service_retries=10_000),
+        )
+        trainer = InMemoryTrainer()
+        super().__init__(
+            config,
+            clock,
+            root,
+            protocol=QuiesceConfig(
+                rollout_timeout_s=120.0,
+                prepare_timeout_s=5.0,
+                control_timeout_s=2.0,
+                prepare_retry_interval_s=0.2,
+                snapshot_attempt_interval_s=4.0,
+                save_period=1,
+                max_consecutive_failures=3,
+                keep_latest_k=2,
+                rollout_recovery={"target_level": config.target_level},
+            ),
+            participants=self.fleet.participants,
+            depends_on=self.fleet.depends_on(),
+            trainer=trainer,
+            plane=InMemoryDataPlane(trainer),
+            progress=progress,
+        )
+
+    async def main(self) -> None:
+        """Run the fleet and controllers until the run is done: a crashed controller's
+        successor starts from the durable store alone."""
+        async with self.clock.task_group() as tg:
+            tg.start_soon(self.fleet.run, name="fleet")
+            crashed = True
+            while crashed:
+                crashed = await self._controller()
+            self.fleet.stop()
+
+    def _new_driver(self) -> Driver:
+        driver = super()._new_driver()
+        self.fleet.on_completed = driver.completed
+        return driver
 
     # ------------------------------------------------------------------ the oracle
 

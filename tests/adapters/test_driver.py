@@ -8,6 +8,8 @@ runs the driver on the real clock on both backends.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,7 @@ from quiesce.protocol import (
     Call,
     CallFailed,
     CheckpointState,
+    ClearIntent,
     Coordinator,
     GroupOpened,
     Op,
@@ -42,6 +45,7 @@ from quiesce.protocol import (
     OptimizerStepEnd,
     Outcome,
     PeriodElapsed,
+    Publish,
     QuiesceConfig,
     Redispatch,
     Reply,
@@ -326,6 +330,12 @@ async def test_timers_rearm_and_cancel(anyio_backend: str, tmp_path: Path) -> No
     await run_rig(tmp_path, body)
 
 
+async def run_real_rig(tmp_path: Path, body: Callable[[Rig], Awaitable[None]]) -> None:
+    """`run_rig` on the real clock, with latencies of a millisecond or so."""
+    fast = WorkConfig(policy_latency_s=(0.001, 0.002), mutation_latency_s=(0.0, 0.001))
+    await run_rig(tmp_path, body, clock=RealClock(seed=1), work=fast, latency_s=(0.0, 0.001))
+
+
 async def test_real_clock_checkpoint_and_restore(anyio_backend: str, tmp_path: Path) -> None:
     async def body(rig: Rig) -> None:
         rig.open("g0")
@@ -336,8 +346,77 @@ async def test_real_clock_checkpoint_and_restore(anyio_backend: str, tmp_path: P
         assert (report.kind, report.snapshot_id) == ("snapshot", str(outcome.checkpoint_id))
         assert rig.fences_idle()
 
-    fast = WorkConfig(policy_latency_s=(0.001, 0.002), mutation_latency_s=(0.0, 0.001))
-    await run_rig(tmp_path, body, clock=RealClock(seed=1), work=fast, latency_s=(0.0, 0.001))
+    await run_real_rig(tmp_path, body)
+
+
+ON_DISK: dict[type, Callable[[Rig, OpId], bool]] = {
+    Publish: lambda rig, cid: str(cid) in rig.store.published(),
+    ClearIntent: lambda rig, _cid: rig.journal.read_intent() is None,
+}
+
+
+@pytest.mark.parametrize("how", ["stop", "crash"])
+@pytest.mark.parametrize("effect", [Publish, ClearIntent], ids=lambda kind: kind.__name__)
+async def test_stop_runs_every_queued_store_job_before_it_returns(
+    anyio_backend: str, tmp_path: Path, effect: type, how: str
+) -> None:
+    # On the real clock store jobs wait in a worker-thread lane. Stopped by an observer of
+    # the step that queued the job (the lane cannot have run it yet), `stop()` must return
+    # with the job's effect on disk; `crash()` must not run it (a dead process writes
+    # nothing more).
+    found: list[bool] = []
+
+    async def body(rig: Rig) -> None:
+        def halt_at_effect(_event: Any, effects: tuple[Any, ...], _state: Any) -> None:
+            for e in effects:
+                if isinstance(e, effect) and rig.driver.alive:
+                    getattr(rig.driver, how)()
+                    found.append(ON_DISK[effect](rig, e.checkpoint_id))
+
+        rig.open("g0")
+        await rig.sealed("g0")
+        rig.driver.observers.append(halt_at_effect)
+        rig.driver.submit(PeriodElapsed())
+        await rig.poll(lambda: not rig.driver.alive)
+
+    await run_real_rig(tmp_path, body)
+    assert found == [how == "stop"]
+
+
+class _SlowPublish(SnapshotStore):
+    """A store whose `publish` takes a while (in the lane's worker thread)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.publishing = threading.Event()
+        self.calls: list[str] = []
+
+    def publish(self, checkpoint_id: str) -> Any:
+        self.publishing.set()
+        time.sleep(0.2)
+        manifest = super().publish(checkpoint_id)
+        self.calls.append("publish")
+        return manifest
+
+    def prune(self, keep_latest_k: int) -> Any:
+        self.calls.append("prune")
+        return super().prune(keep_latest_k)
+
+
+async def test_stop_waits_for_the_running_store_job_then_runs_the_queued_ones(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    async def body(rig: Rig) -> None:
+        store = rig.driver.store = _SlowPublish(rig.root / "snapshots")
+        rig.open("g0")
+        await rig.sealed("g0")
+        rig.driver.submit(PeriodElapsed())
+        await rig.poll(store.publishing.is_set)
+        rig.driver.stop()  # publish is running in a worker thread; prune is queued
+        assert store.calls == ["publish", "prune"]
+        assert len(store.published()) == 1
+
+    await run_real_rig(tmp_path, body)
 
 
 # ================================================================= S1 - S19

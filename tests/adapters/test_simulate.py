@@ -4,14 +4,23 @@ seeds and fault rates, and the controller crash that restores and redispatches."
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quiesce.adapters import SimulationConfig, VirtualClock, configure_logging, simulate
+from quiesce.adapters import (
+    Driver,
+    RealClock,
+    SimulationConfig,
+    VirtualClock,
+    configure_logging,
+    simulate,
+)
 from quiesce.adapters._simulation import _Run
 from quiesce.adapters._trainer import FinishedGroup
 
@@ -99,6 +108,66 @@ def test_the_oracle_sees_a_duplicate_and_a_loss(tmp_path: Path) -> None:
     assert tampered.rollouts.duplicated == 1
     assert tampered.rollouts.lost == config.group_size
     assert not tampered.invariants_ok and len(tampered.violations) == 2
+
+
+class _Watched(_Run):
+    """A run that notes every dataloader or queue action the world takes before it rebuilt
+    its view (`_after_restore`) for the controller that is starting."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.viewed: list[Driver | None] = []
+        self.early: list[str] = []
+        for name in ("next_prompt", "push_finished"):
+            setattr(self.plane, name, self._watch(name, getattr(self.plane, name)))
+
+    def _watch(self, name: str, action: Callable[..., Any]) -> Callable[..., Any]:
+        def watched(*args: Any) -> Any:
+            if not any(viewed is self.driver for viewed in self.viewed):
+                self.early.append(name)
+            return action(*args)
+
+        return watched
+
+    def _after_restore(self, *args: Any) -> None:
+        super()._after_restore(*args)
+        self.viewed.append(self.driver)
+
+
+@pytest.mark.parametrize("crash_at_step", [None, 2])
+def test_the_world_never_reacts_before_it_rebuilt_its_view(
+    tmp_path: Path, crash_at_step: int | None
+) -> None:
+    # `Driver.start()` steps the restore and then the completions agents still hold: a
+    # reaction to those steps would open groups and push finished ones by the view of a
+    # previous controller (a fresh process pushes what the restored queue holds: twice).
+    config = SimulationConfig(**{**SMALL, "steps": 4}, crash_at_step=crash_at_step, seed=3)
+    clock = VirtualClock(seed=3)
+    run = _Watched(config, clock, tmp_path)
+    anyio.run(clock.run, run.main)
+    assert run.early == []
+    assert len(run.viewed) == (1 if crash_at_step is None else 2)
+    assert run.result(clock.now()).invariants_ok
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_world_runs_on_the_real_clock(tmp_path: Path, backend: str) -> None:
+    # The world depends on the `Clock` protocol only: its time limit is relative to its
+    # start (trio's clock starts anywhere), and a clean stop keeps the store jobs the
+    # last checkpoint queued (its intent record is cleared: I3).
+    config = SimulationConfig(**SMALL, seed=1)
+    clock = RealClock(seed=1)
+
+    async def main() -> Any:
+        run = _Run(config, clock, tmp_path)
+        start = clock.now()
+        await run.main()
+        return run.result(clock.now() - start)
+
+    result = anyio.run(main, backend=backend)
+    assert result.violations == []
+    assert (result.rollouts.lost, result.rollouts.duplicated) == (0, 0)
+    assert result.checkpoints.completed == result.steps == SMALL["steps"]
 
 
 @settings(
