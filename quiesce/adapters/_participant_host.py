@@ -27,8 +27,9 @@ API (stable; the in-memory client and the driver build on it):
 - Operations are serialised by one clock `Lock`. A concurrent duplicate of an in-flight
   `(op, op_id)` (prepare, commit, resume, restore) waits for the first and gets the same
   reply; if the first failed, the duplicate runs on its own.
-- Journal: `JournalSink` with `FileJournal(state_dir)` (atomic write + fsync of file and
-  directory via `_durable.atomic_write`, in a worker thread) and `MemoryJournal` (keeps
+- Journal: `JournalSink` with `FileJournal(state_dir)` (a sha256 header line, verified on
+  load, then the journal's JSON; atomic write + fsync of file and directory via
+  `_durable.atomic_write`, in a worker thread) and `MemoryJournal` (keeps
   exactly the last journal written: what would be on disk). The incarnation is picked at
   start by `incarnation_factory` (default: 64 bits from `clock.rng`, so a seeded virtual
   run is reproducible; `quiesce serve` passes `secrets.token_hex`).
@@ -65,6 +66,8 @@ conformance tests, or when an external runtime reports `boundary` / `finish` its
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import re
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -172,7 +175,9 @@ class NoJournal(QuiesceError):
 
 
 class JournalCorrupt(QuiesceError):
-    """The journal file `path` does not parse: `field` names the first bad field."""
+    """The journal file `path` cannot be trusted: `field` names what is wrong (`header`,
+    `sha256`, or the first bad field of the journal) and `detail` how. The file is left
+    exactly as it was found."""
 
     def __init__(self, path: Path, field: str, detail: str) -> None:
         self.path = path
@@ -180,7 +185,8 @@ class JournalCorrupt(QuiesceError):
         self.detail = detail
         super().__init__(
             f"participant journal {path} is corrupt at {field!r}: {detail}; "
-            "move it aside to start this participant fresh (its fence state will be lost)"
+            "restore it from a backup, or move it aside and start this participant fresh "
+            "with ParticipantHost.start (its fence state will be lost)"
         )
 
 
@@ -234,29 +240,74 @@ class FileJournal(JournalSink):
     before `write` returns; the write runs in a worker thread so the event loop keeps
     serving other requests' reads.
 
+    File format 2 (`encode`): one header line, then the journal's JSON, byte for byte:
+
+        quiesce-journal 2 sha256=<hex sha256 of every byte after the header's newline>
+        {"format":1,"config":{...},...}
+
+    The `2` is the file layout's version; the `format` inside the JSON is the journal
+    schema's. `load` checks the header and the digest before it parses the JSON, so a
+    flipped bit or a truncation is refused (`JournalCorrupt`) instead of recovering a
+    different, valid-looking state. Format 1 (the bare JSON, without checksum) is refused
+    as unknown. A refused file is never modified.
+
     >>> import tempfile
     >>> FileJournal(Path(tempfile.mkdtemp())).load() is None
     True
     """
 
     FILE_NAME = "journal.json"
+    FILE_FORMAT = 2
+    _HEADER = re.compile(rb"quiesce-journal (\d+) sha256=([0-9a-f]{64})")
 
     def __init__(self, state_dir: Path | str) -> None:
         self.state_dir = Path(state_dir)
         self.path = self.state_dir / self.FILE_NAME
 
+    @classmethod
+    def encode(cls, journal: Journal) -> bytes:
+        """The file's bytes for `journal`: the checksum header, then the journal's JSON."""
+        body = journal.model_dump_json().encode()
+        digest = hashlib.sha256(body).hexdigest()
+        return f"quiesce-journal {cls.FILE_FORMAT} sha256={digest}\n".encode() + body
+
     async def write(self, journal: Journal) -> None:
-        """Atomic write + fsync (`_durable.atomic_write`)."""
-        data = journal.model_dump_json().encode()
+        """Atomic write + fsync (`_durable.atomic_write`) of `encode(journal)`."""
+        data = self.encode(journal)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         await anyio.to_thread.run_sync(atomic_write, self.path, data)
 
     def load(self) -> Journal | None:
-        """The journal on disk; raises `JournalCorrupt` naming the file and field."""
+        """The journal on disk, its checksum verified; raises `JournalCorrupt` naming the
+        file and what is wrong (header, digest, or the first bad field)."""
         if not self.path.exists():
             return None
+        header, _, body = self.path.read_bytes().partition(b"\n")
+        match = self._HEADER.fullmatch(header)
+        if match is None:
+            raise JournalCorrupt(
+                self.path,
+                "header",
+                "line 1 is not a 'quiesce-journal <format> sha256=<digest>' header, so the "
+                "file carries no checksum (an old format-1 journal, or not a journal)",
+            )
+        if int(match[1]) != self.FILE_FORMAT:
+            raise JournalCorrupt(
+                self.path,
+                "header",
+                f"unknown journal file format {int(match[1])} "
+                f"(this quiesce reads format {self.FILE_FORMAT})",
+            )
+        expected, found = match[2].decode(), hashlib.sha256(body).hexdigest()
+        if found != expected:
+            raise JournalCorrupt(
+                self.path,
+                "sha256",
+                f"the header expects sha256 {expected} but the journal has sha256 {found} "
+                "(the file changed after it was written)",
+            )
         try:
-            return Journal.model_validate_json(self.path.read_bytes())
+            return Journal.model_validate_json(body)
         except ValidationError as error:
             first = error.errors()[0]
             where = ".".join(str(part) for part in first["loc"]) or "<file>"

@@ -36,7 +36,6 @@ from quiesce.adapters import (
 )
 from quiesce.cli._serve import configure_logging
 from quiesce.protocol import ConfigError, Coordinator, PeriodElapsed, QuiesceConfig
-from quiesce.protocol._journal import Journal
 from quiesce.protocol._participant import handle, journal_of, new_participant
 from quiesce.testing import LocalServer
 
@@ -204,7 +203,7 @@ def _journal_bytes() -> bytes:
         ("prepare", {"op_id": "ck-1-2-step2", "deadline_at": 1.0}),
     ]:
         state, _, _ = handle(state, op, body)
-    return journal_of(state).model_dump_json().encode()
+    return FileJournal.encode(journal_of(state))
 
 
 def test_a_truncated_participant_journal_is_a_typed_error_naming_the_file(tmp_path: Path) -> None:
@@ -220,22 +219,20 @@ def test_a_truncated_participant_journal_is_a_typed_error_naming_the_file(tmp_pa
 
 @HOSTILE
 @given(index=st.integers(0, 10_000), bit=st.integers(0, 7))
-def test_a_bit_flipped_participant_journal_loads_or_is_a_typed_error(
+def test_a_bit_flipped_participant_journal_is_a_typed_error(
     tmp_path_factory: pytest.TempPathFactory, index: int, bit: int
 ) -> None:
-    # The journal carries no checksum: a flip inside a value can give another valid journal
-    # (that is what the fsync'd atomic write is for). What must never happen is a crash or
-    # an untyped error: the file is either a journal or refused naming the file and field.
+    # The header's sha256 covers every byte of the journal, so no flip anywhere (value,
+    # structure, header, digest) can pass for another valid journal: each one is refused
+    # naming the file and what is wrong, and the file is left as it was.
     raw = bytearray(_journal_bytes())
     raw[index % len(raw)] ^= 1 << bit
     journal = FileJournal(tmp_path_factory.mktemp("journal"))
     journal.path.write_bytes(bytes(raw))
-    try:
-        loaded = journal.load()
-    except JournalCorrupt as error:
-        assert error.path == journal.path and error.field
-    else:
-        assert isinstance(loaded, Journal)
+    with pytest.raises(JournalCorrupt) as caught:
+        journal.load()
+    assert caught.value.path == journal.path and caught.value.field in {"header", "sha256"}
+    assert journal.path.read_bytes() == raw
 
 
 # ------------------------------------------------------------------------------ the token

@@ -3,9 +3,11 @@ VirtualClock."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from quiesce.adapters import (
@@ -203,10 +205,99 @@ def test_recover_without_journal_and_corrupt_journal_are_typed(tmp_path: Path) -
     clock = VirtualClock()
     with pytest.raises(NoJournal):
         ParticipantHost.recover(MemoryJournal(), "inc-x", clock=clock)
-    (tmp_path / "journal.json").write_text('{"format": 1, "config": {"name": 3}}')
+    (tmp_path / "journal.json").write_bytes(_sealed(b'{"format": 1, "config": {"name": 3}}'))
     with pytest.raises(JournalCorrupt) as error:
         ParticipantHost.recover(FileJournal(tmp_path), "inc-x", clock=clock)
     assert "journal.json" in str(error.value) and error.value.field.startswith("config")
+
+
+def _sealed(body: bytes) -> bytes:
+    """A journal file (format 2) built by hand: the checksum header, then `body`."""
+    return b"quiesce-journal 2 sha256=%s\n%s" % (hashlib.sha256(body).hexdigest().encode(), body)
+
+
+def _agent_journal_file(state_dir: Path) -> FileJournal:
+    """The journal an agent host wrote in `state_dir` (through `FileJournal.write`): one
+    completed execution `r1` (attempt 0) and a prepare under way."""
+    clock = VirtualClock(seed=7)
+    journal = FileJournal(state_dir)
+
+    async def main() -> None:
+        agent = ParticipantHost.start(
+            {"name": "agent-0", "role": "agent"}, clock=clock, journal=journal, run_work=False
+        )
+        begin = BeginRequest(rollout_id="r1", attempt=0, group_id="g1", turns=2)
+        await agent.handle(P.BEGIN, begin)
+        await agent.handle(P.FINISH, {"rollout_id": "r1", "attempt": 0, "result": {"r": 1}})
+        await agent.handle(P.PREPARE, ctl(CK1))
+
+    anyio.run(clock.run, main)
+    return journal
+
+
+def _refused(journal: FileJournal, data: bytes) -> JournalCorrupt:
+    """Write `data` as `journal`'s file; check that opening it is refused with a typed error
+    naming the file and the fix, and that the file is left byte for byte as it was."""
+    journal.path.write_bytes(data)
+    with pytest.raises(JournalCorrupt) as caught:
+        ParticipantHost.open({"name": "agent-0", "role": "agent"}, journal, clock=VirtualClock())
+    message = str(caught.value)
+    assert caught.value.path == journal.path and str(journal.path) in message
+    assert "backup" in message and "ParticipantHost.start" in message
+    assert journal.path.read_bytes() == data
+    return caught.value
+
+
+def test_a_file_journal_carries_the_sha256_of_its_body(tmp_path: Path) -> None:
+    journal = _agent_journal_file(tmp_path)
+    raw = journal.path.read_bytes()
+    body = raw.partition(b"\n")[2]
+    assert raw == _sealed(body)
+    loaded = journal.load()
+    assert loaded == Journal.model_validate_json(body) and str(loaded.active_id) == CK1
+    recovered = ParticipantHost.recover(journal, "inc-2", clock=VirtualClock())
+    assert journal_of(recovered.state).completed[0].rollout_id == "r1"
+
+
+@pytest.mark.parametrize(
+    "before",
+    [b'"rollout_id":"r', b'"attempt":', b"sha256="],
+    ids=["in-a-string-value", "in-a-number", "in-the-checksum"],
+)
+def test_a_flipped_character_is_refused_naming_both_digests(tmp_path: Path, before: bytes) -> None:
+    raw = bytearray(_agent_journal_file(tmp_path).path.read_bytes())
+    at = raw.index(before) + len(before)
+    raw[at] = ord("1") if raw[at] != ord("1") else ord("2")
+    header, _, body = bytes(raw).partition(b"\n")
+    Journal.model_validate_json(body)  # still a valid journal: only the checksum tells
+    error = _refused(FileJournal(tmp_path), bytes(raw))
+    assert error.field == "sha256"
+    expected, found = header[-64:].decode(), hashlib.sha256(body).hexdigest()
+    assert expected != found and f"expects sha256 {expected}" in str(error)
+    assert f"has sha256 {found}" in str(error)
+
+
+def test_a_truncated_file_journal_is_refused(tmp_path: Path) -> None:
+    journal = _agent_journal_file(tmp_path)
+    raw = journal.path.read_bytes()
+    body_at = raw.index(b"\n") + 1
+    for cut, field in [
+        (0, "header"),
+        (body_at // 2, "header"),
+        (body_at, "sha256"),
+        ((body_at + len(raw)) // 2, "sha256"),
+        (len(raw) - 1, "sha256"),
+    ]:
+        assert _refused(journal, raw[:cut]).field == field
+
+
+def test_an_old_or_unknown_journal_file_format_is_refused(tmp_path: Path) -> None:
+    journal = _agent_journal_file(tmp_path)
+    raw = journal.path.read_bytes()
+    old = _refused(journal, raw.partition(b"\n")[2])  # format 1: the bare JSON
+    assert old.field == "header" and "no checksum" in old.detail and "old" in old.detail
+    future = _refused(journal, raw.replace(b"quiesce-journal 2", b"quiesce-journal 3", 1))
+    assert future.field == "header" and "unknown journal file format 3" in future.detail
 
 
 async def test_open_recovers_with_a_new_incarnation(tmp_path: Path) -> None:
