@@ -38,6 +38,7 @@ the S13/S14 setup refusals. The mutant catalog names the check that covers each.
 
 from __future__ import annotations
 
+import functools
 import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -1106,7 +1107,10 @@ def _describe_message(message: InFlight) -> str:
     return f"{what} <- {call.participant}: {_reply_text(message.reply)}"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _message_order(message: InFlight) -> tuple[Any, ...]:
+    """The sort key of an in-flight message (cached: `repr` of a payload is costly and the
+    same messages sit in many states)."""
     call = message.call
     op_id = call.op_id
     return (
