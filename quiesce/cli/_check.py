@@ -1,4 +1,5 @@
-"""`quiesce check`: exhaustive model checking of a registered model.
+"""`quiesce check`: exhaustive model checking of a registered model, or (`--walks N`)
+seeded random walks through it, for a model too big to exhaust.
 
 Result on stdout (a stats table and numbered counterexample steps, or one JSON document
 with `--json`); progress lines on stderr. Exit 0: every property holds; 1: a violation;
@@ -25,6 +26,7 @@ from quiesce.models import (
     Violation,
     build_model,
     mermaid_sequence,
+    walk,
 )
 from quiesce.models import (
     check as explore,
@@ -60,6 +62,19 @@ def _log_progress(report: Progress) -> None:
 @click.option("--symmetry", is_flag=True, help="Identify states equal up to symmetry.")
 @click.option("--max-states", type=click.IntRange(min=1), help="Stop after N distinct states.")
 @click.option(
+    "--walks",
+    type=click.IntRange(min=1),
+    help="Take N seeded random walks instead of exploring every state (deep, not complete).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --walks.")
+@click.option(
+    "--max-depth",
+    type=click.IntRange(min=1),
+    default=500,
+    show_default=True,
+    help="Longest random walk (--walks).",
+)
+@click.option(
     "--trace-out",
     type=click.Path(file_okay=False, path_type=Path),
     help="Write each counterexample per table (engine --trace format) plus a Mermaid diagram.",
@@ -72,6 +87,9 @@ def check(
     mutant: str | None,
     symmetry: bool,
     max_states: int | None,
+    walks: int | None,
+    seed: int,
+    max_depth: int,
     trace_out: Path | None,
     as_json: bool,
 ) -> None:
@@ -80,14 +98,25 @@ def check(
     \b
     quiesce check two-phase --set rms=3
     quiesce check two-phase --mutant commit_without_message --trace-out traces/
+    quiesce check --walks 2000 --seed 1
     """
     name = model_name or DEFAULT_MODEL
+    if walks is not None and (symmetry or max_states is not None):
+        raise click.UsageError("--walks takes neither --symmetry nor --max-states")
     try:
         model = build_model(name, _parse_settings(settings), faults=faults, mutant=mutant)
     except QuiesceError as error:
         fail(error)
-    result = explore(model, max_states=max_states, symmetry=symmetry, progress=_log_progress)
-    if result.truncated:
+    if walks is not None:
+        result = walk(model, walks=walks, max_depth=max_depth, seed=seed)
+        click.echo(
+            f"check: {walks} random walks (seed {seed}) visited {result.distinct_states} states:"
+            " not a proof beyond them",
+            err=True,
+        )
+    else:
+        result = explore(model, max_states=max_states, symmetry=symmetry, progress=_log_progress)
+    if result.truncated and walks is None:
         click.echo(
             f"check: stopped at --max-states {max_states}: the state space was not exhausted",
             err=True,
@@ -97,6 +126,9 @@ def check(
     if as_json:
         document = result.to_json()
         document["mutant"] = mutant
+        document["mode"] = "exhaustive" if walks is None else "walks"
+        if walks is not None:
+            document["walks"] = {"walks": walks, "seed": seed, "max_depth": max_depth}
         print_json(document)
     else:
         _print_human(result, mutant)

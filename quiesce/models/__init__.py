@@ -1,7 +1,8 @@
 """Formal checks over the same tables the runtime executes.
 
 The explorer (`check`) is an explicit-state BFS model checker over a `Model`; models are
-registered by name for `quiesce check`. `TwoPhase` is Lamport's two-phase commit written as
+registered by name for `quiesce check`; `walk` takes seeded random walks through a model
+too big to exhaust (`quiesce check --walks N`). `TwoPhase` is Lamport's two-phase commit written as
 quiesce tables, the standard yardstick (288 distinct states with 3 RMs).
 
 >>> from quiesce.models import build_model, check
@@ -27,6 +28,7 @@ from quiesce.models._explorer import (
 )
 from quiesce.models._protocol_model import ProtocolModel, ProtocolParams
 from quiesce.models._protocol_spec import PROTOCOL_SPEC
+from quiesce.models._random_walks import walk
 from quiesce.models._registry import (
     BadModelParam,
     ModelSpec,
@@ -96,4 +98,5 @@ __all__ = [
     "register_model",
     "system_machine",
     "table_state_machine",
+    "walk",
 ]

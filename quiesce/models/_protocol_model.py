@@ -350,7 +350,9 @@ class ProtocolModel(Model[PState]):
         return found
 
     def actions(self, state: PState) -> Iterable[Action]:
-        return [a for a, _ in self.successors(state)]
+        if state.env.raised:
+            return []  # the core raised: the run is over (a bug, reported as a stall)
+        return self._enabled(state)
 
     def next_state(self, state: PState, action: Action) -> PState | None:
         if state.env.raised:

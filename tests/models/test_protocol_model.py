@@ -30,6 +30,10 @@ ONE_ROLLOUT: dict[str, Any] = dict(
     crashes=False,
 )
 TWO_SIBLINGS: dict[str, Any] = {**ONE_ROLLOUT, "siblings": 2, "triggers": 0}
+# The largest configurations CI exhausts (tens of seconds each): every fault kind of §8
+# (crashes included) on one rollout, and two siblings racing one checkpoint without faults.
+EVERY_FAULT: dict[str, Any] = {**ONE_ROLLOUT, "prepare_retries": 2, "faults": 1, "crashes": True}
+TWO_SIBLINGS_ONE_CHECKPOINT: dict[str, Any] = {**ONE_ROLLOUT, "siblings": 2, "prepare_retries": 2}
 
 
 def test_reference_size_is_protocol_md_section_8() -> None:
@@ -42,8 +46,13 @@ def test_reference_size_is_protocol_md_section_8() -> None:
 
 @pytest.mark.parametrize(
     ("params", "distinct"),
-    [(ONE_ROLLOUT, 1655), (TWO_SIBLINGS, 54)],
-    ids=["one_rollout", "two_siblings"],
+    [
+        (ONE_ROLLOUT, 1655),
+        (TWO_SIBLINGS, 54),
+        (EVERY_FAULT, 49_620),
+        (TWO_SIBLINGS_ONE_CHECKPOINT, 21_685),
+    ],
+    ids=["one_rollout", "two_siblings", "every_fault", "two_siblings_one_checkpoint"],
 )
 def test_pinned_state_count_and_no_violation(params: dict[str, Any], distinct: int) -> None:
     result = check(ProtocolModel(ProtocolParams(**params)), stop_on_violation=False)
