@@ -100,6 +100,7 @@ _PHASE_ORDER = {
     Op.PREPARE: ("policy", "agent", "resources"),
     Op.COMMIT: ("agent", "policy", "resources"),
     Op.RESUME: ("resources", "policy", "agent"),
+    Op.RESTORE: ("policy", "agent", "resources"),
 }
 _CONTROL_OPS = frozenset({Op.PREPARE, Op.COMMIT, Op.RESUME, Op.RESTORE, Op.DISCARD})
 _COMMITTED_STATES = frozenset({FenceState.COMMITTED_PAUSED})
@@ -1074,6 +1075,8 @@ def _done(participant: ParticipantState, op: Op, op_id: OpId) -> bool:
         )
     if op is Op.COMMIT:
         return fence.data.active == op_id and fence.state is FenceState.COMMITTED_PAUSED
+    if op is Op.RESTORE:
+        return fence.data.active == op_id and fence.state is FenceState.RESTORED_PAUSED
     return fence.data.active != op_id
 
 

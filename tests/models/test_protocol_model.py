@@ -13,6 +13,8 @@ from click.testing import CliRunner
 from quiesce.cli import main
 from quiesce.models import NO_STALL, ProtocolModel, ProtocolParams, build_model, check
 from quiesce.models._mutants import MUTANTS
+from quiesce.models._protocol_model import Hooks
+from quiesce.protocol import _restore_flow
 
 # The smallest exhaustive configurations, cheap enough for every CI run. The §8 reference
 # size (`ProtocolParams()`) is far larger: see the README section "Model checking the
@@ -131,3 +133,15 @@ def test_check_cli_kills_a_mutant_and_writes_traces(tmp_path: Path) -> None:
     assert "sequenceDiagram" in (tmp_path / "I4.sequence.mmd").read_text()
     ok = CliRunner().invoke(main, ["check", *settings, "--json"])
     assert ok.exit_code == 0 and json.loads(ok.stdout)["violations"] == []
+
+
+def test_restore_out_of_phase_order_breaks_i5() -> None:
+    # §3: restore goes policy -> agents -> resources. A controller that restores in the
+    # resume order is caught at the first restore call it sends too early.
+    reversed_order = tuple(reversed(_restore_flow.RESTORE_ORDER))
+    hooks = Hooks(patches=((_restore_flow, "RESTORE_ORDER", reversed_order),))
+    model = ProtocolModel(ProtocolParams(**EVERY_FAULT), hooks=hooks)
+    violation = check(model).violation("I5")
+    assert violation is not None
+    last = violation.trace.states()[-1]
+    assert any(p == "I5" and why.startswith("restore(") for p, why in last.env.bad)
