@@ -115,6 +115,13 @@ def check(
             err=True,
         )
     else:
+        if name == DEFAULT_MODEL and not settings and faults is None and max_states is None:
+            click.echo(
+                "check: the protocol at the §8 reference size has well over 10^7 states and"
+                " will not finish in minutes (README, 'Model checking'): bound it with"
+                " --max-states N, or sample it deeply with --walks N",
+                err=True,
+            )
         result = explore(model, max_states=max_states, symmetry=symmetry, progress=_log_progress)
     if result.truncated and walks is None:
         click.echo(
