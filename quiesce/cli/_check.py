@@ -138,7 +138,7 @@ def check(
             document["walks"] = {"walks": walks, "seed": seed, "max_depth": max_depth}
         print_json(document)
     else:
-        _print_human(result, mutant)
+        _print_human(result, mutant, shortest=walks is None)
     sys.exit(1 if result.violations else 0)
 
 
@@ -155,7 +155,7 @@ def _write_traces(model: Model[Any], result: CheckResult[Any], directory: Path) 
         click.echo(f"check: counterexamples written to {directory}", err=True)
 
 
-def _print_human(result: CheckResult[Any], mutant: str | None) -> None:
+def _print_human(result: CheckResult[Any], mutant: str | None, *, shortest: bool) -> None:
     console = Console()
     params = ", ".join(f"{k}={v}" for k, v in result.model.params.items())
     title = f"{result.model.name} ({params})" + (f" mutant {mutant}" if mutant else "")
@@ -183,14 +183,17 @@ def _print_human(result: CheckResult[Any], mutant: str | None) -> None:
             mark = "[yellow]no violation in the states explored[/yellow]"
         console.print(f"  {prop}: {mark}")
     for violation in result.violations:
-        _print_violation(console, result.model, violation)
+        _print_violation(console, result.model, violation, shortest)
 
 
-def _print_violation(console: Console, model: Model[Any], violation: Violation[Any]) -> None:
+def _print_violation(
+    console: Console, model: Model[Any], violation: Violation[Any], shortest: bool
+) -> None:
     trace = violation.trace
+    which = "shortest trace" if shortest else "trace of a random walk"
     console.print(
         f"\n[bold red]{violation.property}[/bold red] violated ({violation.kind}), "
-        f"shortest trace: {len(trace)} steps"
+        f"{which}: {len(trace)} steps"
     )
 
     def show(state: Any) -> str:
