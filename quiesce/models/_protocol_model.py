@@ -38,9 +38,10 @@ the S13/S14 setup refusals. The mutant catalog names the check that covers each.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -335,11 +336,15 @@ class ProtocolModel(Model[PState]):
     def _init_states(self) -> Iterable[PState]:
         state, _ = self.system.start(self._participants({}))
         env = Env(triggers=self.p.triggers, faults=self.p.faults)
-        state, effects = self.system.input(
-            state, GroupOpened(GROUP, self.p.siblings, self.agents[0])
-        )
-        env = self._observe(state, state, effects, env)
-        yield self._make(state, env)
+        opened = GroupOpened(GROUP, self.p.siblings, self.agents[0])
+        try:
+            with self._watchdog():
+                after, effects = self.system.input(state, opened)
+        except Exception as error:  # a mutant's core raised or looped opening the group
+            yield PState(state, replace(env, raised=f"{type(error).__name__}: {error}"))
+            return
+        env = self._observe(after, after, effects, env)
+        yield self._make(after, env)
 
     # ------------------------------------------------------------------ actions
 
@@ -492,20 +497,28 @@ class ProtocolModel(Model[PState]):
     # ------------------------------------------------------------------ next state
 
     def _apply(self, state: PState, action: Action) -> PState | None:
-        watchdog = self.step_timeout
         try:
-            if watchdog is not None:
-                # A derived table can make one controller step loop forever (a row that
-                # re-fires itself): the watchdog turns that hang into an exception.
-                signal.setitimer(signal.ITIMER_REAL, watchdog)
-            return self._step(state, action)
+            with self._watchdog():
+                return self._step(state, action)
         except Exception as error:
             # The pure core must accept every input: an exception is a bug (or a mutant).
             why = f"{type(error).__name__}: {error}"
             return PState(state.system, replace(state.env, raised=why))
+
+    @contextlib.contextmanager
+    def _watchdog(self) -> Iterator[None]:
+        """Arm `step_timeout`: a derived table can make one controller step loop forever
+        (a row that re-fires itself, a refusal retried at once); the SIGALRM handler the
+        caller installed turns that hang into an exception."""
+        watchdog = self.step_timeout
+        if watchdog is None:
+            yield
+            return
+        signal.setitimer(signal.ITIMER_REAL, watchdog)
+        try:
+            yield
         finally:
-            if watchdog is not None:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
     def _step(self, state: PState, action: Action) -> PState:
         sys, env = state.system, state.env

@@ -275,6 +275,10 @@ class ControllerState:
     `unowned_acks` is the second part of the ACK outbox: `(agent, receipt)` of completions
     the ledger does not own (work of an interval a restore rolled back), owed an ACK so
     their agent can be ready again, never trained; `unowned_dropped` counts them.
+    `refused_groups` are the groups whose dispatch failed (a refused or failed `begin`) and
+    were redispatched at once: a second failure before their deadline expires waits for
+    that deadline, so an agent that refuses every `begin` is retried once per
+    `rollout_timeout_s`, never in a hot loop.
     """
 
     epoch: int
@@ -293,6 +297,7 @@ class ControllerState:
     restoring: RestoreRun | None = None
     unowned_acks: tuple[tuple[str, OwedAck], ...] = ()
     unowned_dropped: int = 0
+    refused_groups: frozenset[str] = frozenset()
 
     @property
     def phase(self) -> CheckpointState:
@@ -1048,8 +1053,16 @@ class _Run:
         except (ValueError, TransitionNotAllowed, LocalProtocolError) as error:
             self.log("failure_ignored", rollout=event.rollout_id, error=str(error))
             return
-        self.state = replace(self.state, ledger=ledger, mutated=True)
-        self.retry_group(event.rollout_id.rpartition("/")[0])
+        group_id = event.rollout_id.rpartition("/")[0]
+        refused = self.state.refused_groups
+        self.state = replace(
+            self.state, ledger=ledger, mutated=True, refused_groups=refused | {group_id}
+        )
+        if group_id in refused:
+            # Failed again right after its immediate retry: its deadline retries it (M7).
+            self.log("redispatch_deferred", group=group_id, rollout=event.rollout_id)
+            return
+        self.retry_group(group_id)
 
     def on_group_trained(self, event: GroupTrained) -> None:
         try:
@@ -1067,7 +1080,12 @@ class _Run:
         except (ValueError, TransitionNotAllowed, LocalProtocolError) as error:
             self.log("expiry_ignored", group=group_id, error=str(error))
             return
-        self.state = replace(self.state, ledger=ledger, mutated=True)
+        self.state = replace(
+            self.state,
+            ledger=ledger,
+            mutated=True,
+            refused_groups=self.state.refused_groups - {group_id},
+        )
         agent = ledger.group(group_id).environment
         deadline = self.now + self.config.control_timeout_s
         if retire:

@@ -18,6 +18,7 @@ from quiesce.protocol import (
     CloseAdmission,
     Coordinator,
     Discovered,
+    Dispatch,
     Disposition,
     GroupOpened,
     InspectPublished,
@@ -35,11 +36,13 @@ from quiesce.protocol import (
     Quarantine,
     Recovered,
     Reply,
+    RolloutFailed,
     SnapshotsListed,
     Stopped,
     TimerDue,
     TrainerBoundary,
     WriteIntent,
+    deadline_timer,
     prepare_deadline_timer,
     prepare_retry_timer,
     retry_timer,
@@ -466,3 +469,21 @@ def test_controller_state_is_hashable_and_equal_runs_are_equal() -> None:
         h.step(GroupOpened("g0", 2, "ag"))
         h.start()
     assert first.s == second.s and hash(first.s) == hash(second.s)
+
+
+def test_a_refused_begin_is_retried_once_then_waits_for_the_group_deadline() -> None:
+    # An agent that refuses every `begin` (a fence stuck closed, a broken server) must not
+    # make the controller redispatch in a hot loop: one immediate retry, then the deadline.
+    h = Harness()
+    opened = h.step(GroupOpened("g", 1, "ag"))
+    assert [(d.rollout_id, d.attempt) for d in opened if isinstance(d, Dispatch)] == [("g/0", 0)]
+    retried = h.step(RolloutFailed("g/0", 0))
+    assert [(d.rollout_id, d.attempt) for d in retried if isinstance(d, Dispatch)] == [("g/0", 1)]
+    deferred = h.step(RolloutFailed("g/0", 1))
+    assert not [e for e in deferred if isinstance(e, Dispatch)]
+    assert any(isinstance(e, Log) and e.event == "redispatch_deferred" for e in deferred)
+    expired = h.step(TimerDue(deadline_timer("g")), dt=1_000.0)
+    assert [(d.rollout_id, d.attempt) for d in expired if isinstance(d, Dispatch)] == [("g/0", 2)]
+    # The deadline gave the group a fresh immediate retry.
+    again = h.step(RolloutFailed("g/0", 2))
+    assert [(d.rollout_id, d.attempt) for d in again if isinstance(d, Dispatch)] == [("g/0", 3)]
