@@ -19,6 +19,7 @@ checked, and how one server is reused across examples.
 
 from quiesce.testing._broken import (
     BROKEN_HOSTS,
+    BusyDuplicateHost,
     FlakyCommitHost,
     ReleaseOnRetireHost,
     StalePrepareHost,
@@ -42,6 +43,7 @@ __all__ = [
     "DEADLINE_AT",
     "OPERATIONS",
     "ROLES",
+    "BusyDuplicateHost",
     "ConformanceResult",
     "ConformanceSetupError",
     "ConformanceViolation",

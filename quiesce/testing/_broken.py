@@ -12,6 +12,10 @@ is for; the kit's own tests prove it catches each one (tests/testing/test_confor
   result (answers `tombstoned`) instead of holding it until an ACK;
 - `StuckCommitHost` (M2): a failed commit leaves the fence `committing` instead of
   returning it to `prepared`;
+- `BusyDuplicateHost` (M2): a prepare, commit, resume or restore whose `(op, op_id)` is
+  already in flight is refused `invalid_phase` ("busy") instead of waiting for the first's
+  reply; alone, every request is answered right, so only the kit's concurrent duplicate
+  check sees it;
 - `FlakyCommitHost` is NOT broken: it fails the first commit of every id and returns to
   `prepared`, as M2 allows; the kit accepts it (its `allowed_failures` counts them).
 
@@ -24,7 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from quiesce.adapters._participant_host import ParticipantHost
+from quiesce.adapters._participant_host import _OPS, ParticipantHost, _dedupe_key
 from quiesce.fsm import Value
 from quiesce.protocol._agent_execution import ExecState
 from quiesce.protocol._agent_role import AgentRole
@@ -33,6 +37,7 @@ from quiesce.protocol._messages import (
     AckRequest,
     CommitReply,
     ControlRequest,
+    ErrorReply,
     Message,
     Receipt,
     RetireReply,
@@ -43,6 +48,7 @@ from quiesce.protocol._participant_state import stamp
 
 __all__ = [
     "BROKEN_HOSTS",
+    "BusyDuplicateHost",
     "FlakyCommitHost",
     "ReleaseOnRetireHost",
     "StalePrepareHost",
@@ -95,12 +101,14 @@ class ReleaseOnRetireHost(ParticipantHost):
 
 
 class StuckCommitHost(ParticipantHost):
-    """BROKEN (M2): every commit fails, and the fence is left `committing`."""
+    """BROKEN (M2): every commit fails, and the fence is left `committing` (where a retry of
+    the commit, or a concurrent duplicate of it, fails again)."""
 
     async def handle(self, op: ParticipantOp | str, request: Any = None) -> Message:
         """Answer `op`; a legal commit fails and leaves the fence stuck (the bug)."""
         fence = self.state.fence
-        if _name(op) != "commit" or fence.state is not FenceState.PREPARED:
+        stuck = fence.state in (FenceState.PREPARED, FenceState.COMMITTING)
+        if _name(op) != "commit" or not stuck:
             return await super().handle(op, request)
         commit = ControlRequest.model_validate(request)
         if commit.op_id != fence.data.active:
@@ -108,6 +116,40 @@ class StuckCommitHost(ParticipantHost):
         self._state = replace(self.state, fence=Value(FenceState.COMMITTING, fence.data))
         reason = "injected: the artifact could not be written"
         return CommitReply(**stamp(self.state), op_id=commit.op_id, status="failed", reason=reason)
+
+
+class BusyDuplicateHost(ParticipantHost):
+    """BROKEN (M2): a duplicate of an in-flight control request is refused, not answered.
+
+    Each prepare, commit, resume or restore takes `work_s` (a slow journal write), and a
+    second request with the same `(op, op_id)` arriving meanwhile is refused
+    `invalid_phase`, where M2 has it wait for the first and get the same reply."""
+
+    work_s: float = 0.05
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.busy: set[tuple[str, str]] = set()
+
+    async def handle(self, op: ParticipantOp | str, request: Any = None) -> Message:
+        """Answer `op`; a concurrent duplicate of a control request is refused (the bug)."""
+        key = _dedupe_key(_OPS.get(_name(op)), request)
+        if key is None:
+            return await super().handle(op, request)
+        if key in self.busy:
+            fence = self.state.fence.data
+            return ErrorReply(
+                **stamp(self.state),
+                code="invalid_phase",
+                message=f"{key[0]}({key[1]}) is already in progress",
+                high_watermark=fence.high_watermark,
+            )
+        self.busy.add(key)
+        try:
+            await self.clock.sleep(self.work_s)
+            return await super().handle(op, request)
+        finally:
+            self.busy.discard(key)
 
 
 class FlakyCommitHost(ParticipantHost):
@@ -135,6 +177,7 @@ BROKEN_HOSTS: dict[str, type[ParticipantHost]] = {
     "stale-prepare": StalePrepareHost,
     "release-on-retire": ReleaseOnRetireHost,
     "stuck-commit": StuckCommitHost,
+    "busy-duplicate": BusyDuplicateHost,
 }
 """The deliberately broken hosts by name (the role each needs: any fenced role for
-`stale-prepare` and `stuck-commit`, agent for `release-on-retire`)."""
+`stale-prepare`, `stuck-commit` and `busy-duplicate`, agent for `release-on-retire`)."""

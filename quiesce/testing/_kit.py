@@ -29,6 +29,19 @@ replays are frequent, and a shrunk example replays identically. Rollout ids carr
 per-run nonce and the example number, so earlier examples' executions never interfere; an
 example retires every execution it began when it ends.
 
+Concurrent duplicates (M2: "a concurrent duplicate waits for the first"): a controller's
+retry can race its original, so the rule `concurrent_duplicate` sends the same prepare,
+commit, resume or restore (same op id, same body) twice at once, with
+`WireClient.send_together` (both copies in flight before either reply is read). The oracle
+steps ONCE: each reply must be its one reply; two successful replies of a recorded result
+must be identical (a commit's artifact and digest included); and the `status` read after
+must be that of a single request. A copy answered 409 or 5xx while the other succeeded, or
+two different replies, break that rule; replies that agree and are both wrong are reported
+under the rule they break. A copy may fail where the oracle succeeded (see below): "if the
+first failed, the duplicate runs on its own", so one `failed` copy and one success is
+accepted, and the state must then be the success's. Whether the copies overlap inside the
+server is the server's business; the kit makes sure they do on the wire.
+
 Commit and restore failures: a server may fail a commit or a restore for its own reasons
 (a full disk). Where the oracle succeeded and the server answered `failed`, the kit accepts
 it (`allowed_failures` counts them) and steps the oracle down the failure branch: a failed
@@ -102,6 +115,8 @@ Key = tuple[str, int]
 _FENCE_OPS = {op.value: op for op in FenceOp if op is not FenceOp.STATUS}
 _AGENT_OPS = ("begin", "boundary", "finish", "ack", "retire")
 _CONTROL_OPS = ("prepare", "commit", "resume", "restore", "discard")
+_DUPLICATED_OPS = ("prepare", "commit", "resume", "restore")
+"""The operations whose concurrent duplicates are one operation (M2)."""
 _BAD_DIGEST = "0" * 64
 
 
@@ -167,7 +182,9 @@ class ConformanceResult:
     are the shortest failing sequence hypothesis found. `examples` counts the sequences run
     (shrinking included), `requests` the HTTP requests sent, `checks` the replies compared
     with the oracle, `allowed_failures` the commits/restores the server failed where the
-    oracle succeeded (accepted, and checked to land where M2 says). `flaky` is True when the
+    oracle succeeded (accepted, and checked to land where M2 says), `duplicates` the pairs of
+    identical control requests sent at once (each copy counts in `requests` and `checks`).
+    `flaky` is True when the
     shortest sequence did not fail again on replay (the server is not deterministic);
     `shrunk` is False when a shared server was left stuck by the failure, so hypothesis
     could not replay shorter sequences against it."""
@@ -180,6 +197,7 @@ class ConformanceResult:
     requests: int
     checks: int
     allowed_failures: int
+    duplicates: int = 0
     violation: ConformanceViolation | None = None
     flaky: bool = False
     shrunk: bool = True
@@ -210,6 +228,7 @@ class ConformanceResult:
             "requests": self.requests,
             "checks": self.checks,
             "allowed_failures": self.allowed_failures,
+            "duplicates": self.duplicates,
             "failure": failure,
         }
 
@@ -218,6 +237,7 @@ class ConformanceResult:
         head = (
             f"{self.role} {self.participant!r} at {self.url}: {self.examples} sequences, "
             f"{self.requests} requests, {self.checks} replies checked, "
+            f"{self.duplicates} concurrent duplicates, "
             f"{self.allowed_failures} allowed commit/restore failures (seed {self.seed})"
         )
         if self.violation is None:
@@ -308,6 +328,7 @@ class _Run:
     checks: int = 0
     requests: int = 0
     allowed_failures: int = 0
+    duplicates: int = 0
     best: ConformanceViolation | None = None
     previous: tuple[Step, ...] = ()
     stuck: bool = False
@@ -453,6 +474,7 @@ def check_conformance(
         requests=run.requests,
         checks=run.checks,
         allowed_failures=run.allowed_failures,
+        duplicates=run.duplicates,
         violation=violation,
         flaky=flaky,
         shrunk=shrunk,
@@ -507,6 +529,15 @@ _CODE_RULES = {
     "changes nothing",
 }
 
+_DUPLICATE_RULE = (
+    "M2 (concurrent duplicate): the same (op, op_id) sent twice at once is one operation: the "
+    "duplicate waits for the first and gets its reply (if the first failed, it runs on its "
+    "own), so each copy gets the single request's reply (no 409 or 5xx of its own) and the "
+    "state after is a single request's; "
+    "fix: key in-flight control requests by (op, op_id) and let a duplicate await the "
+    "first's reply, instead of refusing it or running the operation again"
+)
+
 _OP_RULES = {
     "prepare": "M2/M3-M5: prepare(X) runs from idle (or preparing with the same X); it is ready "
     "iff the role is quiescent (agent: nothing running or park_requested, nothing completed "
@@ -552,6 +583,8 @@ def _hint(op: str, expected: dict[str, Any], actual: dict[str, Any], after: str)
             "the server restarted during the run"
         )
     if op in ("status", "completions"):
+        if after.startswith("duplicate:"):
+            return _DUPLICATE_RULE
         if after == "failed_commit":
             return "M2: a commit answered failed returns the fence to prepared"
         if after == "failed_restore":
@@ -678,9 +711,17 @@ class _Machine(RuleBasedStateMachine):
         try:
             return self.client.send(op, body, **options)
         except ServerUnreachable as error:
-            method, path = error.method, error.path
-            self.steps.append(Step(Exchange(method, path, body, 0, error.detail)))
-            self._fail("the server stopped answering", (str(error),))
+            self._unreachable(error, body)
+
+    def _send_together(self, op: str, body: Any, copies: int) -> tuple[Exchange, ...]:
+        try:
+            return self.client.send_together(op, body, copies=copies)
+        except ServerUnreachable as error:
+            self._unreachable(error, body)
+
+    def _unreachable(self, error: ServerUnreachable, body: Any) -> NoReturn:
+        self.steps.append(Step(Exchange(error.method, error.path, body, 0, error.detail)))
+        self._fail("the server stopped answering", (str(error),))
 
     def _fail(self, rule: str, differences: tuple[str, ...]) -> NoReturn:
         violation = ConformanceViolation(rule, differences, tuple(self.steps))
@@ -863,14 +904,16 @@ class _Machine(RuleBasedStateMachine):
         expected: dict[str, Any],
         *,
         check: bool = False,
-        setup: bool = False,
-        note: str = "",
     ) -> dict[str, Any]:
-        self._learn("server", op, exchange.status, exchange.reply)
-        actual = self._project(op, exchange.status, exchange.reply, "server")
-        self.run.checks += 1
-        self.steps.append(Step(exchange, expected, actual, setup=setup, check=check, note=note))
+        actual = self._actual(op, exchange)
+        self.steps.append(Step(exchange, expected, actual, check=check))
         return actual
+
+    def _actual(self, op: str, exchange: Exchange) -> dict[str, Any]:
+        """The server's answer, projected (its receipts learned); one more reply checked."""
+        self._learn("server", op, exchange.status, exchange.reply)
+        self.run.checks += 1
+        return self._project(op, exchange.status, exchange.reply, "server")
 
     def _op(
         self,
@@ -879,42 +922,56 @@ class _Machine(RuleBasedStateMachine):
         *,
         oracle_body: Any = None,
         setup: bool = False,
+        copies: int = 1,
     ) -> None:
-        """Send one operation, judge the reply against the oracle, then check status."""
+        """Send one operation (or `copies` identical ones at once, which are ONE operation
+        to the oracle), judge the replies against the oracle, then check status."""
         oracle_body = body if oracle_body is None else oracle_body
         before = self.oracle
         recorded = self._recorded(before, op, oracle_body)
         after, reply, _ = handle(before, op, oracle_body)
         replay = None if isinstance(reply, ErrorReply) else recorded
         expected = self._expect(op, reply)
-        exchange = self._send(op, body)
-        actual = self._compare(op, exchange, expected, setup=setup)
-        self.last = f"{op}"
-        if actual != expected and replay is None:
-            failed = _allowed_failure(op, expected, actual)
-            if failed:
-                after = self._failed(before, op, oracle_body)
-                self.run.allowed_failures += 1
-                self.steps[-1] = Step(
-                    exchange,
-                    expected,
-                    actual,
-                    setup=setup,
-                    note=f"the server failed the {op}: allowed; it must now be where M2 says",
-                )
-                self.last = f"failed_{op}"
-                expected = actual
-        if actual != expected:
-            self._fail(_hint(op, expected, actual, self.last), _differences(expected, actual))
+        if copies == 1:
+            exchanges: tuple[Exchange, ...] = (self._send(op, body),)
+        else:
+            exchanges = self._send_together(op, body, copies)
+            self.run.duplicates += 1
+        actuals = [self._actual(op, exchange) for exchange in exchanges]
+        failed = [
+            replay is None and actual != expected and _allowed_failure(op, expected, actual)
+            for actual in actuals
+        ]
+        wrong = [a != expected and not f for a, f in zip(actuals, failed, strict=True)]
+        order = sorted(range(len(exchanges)), key=lambda i: wrong[i])  # a wrong one last
+        for number, i in enumerate(order, 1):
+            note = _note(op, failed[i], number, len(exchanges))
+            self.steps.append(Step(exchanges[i], expected, actuals[i], setup=setup, note=note))
+        self.last = op if copies == 1 else f"duplicate:{op}"
+        if any(wrong):
+            actual = actuals[order[-1]]
+            agree = all(other == actual for other in actuals)
+            rule = _hint(op, expected, actual, self.last) if agree else _DUPLICATE_RULE
+            self._fail(rule, _differences(expected, actual))
+        self.run.allowed_failures += sum(failed)
+        answered = [e for e, f in zip(exchanges, failed, strict=True) if not f]
+        if not answered:  # every copy failed where the oracle succeeded: allowed (M2)
+            after = self._failed(before, op, oracle_body)
+            self.last = f"failed_{op}"
         if replay is not None and replay in self.replies:
             earlier = self.replies[replay]
-            if _without_incarnation(exchange.reply) != earlier:
-                self._fail(
-                    "M2: the same (op_id, op) after a success is answered from the record, "
-                    "unchanged",
-                    (f"recorded {_brief(earlier)}, replayed {_brief(exchange.reply)}",),
-                )
-        self._remember(after, op, oracle_body, body, exchange, reply)
+            for exchange in answered:
+                if _without_incarnation(exchange.reply) != earlier:
+                    self._fail(
+                        "M2: the same (op_id, op) after a success is answered from the record, "
+                        "unchanged",
+                        (f"recorded {_brief(earlier)}, replayed {_brief(exchange.reply)}",),
+                    )
+        if self._recorded(after, op, oracle_body) is not None:
+            for exchange in answered[1:]:
+                if exchange.reply != answered[0].reply:
+                    self._fail(_DUPLICATE_RULE, _disagreement(answered[0].reply, exchange.reply))
+        self._remember(after, op, oracle_body, body, (answered or exchanges)[0], reply)
         if isinstance(reply, ErrorReply):
             self.last = f"refused:{op}"
         self.oracle = after
@@ -1025,6 +1082,14 @@ class _Machine(RuleBasedStateMachine):
 
     @rule(at=TARGETS, source=st.integers(0, 3), intact=st.booleans())
     def restore(self, at: str | int, source: int, intact: bool) -> None:
+        server, oracle = self._restore_bodies(at, source, intact)
+        self._op("restore", server, oracle_body=oracle)
+
+    def _restore_bodies(
+        self, at: str | int, source: int, intact: bool
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A restore of a snapshot committed in this example (`intact`: with each side's own
+        artifact and digest) or of a corrupt artifact: the server's body, the oracle's."""
         body = self._control(at, "rs")
         if intact and self.commits:
             snapshot = self.commits[source % len(self.commits)]
@@ -1039,12 +1104,26 @@ class _Machine(RuleBasedStateMachine):
                 "artifact": snapshot.oracle[0],
                 "expected_digest": snapshot.oracle[1],
             }
-            self._op("restore", server, oracle_body=oracle)
-            return
+            return server, oracle
         named = self.commits[source % len(self.commits)].op_id if self.commits else str(self.base)
         corrupt = base64.b64encode(b"not the artifact of this snapshot").decode("ascii")
         bad = {**body, "snapshot_id": named, "artifact": corrupt, "expected_digest": _BAD_DIGEST}
-        self._op("restore", bad)
+        return bad, bad
+
+    @rule(
+        op=st.sampled_from(_DUPLICATED_OPS),
+        at=TARGETS,
+        source=st.integers(0, 3),
+        intact=st.booleans(),
+    )
+    def concurrent_duplicate(self, op: str, at: str | int, source: int, intact: bool) -> None:
+        """The same control request twice at once (a retry racing its original); `source`
+        and `intact` choose a restore's snapshot, as for `restore`."""
+        if op == "restore":
+            server, oracle = self._restore_bodies(at, source, intact)
+        else:
+            server = oracle = self._control(at)
+        self._op(op, server, oracle_body=oracle, copies=2)
 
     @rule(at=TARGETS, key=KEYS)
     def discard(self, at: str | int, key: int) -> None:
@@ -1173,6 +1252,27 @@ def _valid_body(op: str, prefix: str, op_id: str) -> dict[str, Any]:
     if op == "ack":
         return {"receipts": [{**rollout, "receipt": "not-a-receipt"}]}
     return {**rollout, **extra[op]}
+
+
+def _note(op: str, failed: bool, number: int, copies: int) -> str:
+    """Why a step's reply may differ from the oracle's, and which copy it is."""
+    allowed = f"the server failed the {op}: allowed; it must now be where M2 says"
+    if copies == 1:
+        return allowed if failed else ""
+    copy = f"copy {number} of {copies}, sent at once: all in flight before any reply was read"
+    return f"{copy}; {allowed}" if failed else copy
+
+
+def _disagreement(one: Any, other: Any) -> tuple[str, ...]:
+    """How two replies to the same request differ, field by field."""
+    if not (isinstance(one, dict) and isinstance(other, dict)):
+        return (f"one copy got {_brief(one)}, the other {_brief(other)}",)
+    keys = sorted(set(one) | set(other))
+    return tuple(
+        f"{k}: one copy got {one.get(k)!r}, the other {other.get(k)!r}"
+        for k in keys
+        if one.get(k) != other.get(k)
+    )
 
 
 def _allowed_failure(op: str, expected: dict[str, Any], actual: dict[str, Any]) -> bool:

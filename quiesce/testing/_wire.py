@@ -6,15 +6,29 @@ docs/wire.md, and `Exchange`, the record of one request and its answer. Unlike
 client keeps the status code, the raw body and the request exactly as sent, because the kit
 must judge them and print them. What it does not know: any protocol rule.
 
+`send_together` sends identical copies of one request at the same time (a retry racing its
+original): one task per copy in an anyio task group, each on its own connection of one
+`httpx.AsyncClient`, and httpcore's `trace` hook holds every copy before its first byte
+until all are connected, and before it reads its reply until all are fully written. So
+every copy is in flight before any reply is read; what the server does with them is then
+its own business. The event loop runs in a background thread (an anyio blocking portal,
+started on the first `send_together` and stopped by `close`), so the client stays
+synchronous and works from inside a running event loop too.
+
 The bearer token is sent in a header and never kept in an `Exchange`, a repr or an error.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import ssl
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
+import anyio
+import anyio.from_thread
 import httpx
 
 from quiesce.adapters._http_server import ROUTES
@@ -90,7 +104,9 @@ class WireClient:
     ) -> None:
         self.url = url.rstrip("/")
         self._token = token
+        self._timeout = timeout
         self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
+        self._background = ExitStack()
         self.requests = 0
 
     def __repr__(self) -> str:
@@ -103,24 +119,128 @@ class WireClient:
         and return what came back. `auth`: `"token"`, `"none"` (no header) or `"wrong"`.
         Raises `ServerUnreachable` when no HTTP answer arrives."""
         method, path = OPERATIONS[op]
+        content, headers = self._encode(body, auth, raw)
+        self.requests += 1
+        try:
+            response = self._http.request(method, path, content=content, headers=headers)
+        except httpx.HTTPError as error:
+            raise ServerUnreachable(self.url, method, path, type(error).__name__) from None
+        sent = raw.decode("utf-8", "replace") if raw is not None else body
+        return _exchange(method, path, sent, response, auth)
+
+    def send_together(self, op: str, body: Any, *, copies: int = 2) -> tuple[Exchange, ...]:
+        """Send `copies` identical requests `op` with JSON `body` at the same time, each on
+        its own connection, every one in flight before any reply is read (the module
+        docstring says how); the exchanges in the order their replies arrived. Always
+        over the network (the `transport` of the constructor is not used). Raises
+        `ServerUnreachable` when a copy gets no HTTP answer."""
+        if copies < 2:
+            raise ValueError(f"send_together needs at least 2 copies, not {copies}")
+        self.requests += copies
+        return self._portal.call(self._together, op, body, copies)
+
+    async def _together(self, op: str, body: Any, copies: int) -> tuple[Exchange, ...]:
+        method, path = OPERATIONS[op]
+        content, headers = self._encode(body, "token", None)
+        barriers = tuple(_Barrier(copies) for _ in _STAGES)
+        responses: list[httpx.Response] = []
+        failures: list[str] = []
+
+        async def one(http: httpx.AsyncClient, copy: _Copy) -> None:
+            try:
+                trace = {"trace": copy.trace}
+                responses.append(
+                    await http.request(
+                        method, path, content=content, headers=headers, extensions=trace
+                    )
+                )
+            except httpx.HTTPError as error:
+                failures.append(type(error).__name__)
+            finally:
+                copy.leave()  # a copy that is done must not hold the others at a barrier
+
+        async with (
+            httpx.AsyncClient(base_url=self.url, timeout=self._timeout, verify=self._tls) as http,
+            anyio.create_task_group() as group,
+        ):
+            for _ in range(copies):
+                group.start_soon(one, http, _Copy(barriers))
+        if failures:
+            raise ServerUnreachable(self.url, method, path, failures[0])
+        return tuple(_exchange(method, path, body, r, "token") for r in responses)
+
+    @cached_property
+    def _portal(self) -> anyio.from_thread.BlockingPortal:
+        return self._background.enter_context(anyio.from_thread.start_blocking_portal())
+
+    @cached_property
+    def _tls(self) -> ssl.SSLContext:
+        return httpx.create_ssl_context()  # made once: it costs tens of milliseconds
+
+    def _encode(
+        self, body: Any, auth: str, raw: bytes | None
+    ) -> tuple[bytes | None, dict[str, str]]:
         headers = {"Content-Type": "application/json"}
         if auth == "token":
             headers["Authorization"] = f"Bearer {self._token}"
         elif auth == "wrong":
             headers["Authorization"] = "Bearer not-the-token"
         content = raw if raw is not None else None if body is None else json.dumps(body).encode()
-        self.requests += 1
-        try:
-            response = self._http.request(method, path, content=content, headers=headers)
-        except httpx.HTTPError as error:
-            raise ServerUnreachable(self.url, method, path, type(error).__name__) from None
-        try:
-            reply: Any = response.json()
-        except ValueError:
-            reply = response.text
-        sent = raw.decode("utf-8", "replace") if raw is not None else body
-        return Exchange(method, path, sent, response.status_code, reply, auth)
+        return content, headers
 
     def close(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pool (and stop the background event loop, if started)."""
         self._http.close()
+        self._background.close()
+
+
+def _exchange(method: str, path: str, sent: Any, response: httpx.Response, auth: str) -> Exchange:
+    try:
+        reply: Any = response.json()
+    except ValueError:
+        reply = response.text
+    return Exchange(method, path, sent, response.status_code, reply, auth)
+
+
+_STAGES = {
+    "http11.send_request_headers.started": 0,  # every copy has its own connection
+    "http11.receive_response_headers.started": 1,  # every copy's request is fully written
+}
+"""httpcore trace events at which a copy of `send_together` waits for all the others."""
+
+
+@dataclass
+class _Barrier:
+    """Opens when `parties` copies have arrived (or left)."""
+
+    parties: int
+    opened: anyio.Event = field(default_factory=anyio.Event)
+
+    def arrive(self) -> None:
+        self.parties -= 1
+        if self.parties == 0:
+            self.opened.set()
+
+
+@dataclass
+class _Copy:
+    """One copy of `send_together` on its way through the barriers of `_STAGES`."""
+
+    barriers: tuple[_Barrier, ...]
+    passed: int = 0
+
+    async def trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpcore's `trace` extension callback: wait at the barrier of `event`, if any."""
+        stage = _STAGES.get(event)
+        if stage is not None:
+            self._reach(stage + 1)
+            await self.barriers[stage].opened.wait()
+
+    def _reach(self, count: int) -> None:
+        while self.passed < count:
+            self.barriers[self.passed].arrive()
+            self.passed += 1
+
+    def leave(self) -> None:
+        """The copy is done (answered or failed): it no longer holds anyone back."""
+        self._reach(len(self.barriers))

@@ -26,6 +26,8 @@ from quiesce.adapters import ParticipantHost
 from quiesce.cli import main
 from quiesce.testing import (
     BROKEN_HOSTS,
+    DEADLINE_AT,
+    BusyDuplicateHost,
     ConformanceResult,
     ConformanceSetupError,
     FlakyCommitHost,
@@ -33,6 +35,7 @@ from quiesce.testing import (
     ReleaseOnRetireHost,
     StalePrepareHost,
     StuckCommitHost,
+    WireClient,
     check_conformance,
     free_port,
 )
@@ -124,6 +127,7 @@ def test_quiesce_serve_conforms_for_each_role(
     assert document["role"] == role and document["participant"] == f"{role}-{url.rsplit(':', 1)[1]}"
     assert document["examples"] >= 25
     assert document["checks"] > 10 * document["examples"]  # every op and status is compared
+    assert document["duplicates"] > 0  # concurrent duplicates were sent, and judged as one
     # a second run continues from wherever the first left the server
     code, output = _conform(*args, "--examples", "5", "--seed", "8")
     assert code == 0, output
@@ -183,7 +187,7 @@ def test_a_server_that_accepts_a_stale_prepare_is_caught() -> None:
 
 
 def test_a_server_that_stays_committing_after_a_failed_commit_is_caught() -> None:
-    result = _check_broken("resources", StuckCommitHost, examples=30, seed=2)
+    result = _check_broken("resources", StuckCommitHost, examples=30, seed=7)
     assert not result.ok and result.violation is not None
     assert result.violation.rule == "M2: a commit answered failed returns the fence to prepared"
     assert "fence: expected 'prepared', got 'committing'" in result.violation.differences
@@ -194,7 +198,7 @@ def test_a_server_that_stays_committing_after_a_failed_commit_is_caught() -> Non
 
 
 def test_a_server_that_releases_a_completed_result_on_retire_is_caught() -> None:
-    result = _check_broken("agent", ReleaseOnRetireHost, examples=150, seed=3)
+    result = _check_broken("agent", ReleaseOnRetireHost, examples=150, seed=4)
     assert not result.ok and result.violation is not None
     assert "S17" in result.violation.rule
     last = result.violation.steps[-1]
@@ -207,9 +211,54 @@ def test_a_server_that_releases_a_completed_result_on_retire_is_caught() -> None
 
 
 def test_a_server_that_fails_commits_correctly_conforms() -> None:
-    result = _check_broken("policy", FlakyCommitHost, examples=40, seed=1)
+    # Seed 6 also sends concurrent duplicate commits whose first copy fails: the other copy
+    # then runs on its own and commits (one `failed` + one `committed` reply), as M2 allows.
+    result = _check_broken("policy", FlakyCommitHost, examples=40, seed=6)
     assert result.ok, result.report()
     assert result.allowed_failures >= 1  # it did fail commits, and landed in `prepared`
+    assert result.duplicates > 0
+
+
+def test_a_server_that_refuses_a_concurrent_duplicate_is_caught() -> None:
+    result = _check_broken("policy", BusyDuplicateHost, examples=50, seed=1)
+    assert not result.ok and result.violation is not None and not result.flaky
+    assert result.violation.rule.startswith("M2 (concurrent duplicate)"), result.report()
+    assert "fix: key in-flight control requests by (op, op_id)" in result.violation.rule
+    sent = [s for s in result.violation.steps if not s.check]
+    first, last = sent[-2:]
+    assert (first.exchange.path, first.exchange.body) == (last.exchange.path, last.exchange.body)
+    assert last.exchange.path.rsplit("/", 1)[1] in ("prepare", "commit", "resume", "restore")
+    assert (first.note.split(",")[0], last.note.split(",")[0]) == ("copy 1 of 2", "copy 2 of 2")
+    assert last.actual is not None and last.actual["code"] == "invalid_phase"
+    assert last.expected is not None and last.expected != last.actual
+    assert first.actual == first.expected  # the other copy got the single request's reply
+    requests = _printed_requests(result)
+    assert len(requests) <= 4, result.report()  # setup resume + the two copies (+1 slack)
+    assert "[setup]" in requests[0] and "expected:" in result.report()
+
+
+@pytest.mark.parametrize("host_class", [ParticipantHost, BusyDuplicateHost])
+def test_send_together_has_both_copies_in_flight_at_once(
+    host_class: type[ParticipantHost],
+) -> None:
+    """Both copies reach the server before either is answered: the busy server refuses one
+    (it would answer both, one after the other, were they sent in turn); the reference host
+    answers both with the one reply of the one operation."""
+    config = {"name": "policy-d", "role": "policy"}
+    with LocalServer.start(config, token=TOKEN, host_class=host_class) as server:
+        client = WireClient(server.url, TOKEN)
+        try:
+            for op in ("resume", "prepare", "commit"):
+                body = {"op_id": "ck-1-1-step1" if op == "resume" else "ck-1-2-step2"}
+                pair = client.send_together(op, {**body, "deadline_at": DEADLINE_AT})
+                statuses = sorted(exchange.status for exchange in pair)
+                if host_class is BusyDuplicateHost:
+                    assert statuses == [200, 409], (op, pair)
+                else:
+                    assert statuses == [200, 200] and pair[0].reply == pair[1].reply, (op, pair)
+            assert client.requests == 6
+        finally:
+            client.close()
 
 
 def test_conform_cli_exits_1_and_prints_the_sequence_for_a_broken_server(tmp_path: Path) -> None:
@@ -219,7 +268,7 @@ def test_conform_cli_exits_1_and_prints_the_sequence_for_a_broken_server(tmp_pat
     with LocalServer.start(config, token=TOKEN, host_class=BROKEN_HOSTS["stuck-commit"]) as s:
         code, output = _conform(
             "--url", s.url, "--role", "policy", "--token-file", str(token_file),
-            "--examples", "30", "--seed", "2",
+            "--examples", "30", "--seed", "7",
         )  # fmt: skip
     assert code == 1, output
     assert output.startswith("FAIL")
@@ -236,7 +285,7 @@ def test_the_pytest_fixture_passes_a_conforming_server(
 ) -> None:
     with LocalServer.start({"name": "agent-f", "role": "agent"}, token=TOKEN) as server:
         result = quiesce_conformance(server.url, "agent", TOKEN, examples=10, seed=4)
-    assert result.ok and result.checks > 0
+    assert result.ok and result.checks > 0 and result.duplicates > 0
 
 
 def test_the_pytest_fixture_fails_the_test_with_the_sequence(
