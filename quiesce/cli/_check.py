@@ -54,6 +54,14 @@ def _log_progress(report: Progress) -> None:
     )
 
 
+def _log_walk_progress(report: Progress) -> None:
+    click.echo(
+        f"check: {report.distinct_states} distinct states visited, {report.generated_states}"
+        f" steps, {report.frontier} walks left, {report.seconds:.0f}s",
+        err=True,
+    )
+
+
 @click.command()
 @click.argument("model_name", metavar="[MODEL]", required=False)
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="A model parameter.")
@@ -108,7 +116,9 @@ def check(
     except QuiesceError as error:
         fail(error)
     if walks is not None:
-        result = walk(model, walks=walks, max_depth=max_depth, seed=seed)
+        result = walk(
+            model, walks=walks, max_depth=max_depth, seed=seed, progress=_log_walk_progress
+        )
         click.echo(
             f"check: {walks} random walks (seed {seed}) visited {result.distinct_states} states:"
             " not a proof beyond them",

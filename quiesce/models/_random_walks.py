@@ -26,7 +26,7 @@ from __future__ import annotations
 import gc
 import random
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Literal, TypeVar
 
 from quiesce.models._explorer import (
@@ -34,6 +34,7 @@ from quiesce.models._explorer import (
     Action,
     CheckResult,
     Model,
+    Progress,
     Step,
     Trace,
     Violation,
@@ -53,13 +54,16 @@ def walk(
     seed: int = 0,
     fault_rate: float = 0.05,
     stop_on_violation: bool = True,
+    progress: Callable[[Progress], None] | None = None,
+    progress_every: int = 1_000,
 ) -> CheckResult[St]:
     """Take `walks` random walks of at most `max_depth` steps through `model`.
 
     The walks are reproducible: the same `seed` takes the same steps. `distinct_states` is
     the number of different states visited, `generated_states` the steps taken, `depth`
     the longest walk. With `stop_on_violation` the first violation ends the run; otherwise
-    the first one of each property is kept and the walks go on.
+    the first one of each property is kept and the walks go on. `progress` is called after
+    every `progress_every` walks (`frontier` then counts the walks left).
     """
     if walks < 1 or max_depth < 1:
         raise ValueError(f"walks ({walks}) and max_depth ({max_depth}) must be at least 1")
@@ -68,7 +72,10 @@ def walk(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _walk(model, walks, max_depth, random.Random(seed), fault_rate, stop_on_violation)
+        report = _Reporter(progress, progress_every)
+        return _walk(
+            model, walks, max_depth, random.Random(seed), fault_rate, stop_on_violation, report
+        )
     finally:
         if collecting:
             gc.enable()
@@ -81,6 +88,7 @@ def _walk(
     rng: random.Random,
     fault_rate: float,
     stop_on_violation: bool,
+    reporter: _Reporter,
 ) -> CheckResult[St]:
     started = time.perf_counter()
     checks = tuple((p.name, p.holds) for p in model.properties())
@@ -95,9 +103,10 @@ def _walk(
         if name not in found:
             found[name] = Violation(name, kind, Trace(initial, tuple(path), loop))
 
-    for _ in range(walks):
+    for number in range(walks):
         if stop_on_violation and found:
             break
+        reporter(number, walks, len(seen), steps_taken, started)
         initial = rng.choice(initials)
         state = initial
         path: list[Step[St]] = []
@@ -151,6 +160,21 @@ def _walk(
         violations=tuple(found[name] for name in names if name in found),
         complete=False,
     )
+
+
+class _Reporter:
+    """Calls `progress` every `every` walks (nothing when `progress` is None)."""
+
+    __slots__ = ("every", "progress")
+
+    def __init__(self, progress: Callable[[Progress], None] | None, every: int) -> None:
+        self.progress = progress
+        self.every = max(1, every)
+
+    def __call__(self, number: int, walks: int, seen: int, steps: int, started: float) -> None:
+        if self.progress is not None and number and number % self.every == 0:
+            elapsed = time.perf_counter() - started
+            self.progress(Progress(seen, steps, walks - number, elapsed))
 
 
 def _enabled(model: Model[St], state: St) -> tuple[list[Action], list[Action]]:

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from quiesce.cli import _check, main
-from quiesce.models import NO_STALL, ProtocolModel, always, walk
+from quiesce.models import NO_STALL, Progress, ProtocolModel, always, walk
 from quiesce.models import check as explore
 from quiesce.models._mutants import MUTANTS, STEP_TIMEOUT_S, Mutant, _hang, verify
 from tests.models.test_explorer import Counter, Edge, Graph
@@ -185,3 +185,10 @@ def test_check_warns_that_the_reference_size_will_not_finish(
     assert "will not finish in minutes" in ran.stderr and "--walks N" in ran.stderr
     bounded = CliRunner().invoke(main, ["check", "--max-states", "5"])
     assert "will not finish" not in bounded.stderr
+
+
+def test_progress_is_reported_every_n_walks() -> None:
+    reports: list[Progress] = []
+    walk(Counter(top=10), walks=10, seed=0, progress=reports.append, progress_every=3)
+    assert [r.frontier for r in reports] == [7, 4, 1]
+    assert all(r.distinct_states >= 1 and r.generated_states >= 1 for r in reports)
