@@ -27,10 +27,13 @@ How the state stays small (the explorer's notes):
 - ids are already by order of creation (`ck-{epoch}-{seq}`), incarnations are
   `{name}-{n}`; a state hashes once (`PState` caches its hash).
 
-Not expressed here: the M9 restore at controller start (a restarted controller finishes its
-intent, §6, then runs fresh; the restore planning is pure and tested in
-`tests/protocol/test_restore.py`), the policy-call waiters that freeze an execution, and
-the S13/S14 setup refusals. The mutant catalog names the check that covers each.
+A controller crash restarts the real coordinator: it finishes its intent (§6) and runs the
+M9 restore from the published snapshots, whose restore calls are ordered by I5 and can be
+corrupted by the wrong-digest fault; the environment counts everything dispatched and not
+trained as rolled back then (the restore's own planning is tested in
+`tests/protocol/test_restore.py`). Not expressed here: the policy calls that freeze an
+execution (§8's environment has none) and the S13/S14 setup refusals. The mutant catalog
+names the check that covers each.
 
 >>> model = ProtocolModel()  # doctest: +SKIP
 >>> check(model).distinct_states  # doctest: +SKIP
