@@ -110,10 +110,11 @@ def _walk(
         initial = rng.choice(initials)
         state = initial
         path: list[Step[St]] = []
-        # Where each state of this walk was first seen, and whether a fault or a goal lies
-        # between it and now (then coming back to it is no stall).
+        # Where each state of this walk was first seen: coming back to it is a stall cycle
+        # unless a goal state or a fault step lies in between (`last_excuse`, the newest
+        # index of either).
         where: dict[St, int] = {initial: 0}
-        last_excuse = -1  # the newest index at which a fault step or a goal state occurred
+        last_excuse = -1
         for depth in range(max_depth + 1):
             seen.add(state)
             for name, holds in checks:
@@ -121,13 +122,14 @@ def _walk(
                     report(name, "always", initial, path, None)
             if stop_on_violation and found:
                 break
-            if liveness and model.is_goal(state):
+            goal = liveness and model.is_goal(state)
+            if goal:
                 last_excuse = depth
             if depth == max_depth:
                 break
             normal, faults = _enabled(model, state)
             move = _first(model, state, normal, rng)
-            if move is None and liveness and not model.is_goal(state):
+            if move is None and liveness and not goal:
                 report(NO_STALL, "deadlock", initial, path, None)
                 break
             if faults and (move is None or rng.random() < fault_rate):
