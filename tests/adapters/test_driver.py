@@ -752,28 +752,31 @@ async def test_s12_restart_only_continuations_are_discarded_before_resume(
     await run_rig(tmp_path, body, turns=30, resources_modes=("restart_only",))
 
 
-async def test_s13_an_unknown_recovery_mode_is_refused_at_setup(
-    anyio_backend: str, tmp_path: Path
+@pytest.mark.parametrize(
+    ("server", "refusal"),
+    [
+        # S13: an unknown recovery mode
+        (
+            {"name": "odd-0", "role": "resources", "recovery_mode": "snapshotting"},
+            UnknownRecoveryMode,
+        ),
+        # S14: an unmanaged multi-worker server
+        (
+            {"name": "multi-0", "role": "policy", "multi_process": "unmanaged"},
+            UnmanagedMultiProcess,
+        ),
+    ],
+    ids=["s13_unknown_recovery_mode", "s14_unmanaged_multi_worker"],
+)
+async def test_a_bad_server_is_refused_at_setup_naming_it(
+    anyio_backend: str, tmp_path: Path, server: dict[str, str], refusal: type[Exception]
 ) -> None:
     async def body(rig: Rig) -> None:
-        with pytest.raises(UnknownRecoveryMode) as refused:
+        with pytest.raises(refusal) as refused:
             await rig.driver.start()
-        assert "odd-0" in str(refused.value)
+        assert server["name"] in str(refused.value)
 
-    extra = [{"name": "odd-0", "role": "resources", "recovery_mode": "snapshotting"}]
-    await run_rig(tmp_path, body, start=False, extra=extra)
-
-
-async def test_s14_an_unmanaged_multi_worker_server_is_refused_at_setup(
-    anyio_backend: str, tmp_path: Path
-) -> None:
-    async def body(rig: Rig) -> None:
-        with pytest.raises(UnmanagedMultiProcess) as refused:
-            await rig.driver.start()
-        assert "multi-0" in str(refused.value)
-
-    extra = [{"name": "multi-0", "role": "policy", "multi_process": "unmanaged"}]
-    await run_rig(tmp_path, body, start=False, extra=extra)
+    await run_rig(tmp_path, body, start=False, extra=[server])
 
 
 async def test_s15_a_delayed_prepare_after_resume_is_refused_as_stale(
