@@ -1,6 +1,7 @@
 """The HTTP participant server: a Starlette app hosting one `ParticipantHost`.
 
-What lives here: the routes of docs/wire.md (`/control/v1/<op>`, one per operation), bearer
+What lives here: the routes of docs/wire.md (`/control/v1/<op>`, one per operation, plus
+the role's data routes from `_http_data_plane`), bearer
 authentication, the body size limit, and the mapping from what the host answers to an HTTP
 status. What it does not know: any protocol rule (the host's pure participant decides every
 answer) or how the process is started (`quiesce serve`, `quiesce/cli/_serve.py`).
@@ -29,6 +30,7 @@ from typing import Any, Literal
 
 import anyio
 import structlog
+from anyio.abc import TaskGroup
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -36,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from quiesce.adapters._http_data_plane import data_routes
 from quiesce.adapters._participant_api import QueryOp
 from quiesce.adapters._participant_host import HostStopped, ParticipantHost
 from quiesce.protocol._messages import (
@@ -187,26 +190,32 @@ def create_app(
         ok = hmac.compare_digest(given.strip().encode(), expected)
         return ok and scheme.lower() == "bearer"
 
+    async def read(request: Request, model: type[Message] | None) -> Message | Response | None:
+        """Authenticate `request` and parse its body as `model` (none for a GET): the
+        payload, or the refusal to send (401, 413, 422), checked before the host is touched."""
+        name = request.url.path.rsplit("/", 1)[-1]
+        if not authorized(request):
+            bound.warning("unauthorized", op=name)
+            return _error(401, "unauthorized", "missing or wrong bearer token")
+        if model is None:
+            return None
+        try:
+            body = await _read_body(request, max_body_bytes)
+        except _TooLarge:
+            return _error(413, "body_too_large", f"the request body exceeds {max_body_bytes} bytes")
+        parsed = _validate(model, body)
+        if isinstance(parsed, JSONResponse):
+            bound.info("malformed_request", op=name)
+        return parsed
+
     def endpoint(op: ParticipantOp | str) -> Any:
         model = REQUEST_MODELS.get(op) if isinstance(op, ParticipantOp) else None
         name = op.value if isinstance(op, ParticipantOp) else op
 
         async def serve(request: Request) -> Response:
-            if not authorized(request):
-                bound.warning("unauthorized", op=name)
-                return _error(401, "unauthorized", "missing or wrong bearer token")
-            try:
-                body = await _read_body(request, max_body_bytes) if model else b""
-            except _TooLarge:
-                limit = f"the request body exceeds {max_body_bytes} bytes"
-                return _error(413, "body_too_large", limit)
-            payload: Message | None = None
-            if model is not None:
-                parsed = _validate(model, body)
-                if isinstance(parsed, JSONResponse):
-                    bound.info("malformed_request", op=name)
-                    return parsed
-                payload = parsed
+            payload = await read(request, model)
+            if isinstance(payload, Response):
+                return payload
             try:
                 if not isinstance(op, ParticipantOp):
                     reply: Message = host.completions()
@@ -229,6 +238,8 @@ def create_app(
         Route(path, endpoint(op), methods=[method], name=str(getattr(op, "value", op)))
         for op, (method, path) in ROUTES.items()
     ]
+    running: list[TaskGroup] = []  # the lifespan's task group, while the app runs
+    routes += data_routes(host, lambda: running[0] if running else None, read)
     routes.append(Route("/healthz", _healthz, methods=["GET"]))
 
     async def http_error(request: Request, exc: Exception) -> Response:
@@ -252,10 +263,12 @@ def create_app(
         async with anyio.create_task_group() as tg:
             if run_host:
                 tg.start_soon(host.run)
+            running.append(tg)
             bound.info("participant_serving", role=host.config.role, incarnation=host.incarnation)
             try:
                 yield
             finally:
+                running.clear()
                 host.stop()
 
     return Starlette(

@@ -20,6 +20,7 @@ import structlog
 
 from quiesce.adapters._clock import RealClock
 from quiesce.adapters._driver import configure_logging as configure_structlog
+from quiesce.adapters._http_data_plane import ServiceUnusable, connect_services
 from quiesce.adapters._participant_host import (
     FileJournal,
     JournalCorrupt,
@@ -100,6 +101,21 @@ def read_token(token_file: Path | None) -> str:
     help="Run an agent's simulated executions; with --no-work an external runtime (or "
     "`quiesce conform`) reports boundary and finish itself.",
 )
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    metavar="URL",
+    help="An agent's policy server (repeatable): its executions' generation calls go there "
+    "and freeze while it is fenced. Without one, a turn is a simulated latency.",
+)
+@click.option(
+    "--resources",
+    "resources",
+    multiple=True,
+    metavar="URL",
+    help="An agent's resources server (repeatable): each turn mutates state there.",
+)
 @log_level_option("info")
 def serve(
     role: str,
@@ -112,6 +128,8 @@ def serve(
     instance_role: str,
     max_body_bytes: int,
     work: bool,
+    policies: tuple[str, ...],
+    resources: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Serve one participant over HTTP (routes in docs/wire.md).
@@ -119,6 +137,7 @@ def serve(
     Runs uvicorn on asyncio only (uvicorn does not run on trio). Every control route needs
     `Authorization: Bearer <token>`, the token read from --token-file or $QUIESCE_TOKEN.
     An existing journal in --state-dir is recovered with a new incarnation (§6).
+    An agent's --policy / --resources servers (same token) are checked before it starts.
     """
     import uvicorn
 
@@ -126,6 +145,12 @@ def serve(
 
     token = read_token(token_file)
     configure_logging(log_level)
+    if (policies or resources) and role != "agent":
+        raise click.UsageError(f"--policy and --resources wire an agent, not a {role} server")
+    try:
+        services = connect_services(token=token, policies=policies, resources=resources)
+    except ServiceUnusable as error:
+        fail(error)
     config = {
         "name": name or f"{role}-{port}",
         "role": role,
@@ -143,6 +168,7 @@ def serve(
         )
     except JournalCorrupt as error:
         fail(error)
+    host.connect(policies=services[0], resources=services[1])
     recovered = journal.load() is not None
     structlog.get_logger("quiesce.serve").info(
         "participant_start",
