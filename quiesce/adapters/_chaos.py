@@ -310,6 +310,8 @@ class _Chaos:
         argv += ["--log-level", self.cfg.log_level]
         if role == "resources":
             argv += ["--recovery-mode", "export_restore"]
+        if role == "agent":  # executions call the real services, and freeze on a fenced policy
+            argv += ["--policy", self.urls["policy-0"], "--resources", self.urls["resources-0"]]
         return argv
 
     def start_deployment(self) -> None:

@@ -27,6 +27,7 @@ is a wiring error: it is logged and the call fails the same way.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
@@ -81,6 +82,7 @@ class DataEvent(Message):
 
 
 _LAST = frozenset({"done", "unavailable"})
+_WAIT_POLL_S = 0.2  # between two tries of a service that is not up yet
 
 
 class ServiceUnusable(QuiesceError):
@@ -112,11 +114,15 @@ def data_routes(
     returns the refusal); `tasks()` is the app's task group, where each call runs so that it
     outlives no server and a client that goes away cancels only its own call."""
 
+    bound = log.bind(participant=host.name)
+
     def route(name: str, model: type[Message], call: Callable[[Any], Call]) -> Route:
         async def serve(request: Request) -> Response:
             body = await read(request, model)
             if isinstance(body, Response):
                 return body
+            assert body is not None  # a POST route always has a body model
+            bound.debug("data_call", op=name, **body.model_dump())
             return _stream(tasks(), call(body))
 
         return Route(f"{DATA_PREFIX}/{name}", serve, methods=["POST"], name=name)
@@ -294,20 +300,30 @@ def connect_services(
     policies: tuple[str, ...] = (),
     resources: tuple[str, ...] = (),
     timeout_s: float = 5.0,
+    wait_s: float = 30.0,
 ) -> tuple[list[HttpPolicyService], list[HttpResourcesService]]:
     """Clients for an agent's services, each URL checked first (blocking, before any event
     loop runs): it answers `GET /control/v1/capabilities` with `token` and has the role it
-    was given as. Raises `ServiceUnusable` naming the first URL that does not."""
+    was given as. A server not up yet is waited for, up to `wait_s` seconds in all (so a
+    fleet may start in any order); anything else fails at once. Raises `ServiceUnusable`
+    naming the first URL that does not do."""
+    give_up = time.monotonic() + wait_s
 
     def capabilities(url: str, role: str) -> Capabilities:
         target = url.rstrip("/") + "/control/v1/capabilities"
-        try:
-            response = httpx.get(
-                target, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s
-            )
-        except httpx.TransportError as error:
-            reason = f"unreachable ({type(error).__name__}); is it running?"
-            raise ServiceUnusable(url, reason) from None
+        while True:
+            try:
+                response = httpx.get(
+                    target, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s
+                )
+                break
+            except httpx.TransportError as error:
+                if time.monotonic() >= give_up:
+                    failure = type(error).__name__
+                    reason = f"unreachable ({failure}) for {wait_s:g} s; is it running?"
+                    raise ServiceUnusable(url, reason) from None
+                log.info("waiting_for_service", url=url, role=role)
+                time.sleep(_WAIT_POLL_S)
         if response.status_code == 401:
             raise ServiceUnusable(url, "refused the token (401); give the agent its token")
         if response.status_code != 200:

@@ -116,6 +116,14 @@ def read_token(token_file: Path | None) -> str:
     metavar="URL",
     help="An agent's resources server (repeatable): each turn mutates state there.",
 )
+@click.option(
+    "--wait-services",
+    type=click.FloatRange(0),
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long an agent waits for its --policy / --resources servers to come up.",
+)
 @log_level_option("info")
 def serve(
     role: str,
@@ -130,6 +138,7 @@ def serve(
     work: bool,
     policies: tuple[str, ...],
     resources: tuple[str, ...],
+    wait_services: float,
     log_level: str,
 ) -> None:
     """Serve one participant over HTTP (routes in docs/wire.md).
@@ -148,7 +157,9 @@ def serve(
     if (policies or resources) and role != "agent":
         raise click.UsageError(f"--policy and --resources wire an agent, not a {role} server")
     try:
-        services = connect_services(token=token, policies=policies, resources=resources)
+        services = connect_services(
+            token=token, policies=policies, resources=resources, wait_s=wait_services
+        )
     except ServiceUnusable as error:
         fail(error)
     config = {

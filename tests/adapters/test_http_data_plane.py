@@ -176,7 +176,7 @@ def test_connect_services_checks_every_url_before_an_agent_starts(
     ]
     for wiring, message in cases:
         with pytest.raises(ServiceUnusable, match=message) as refused:
-            connect_services(token=TOKEN, **wiring)  # type: ignore[arg-type]
+            connect_services(token=TOKEN, wait_s=0.5, **wiring)  # type: ignore[arg-type]
         assert refused.value.url in (resources.url, policy.url, nowhere)
     with pytest.raises(ServiceUnusable, match="refused the token"):
         connect_services(token="wrong", policies=(policy.url,))
