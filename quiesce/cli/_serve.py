@@ -152,10 +152,10 @@ def serve(
 
     from quiesce.adapters._http_server import create_app
 
-    token = read_token(token_file)
-    configure_logging(log_level)
     if (policies or resources) and role != "agent":
         raise click.UsageError(f"--policy and --resources wire an agent, not a {role} server")
+    token = read_token(token_file)
+    configure_logging(log_level)
     try:
         services = connect_services(
             token=token, policies=policies, resources=resources, wait_s=wait_services

@@ -193,6 +193,17 @@ def _serve_agent(tmp_path: Path, port: int, *services: str) -> subprocess.Popen[
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+def test_serve_wires_only_agents(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from quiesce.cli import main
+
+    argv = ["serve", "--role", "policy", "--port", "1", "--state-dir", str(tmp_path)]
+    result = CliRunner().invoke(main, [*argv, "--policy", "http://127.0.0.1:1"])
+    assert result.exit_code == 2
+    assert "--policy and --resources wire an agent, not a policy server" in result.output
+
+
 def test_serve_refuses_an_agent_wired_to_a_server_of_the_wrong_role(
     tmp_path: Path, resources: LocalServer
 ) -> None:
