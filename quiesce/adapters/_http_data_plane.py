@@ -123,7 +123,7 @@ def data_routes(
                 return body
             assert body is not None  # a POST route always has a body model
             bound.debug("data_call", op=name, **body.model_dump())
-            return _stream(tasks(), call(body))
+            return _stream(tasks(), call(body), bound.bind(op=name))
 
         return Route(f"{DATA_PREFIX}/{name}", serve, methods=["POST"], name=name)
 
@@ -147,13 +147,14 @@ def _line(event: str) -> bytes:
     return DataEvent(event=event).model_dump_json().encode() + b"\n"
 
 
-def _stream(tasks: TaskGroup | None, call: Call) -> StreamingResponse:
+def _stream(tasks: TaskGroup | None, call: Call, logger: Any) -> StreamingResponse:
     """Run `call` in the app's task group and stream its events.
 
     The call runs outside the response's generator, so no cancel scope ever spans a
     `yield`; the generator only reads events and, however it ends (done, or the client
     went away), cancels the call's own scope. Cancelling a call is safe: the host finishes
-    an abandoned call itself."""
+    an abandoned call itself. A call that fails (a bug) is logged and ends `unavailable`,
+    as a 500 would: it never takes the server's task group down."""
     sender, receiver = anyio.create_memory_object_stream[bytes](len(_LAST) + 2)
     scope = anyio.CancelScope()
 
@@ -170,6 +171,10 @@ def _stream(tasks: TaskGroup | None, call: Call) -> StreamingResponse:
             try:
                 await call(lambda: hook_for("held"), lambda: hook_for("released"))
             except HostStopped:
+                emit("unavailable")
+                return
+            except Exception as error:
+                logger.error("data_call_failed", error=type(error).__name__)
                 emit("unavailable")
                 return
             emit("done")
@@ -194,7 +199,7 @@ def _stream(tasks: TaskGroup | None, call: Call) -> StreamingResponse:
 
 
 class _DataClient:
-    """One connection pool to one service; `call` streams a route's events into hooks."""
+    """One connection pool to one service; `_call` streams a route's events into hooks."""
 
     def __init__(
         self,

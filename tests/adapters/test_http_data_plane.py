@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import httpx
@@ -20,6 +21,7 @@ from quiesce.adapters import (
     HttpParticipant,
     HttpPolicyService,
     HttpResourcesService,
+    ParticipantHost,
     RealClock,
     ServiceUnusable,
     connect_services,
@@ -158,6 +160,37 @@ async def test_mutations_and_wiring_errors(
         for client in (service, wrong_role, wrong_token, gone):
             await client.aclose()
     assert TOKEN not in repr(service) and "not-the-token" not in repr(wrong_token)
+
+
+class FailingPolicyHost(ParticipantHost):
+    """A policy server whose generation has a bug."""
+
+    async def generate(self, call_id: str, **hooks: Any) -> None:
+        raise RuntimeError(f"bug in {call_id}")
+
+
+@pytest.fixture
+def failing_policy() -> Iterator[LocalServer]:
+    # Built outside the test's event loop: the server thread runs its own (asyncio).
+    config = {"name": "policy-f", "role": "policy"}
+    with LocalServer.start(config, token=TOKEN, host_class=FailingPolicyHost) as server:
+        yield server
+
+
+@pytest.mark.anyio
+async def test_a_failing_data_call_ends_unavailable_and_the_server_stays_up(
+    failing_policy: LocalServer, anyio_backend: str
+) -> None:
+    service = HttpPolicyService(failing_policy.url, token=TOKEN)
+    control = HttpParticipant(failing_policy.url, token=TOKEN, name="policy-f")
+    try:
+        for call_id in ("g-1", "g-2"):  # the first failure did not take the server down
+            with pytest.raises(HostStopped):
+                await service.generate(call_id)
+        assert (await control.status()).fence == "idle"  # type: ignore[union-attr]
+    finally:
+        await service.aclose()
+        await control.aclose()
 
 
 def test_connect_services_checks_every_url_before_an_agent_starts(
