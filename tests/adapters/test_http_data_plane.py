@@ -223,7 +223,9 @@ def _serve_agent(tmp_path: Path, port: int, *services: str) -> subprocess.Popen[
         "--state-dir", str(tmp_path / "agent"), "--token-file", str(token_file),
         "--name", "agent-d", *services,
     ]  # fmt: skip
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Logs to a file: a pipe nobody reads could fill up and block the server.
+    with (tmp_path / "agent.log").open("wb") as log:
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
 
 
 def test_serve_wires_only_agents(tmp_path: Path) -> None:
@@ -241,9 +243,9 @@ def test_serve_refuses_an_agent_wired_to_a_server_of_the_wrong_role(
     tmp_path: Path, resources: LocalServer
 ) -> None:
     process = _serve_agent(tmp_path, free_port(), "--policy", resources.url)
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 2
-    assert f"service {resources.url}: is a resources server" in err.decode()
+    assert process.wait(timeout=60) == 2
+    err = (tmp_path / "agent.log").read_text()
+    assert f"service {resources.url}: is a resources server" in err
 
 
 @pytest.mark.anyio
