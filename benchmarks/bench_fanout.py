@@ -49,7 +49,7 @@ from quiesce.adapters import (
 from quiesce.protocol import Coordinator, Metric, Outcome, QuiesceConfig, TrainerBoundary
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import Message
-from quiesce.protocol._participant import ParticipantOp
+from quiesce.protocol.participant._participant import ParticipantOp
 
 LEG_S = (0.010, 0.040)
 _PHASE_OPS = (ParticipantOp.PREPARE, ParticipantOp.COMMIT, ParticipantOp.RESUME)

@@ -48,16 +48,6 @@ from quiesce.adapters import (
 )
 from quiesce.fsm import Value
 from quiesce.protocol import Coordinator, QuiesceConfig, TrainerBoundary
-from quiesce.protocol._agent_role import canonical_json
-from quiesce.protocol._ledger import (
-    AttemptData,
-    AttemptRecord,
-    AttemptState,
-    GroupData,
-    GroupRecord,
-    GroupState,
-    Ledger,
-)
 from quiesce.protocol._messages import (
     AckReply,
     Capabilities,
@@ -67,7 +57,11 @@ from quiesce.protocol._messages import (
     PrepareReply,
     ResumeReply,
 )
-from quiesce.protocol._participant import ParticipantOp
+from quiesce.protocol.controller._ledger import AttemptRecord, GroupRecord, Ledger
+from quiesce.protocol.machines._prompt_group import GroupData, GroupState
+from quiesce.protocol.machines._rollout_attempt import AttemptData, AttemptState
+from quiesce.protocol.participant._agent_role import canonical_json
+from quiesce.protocol.participant._participant import ParticipantOp
 
 AGENTS = 16
 GROUP = 4

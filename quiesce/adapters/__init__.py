@@ -94,14 +94,6 @@ from quiesce.adapters._ray import (
     RayUnavailable,
     spawn_ray_participant,
 )
-from quiesce.adapters._simulation import (
-    CheckpointCounts,
-    RolloutCounts,
-    SimulationConfig,
-    SimulationResult,
-    run_simulation,
-    simulate,
-)
 from quiesce.adapters._snapshot_store import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -160,7 +152,6 @@ __all__ = [
     "BadCheckpointId",
     "CallFailed",
     "Candidate",
-    "CheckpointCounts",
     "Clock",
     "ClockEvent",
     "ClockStopped",
@@ -219,11 +210,8 @@ __all__ = [
     "Rejection",
     "ResourcesService",
     "RestoreReport",
-    "RolloutCounts",
     "Selection",
     "ServiceUnusable",
-    "SimulationConfig",
-    "SimulationResult",
     "SnapshotNotFound",
     "SnapshotStore",
     "SnapshotStoreError",
@@ -247,9 +235,7 @@ __all__ = [
     "ledger_to_text",
     "parse_checkpoint_id",
     "random_incarnation",
-    "run_simulation",
     "secret_incarnation",
-    "simulate",
     "spawn_ray_participant",
     "status_of",
 ]

@@ -74,11 +74,23 @@ from quiesce.adapters._snapshot_store import (
 from quiesce.adapters._trainer import ControllerCut, CorruptCut, CutMismatch, DataPlane, Trainer
 from quiesce.fsm import QuiesceError, label
 from quiesce.protocol._causes import Cause
-from quiesce.protocol._checkpoint import CheckpointState
-from quiesce.protocol._controller_effects import (
-    ArmTimer,
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._messages import (
+    AckRequest,
+    BeginRequest,
+    Capabilities,
+    ControlRequest,
+    DiscardRequest,
+    ErrorReply,
+    Message,
+    Receipt,
+    RestoreRequest,
+    RetireRequest,
+)
+from quiesce.protocol._timers import ArmTimer, CancelTimer
+from quiesce.protocol.controller._coordinator import ControllerState, Coordinator
+from quiesce.protocol.controller._effects import (
     Call,
-    CancelTimer,
     CaptureCut,
     ClearIntent,
     CloseAdmission,
@@ -106,7 +118,7 @@ from quiesce.protocol._controller_effects import (
     WriteIntent,
     WriteStaging,
 )
-from quiesce.protocol._controller_inputs import (
+from quiesce.protocol.controller._inputs import (
     CallFailed,
     ControllerInput,
     Discovered,
@@ -122,29 +134,17 @@ from quiesce.protocol._controller_inputs import (
     SnapshotsListed,
     TimerDue,
 )
-from quiesce.protocol._coordinator import ControllerState, Coordinator
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._ledger import GroupRecord, GroupState, Ledger
-from quiesce.protocol._messages import (
-    AckRequest,
-    BeginRequest,
-    Capabilities,
-    ControlRequest,
-    DiscardRequest,
-    ErrorReply,
-    Message,
-    Receipt,
-    RestoreRequest,
-    RetireRequest,
-)
-from quiesce.protocol._participant import ParticipantOp
-from quiesce.protocol._restore import (
+from quiesce.protocol.controller._ledger import GroupRecord, Ledger
+from quiesce.protocol.controller._restore_plan import (
     RestoreMetrics,
     SnapshotCandidate,
     SnapshotCondition,
     SourceUnreadable,
     TrainerAnchor,
 )
+from quiesce.protocol.machines._checkpoint import CheckpointState
+from quiesce.protocol.machines._prompt_group import GroupState
+from quiesce.protocol.participant._participant import ParticipantOp
 
 __all__ = [
     "CUT_ARTIFACT",

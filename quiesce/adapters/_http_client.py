@@ -41,7 +41,7 @@ from quiesce.adapters._participant_api import (
 from quiesce.protocol._causes import Cause
 from quiesce.protocol._errors import RemoteProtocolError
 from quiesce.protocol._messages import ErrorReply, Message, parse_reply
-from quiesce.protocol._participant import ParticipantOp
+from quiesce.protocol.participant._participant import ParticipantOp
 
 __all__ = ["HttpParticipant"]
 

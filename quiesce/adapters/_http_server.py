@@ -53,7 +53,7 @@ from quiesce.protocol._messages import (
     RestoreRequest,
     RetireRequest,
 )
-from quiesce.protocol._participant import ParticipantOp
+from quiesce.protocol.participant._participant import ParticipantOp
 
 __all__ = [
     "API_PREFIX",

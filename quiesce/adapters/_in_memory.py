@@ -66,7 +66,7 @@ from quiesce.adapters._participant_host import (
 from quiesce.fsm import QuiesceError
 from quiesce.protocol._causes import Cause
 from quiesce.protocol._messages import Message, Receipt
-from quiesce.protocol._participant import ParticipantConfig, ParticipantOp
+from quiesce.protocol.participant._participant import ParticipantConfig, ParticipantOp
 
 __all__ = [
     "CONTROL_OPS",

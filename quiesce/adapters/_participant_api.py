@@ -39,8 +39,6 @@ from typing import TypeVar
 
 from quiesce.fsm import QuiesceError
 from quiesce.protocol._causes import Cause
-from quiesce.protocol._controller_effects import Op
-from quiesce.protocol._controller_inputs import CallFailed as CallFailedInput
 from quiesce.protocol._errors import RemoteProtocolError
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import (
@@ -66,7 +64,9 @@ from quiesce.protocol._messages import (
     RetireRequest,
     StatusReply,
 )
-from quiesce.protocol._participant import ParticipantOp
+from quiesce.protocol.controller._effects import Op
+from quiesce.protocol.controller._inputs import CallFailed as CallFailedInput
+from quiesce.protocol.participant._participant import ParticipantOp
 
 __all__ = [
     "REPLY_MODELS",

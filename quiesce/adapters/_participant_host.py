@@ -84,11 +84,7 @@ from quiesce.adapters._clock import Clock, ClockEvent, Lock, TaskGroup
 from quiesce.adapters._durable import atomic_write
 from quiesce.adapters._participant_api import CompletionsReply
 from quiesce.fsm import QuiesceError, TransitionNotAllowed
-from quiesce.protocol._agent_execution import ExecState
-from quiesce.protocol._agent_role import AgentRole
-from quiesce.protocol._control_fence import FenceState
 from quiesce.protocol._errors import Refusal
-from quiesce.protocol._journal import Journal, JournalWrite
 from quiesce.protocol._messages import (
     BeginRequest,
     BoundaryRequest,
@@ -98,7 +94,11 @@ from quiesce.protocol._messages import (
     Message,
     Receipt,
 )
-from quiesce.protocol._participant import (
+from quiesce.protocol.machines._agent_execution import ExecState
+from quiesce.protocol.machines._control_fence import FenceState
+from quiesce.protocol.participant._agent_role import AgentRole
+from quiesce.protocol.participant._journal import Journal, JournalWrite
+from quiesce.protocol.participant._participant import (
     Answer,
     ParticipantConfig,
     ParticipantEffect,
@@ -115,7 +115,7 @@ from quiesce.protocol._participant import (
     policy_call_finished,
     policy_call_started,
 )
-from quiesce.protocol._participant_state import (
+from quiesce.protocol.participant._state import (
     CancelExecution,
     ReleaseWaiters,
     WakeExecutions,

@@ -48,7 +48,7 @@ from quiesce.adapters._participant_host import (
 from quiesce.protocol._causes import Cause
 from quiesce.protocol._errors import RemoteProtocolError
 from quiesce.protocol._messages import ErrorReply, Message, parse_reply
-from quiesce.protocol._participant import ParticipantOp
+from quiesce.protocol.participant._participant import ParticipantOp
 
 __all__ = ["ParticipantActor", "RayParticipant", "RayUnavailable", "spawn_ray_participant"]
 

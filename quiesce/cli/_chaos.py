@@ -17,14 +17,8 @@ import click
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from quiesce.adapters._chaos import (
-    ChaosConfig,
-    ChaosError,
-    ChaosInterrupted,
-    ChaosResult,
-    run_chaos,
-)
 from quiesce.cli._output import fail, json_option, log_level_option, print_json
+from quiesce.harness._chaos import ChaosConfig, ChaosError, ChaosInterrupted, ChaosResult, run_chaos
 
 __all__ = ["chaos"]
 

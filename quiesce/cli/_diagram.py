@@ -17,13 +17,11 @@ from quiesce.fsm import (
     GraphvizFailed,
     GraphvizNotFound,
     TraceStep,
-    UnknownTable,
-    get_table,
     load_trace,
-    registered,
     render,
     write_diagrams,
 )
+from quiesce.protocol.machines import TABLES, UnknownTable, get_table
 
 __all__ = ["diagram", "diagrams"]
 
@@ -98,7 +96,7 @@ def diagrams(out_dir: Path, prune: bool, as_json: bool) -> None:
     Example:
         quiesce diagrams --out-dir docs/diagrams
     """
-    tables = registered()
+    tables = TABLES
     written = write_diagrams(out_dir, tables.values())
     orphans = sorted(
         path

@@ -17,10 +17,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table as RichTable
 
 from quiesce.adapters._driver import configure_logging
-from quiesce.adapters._simulation import SimulationConfig, SimulationResult
-from quiesce.adapters._simulation import simulate as run
 from quiesce.cli._output import fail, json_option, log_level_option, print_json
 from quiesce.fsm import QuiesceError
+from quiesce.harness._simulate import SimulationConfig, SimulationResult
+from quiesce.harness._simulate import simulate as run
 
 LEVELS = ("turn", "sibling", "prompt_group")
 

@@ -7,14 +7,14 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from quiesce.cli._output import json_option, print_json
-from quiesce.fsm import registered
+from quiesce.protocol.machines import TABLES
 
 
 @click.command()
 @json_option
 def tables(as_json: bool) -> None:
     """List every registered table: states, inputs, rows, guards and effects."""
-    described = [table.describe() for table in registered().values()]
+    described = [table.describe() for table in TABLES.values()]
     if as_json:
         print_json({"tables": described})
         return

@@ -19,7 +19,6 @@ from quiesce.fsm._diagram import (
     write_diagrams,
 )
 from quiesce.fsm._errors import DefinitionError, GuardRejected, QuiesceError, TransitionNotAllowed
-from quiesce.fsm._registry import UnknownTable, get_table, register, registered
 from quiesce.fsm._table import (
     Effect,
     EffectFn,
@@ -58,16 +57,12 @@ __all__ = [
     "TransitionNotAllowed",
     "TransitionsExportError",
     "TransitionsModel",
-    "UnknownTable",
     "UpdateFn",
     "Value",
     "each",
-    "get_table",
     "label",
     "load_trace",
     "on",
-    "register",
-    "registered",
     "render",
     "render_dot",
     "render_mermaid",

@@ -40,6 +40,7 @@ from quiesce.models._registry import (
     known_models,
     register_model,
 )
+from quiesce.models._system import InFlight, Store, System, SystemState
 from quiesce.models._system_machine import (
     CallRecord,
     SystemMachine,
@@ -69,6 +70,7 @@ __all__ = [
     "BadModelParam",
     "CallRecord",
     "CheckResult",
+    "InFlight",
     "Model",
     "ModelSpec",
     "Param",
@@ -76,8 +78,11 @@ __all__ = [
     "ProtocolModel",
     "ProtocolParams",
     "Step",
+    "Store",
+    "System",
     "SystemMachine",
     "SystemRun",
+    "SystemState",
     "SystemViolation",
     "TableMachine",
     "TableStepper",

@@ -34,28 +34,13 @@ from enum import Enum
 from typing import Any, Literal
 
 from quiesce.fsm import Table, label, on
+from quiesce.models import _system as _system_module
 from quiesce.models._explorer import check
 from quiesce.models._protocol_model import Hooks, ProtocolModel, ProtocolParams, _Patched
 from quiesce.models._random_walks import walk
-from quiesce.protocol import (
-    _agent_role,
-    _control_ops,
-    _coordinator,
-    _journal,
-    _recovery_levels,
-    _restore,
-)
-from quiesce.protocol import _system as _system_module
-from quiesce.protocol._admission_gate import ADMISSION_GATE
-from quiesce.protocol._agent_execution import AGENT_EXECUTION, AgentInput, ExecState
+from quiesce.models._system import System, SystemState
 from quiesce.protocol._causes import CAUSES, Cause, Classification, Disposition
-from quiesce.protocol._checkpoint import CHECKPOINT, CheckpointInput, CheckpointState
 from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._control_fence import CONTROL_FENCE, FenceInput
-from quiesce.protocol._controller_effects import CaptureCut, Op, Outcome
-from quiesce.protocol._controller_inputs import GroupOpened, PeriodElapsed, Reply
-from quiesce.protocol._coordinator import Coordinator
-from quiesce.protocol._deadline_registry import DEADLINE_REGISTRY, RegistryInput, RegistryState
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import (
     Continuation,
@@ -64,9 +49,24 @@ from quiesce.protocol._messages import (
     RestoreReply,
     RetireRequest,
 )
-from quiesce.protocol._participant import handle, new_participant
-from quiesce.protocol._participant_state import ParticipantState
-from quiesce.protocol._system import System, SystemState
+from quiesce.protocol.controller import _coordinator, _recovery_levels
+from quiesce.protocol.controller import _restore_plan as _restore
+from quiesce.protocol.controller._coordinator import Coordinator
+from quiesce.protocol.controller._effects import CaptureCut, Op, Outcome
+from quiesce.protocol.controller._inputs import GroupOpened, PeriodElapsed, Reply
+from quiesce.protocol.machines._admission_gate import ADMISSION_GATE
+from quiesce.protocol.machines._agent_execution import AGENT_EXECUTION, AgentInput, ExecState
+from quiesce.protocol.machines._checkpoint import CHECKPOINT, CheckpointInput, CheckpointState
+from quiesce.protocol.machines._control_fence import CONTROL_FENCE, FenceInput
+from quiesce.protocol.machines._deadline_registry import (
+    DEADLINE_REGISTRY,
+    RegistryInput,
+    RegistryState,
+)
+from quiesce.protocol.machines._restore import RESTORE, RestoreState
+from quiesce.protocol.participant import _agent_role, _control_ops, _journal
+from quiesce.protocol.participant._participant import handle, new_participant
+from quiesce.protocol.participant._state import ParticipantState
 
 __all__ = [
     "GENERATED_PARAMS",
@@ -434,7 +434,7 @@ def _scenario_s12() -> None:
     """test_s12: restart_only continuations are discarded before resume."""
     from quiesce.fsm import Value
 
-    paused = Value(_restore.RestoreState.RESTORED_PAUSED, _restore.RESTORE.start().data)
+    paused = Value(RestoreState.RESTORED_PAUSED, RESTORE.start().data)
     restored = [
         (
             "agent",
@@ -505,7 +505,8 @@ def _scenario_s17() -> None:
 
 def _scenario_overrides() -> None:
     """test_recovery_levels: an override finer than the target is refused."""
-    from quiesce.protocol._recovery_levels import EnvironmentTraits, OverrideRefines, RecoveryLevel
+    from quiesce.protocol._levels import OverrideRefines, RecoveryLevel
+    from quiesce.protocol.controller._recovery_levels import EnvironmentTraits
 
     envs = [EnvironmentTraits("agent")] if _has_simple_traits() else []
     try:
@@ -520,7 +521,7 @@ def _scenario_overrides() -> None:
 
 
 def _has_simple_traits() -> bool:
-    from quiesce.protocol._recovery_levels import EnvironmentTraits
+    from quiesce.protocol.controller._recovery_levels import EnvironmentTraits
 
     try:
         EnvironmentTraits("agent")

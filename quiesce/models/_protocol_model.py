@@ -1,7 +1,7 @@
 """The `protocol` model: the composed checkpoint protocol, explored exhaustively.
 
 What lives here: `ProtocolModel`, a `Model` over the pure composed system of
-`quiesce.protocol._system` (the real coordinator and the real participants, built from the
+`quiesce.models._system` (the real coordinator and the real participants, built from the
 same tables the runtime executes) plus an *environment* that plays everything else of
 PROTOCOL.md §8: the rollouts' turns and finishes, deadline expiry, the periodic and
 trainer-boundary triggers, the optimizer step, the train switch and the weight sync, the
@@ -50,13 +50,13 @@ from typing import Any
 
 from quiesce.fsm import Table, label
 from quiesce.models._explorer import Action, Always, Model, Trace, always
-from quiesce.protocol._admission_gate import ADMISSION_GATE
-from quiesce.protocol._agent_execution import ExecState
+from quiesce.models._system import InFlight, System, SystemState
 from quiesce.protocol._causes import Cause
-from quiesce.protocol._checkpoint import CHECKPOINT, CheckpointState
 from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._control_fence import CONTROL_FENCE, FenceOp, FenceState
-from quiesce.protocol._controller_effects import (
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._messages import CommitReply, ErrorReply, Message
+from quiesce.protocol.controller._coordinator import PHASES, Coordinator
+from quiesce.protocol.controller._effects import (
     CaptureCut,
     Dispatch,
     Op,
@@ -65,7 +65,7 @@ from quiesce.protocol._controller_effects import (
     Stopped,
     WriteStaging,
 )
-from quiesce.protocol._controller_inputs import (
+from quiesce.protocol.controller._inputs import (
     CallFailed,
     GroupOpened,
     GroupTrained,
@@ -79,13 +79,18 @@ from quiesce.protocol._controller_inputs import (
     WeightSyncBegin,
     WeightSyncEnd,
 )
-from quiesce.protocol._coordinator import PHASES, Coordinator
-from quiesce.protocol._deadline_registry import DEADLINE_REGISTRY, RegistryState, group_of_timer
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._ledger import AttemptState, GroupState
-from quiesce.protocol._messages import CommitReply, ErrorReply, Message
-from quiesce.protocol._participant import ParticipantState, new_participant
-from quiesce.protocol._system import InFlight, System, SystemState
+from quiesce.protocol.machines._admission_gate import ADMISSION_GATE
+from quiesce.protocol.machines._agent_execution import ExecState
+from quiesce.protocol.machines._checkpoint import CHECKPOINT, CheckpointState
+from quiesce.protocol.machines._control_fence import CONTROL_FENCE, FenceOp, FenceState
+from quiesce.protocol.machines._deadline_registry import (
+    DEADLINE_REGISTRY,
+    RegistryState,
+    group_of_timer,
+)
+from quiesce.protocol.machines._prompt_group import GroupState
+from quiesce.protocol.machines._rollout_attempt import AttemptState
+from quiesce.protocol.participant._participant import ParticipantState, new_participant
 
 __all__ = [
     "GROUP",
@@ -1210,7 +1215,7 @@ _VIEWS: dict[str, Callable[[ProtocolModel, PState, str], str | None]] = {
 
 
 def _table_of(table: str) -> Table[Any, Any]:
-    from quiesce.protocol._agent_execution import AGENT_EXECUTION
+    from quiesce.protocol.machines._agent_execution import AGENT_EXECUTION
 
     tables: dict[str, Table[Any, Any]] = {
         "checkpoint": CHECKPOINT,

@@ -90,11 +90,12 @@ from quiesce.adapters._trainer import (
 )
 from quiesce.fsm import QuiesceError
 from quiesce.models._protocol_model import Hooks, _Patched
-from quiesce.protocol._admission_gate import GateState
-from quiesce.protocol._checkpoint import CheckpointState
 from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._controller_effects import ControllerEffect, Dispatch, Redispatch
-from quiesce.protocol._controller_inputs import (
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._messages import BeginRequest, ControlRequest, ErrorReply, Message
+from quiesce.protocol.controller._coordinator import ControllerState, Coordinator
+from quiesce.protocol.controller._effects import ControllerEffect, Dispatch, Redispatch
+from quiesce.protocol.controller._inputs import (
     ControllerInput,
     GroupOpened,
     GroupTrained,
@@ -108,13 +109,13 @@ from quiesce.protocol._controller_inputs import (
     WeightSyncBegin,
     WeightSyncEnd,
 )
-from quiesce.protocol._coordinator import ControllerState, Coordinator
-from quiesce.protocol._deadline_registry import group_of_timer
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._ledger import GroupRecord, GroupState
-from quiesce.protocol._messages import BeginRequest, ControlRequest, ErrorReply, Message
-from quiesce.protocol._participant import ParticipantOp
-from quiesce.protocol._restore_flow import restore_active
+from quiesce.protocol.controller._ledger import GroupRecord
+from quiesce.protocol.controller._restore_flow import restore_active
+from quiesce.protocol.machines._admission_gate import GateState
+from quiesce.protocol.machines._checkpoint import CheckpointState
+from quiesce.protocol.machines._deadline_registry import group_of_timer
+from quiesce.protocol.machines._prompt_group import GroupState
+from quiesce.protocol.participant._participant import ParticipantOp
 
 __all__ = [
     "CallRecord",

@@ -25,7 +25,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from quiesce.fsm import QuiesceError
-from quiesce.protocol._recovery_levels import OverrideRefines, RecoveryLevel
+from quiesce.protocol._levels import OverrideRefines, RecoveryLevel
 
 __all__ = ["RENAMED_KEYS", "ConfigError", "QuiesceConfig", "RolloutRecoveryConfig"]
 

@@ -30,9 +30,6 @@ from typing import Any
 
 from quiesce.adapters._participant_host import _OPS, ParticipantHost, _dedupe_key
 from quiesce.fsm import Value
-from quiesce.protocol._agent_execution import ExecState
-from quiesce.protocol._agent_role import AgentRole
-from quiesce.protocol._control_fence import FenceState
 from quiesce.protocol._messages import (
     AckRequest,
     CommitReply,
@@ -43,8 +40,11 @@ from quiesce.protocol._messages import (
     RetireReply,
     RetireRequest,
 )
-from quiesce.protocol._participant import ParticipantOp
-from quiesce.protocol._participant_state import stamp
+from quiesce.protocol.machines._agent_execution import ExecState
+from quiesce.protocol.machines._control_fence import FenceState
+from quiesce.protocol.participant._agent_role import AgentRole
+from quiesce.protocol.participant._participant import ParticipantOp
+from quiesce.protocol.participant._state import stamp
 
 __all__ = [
     "BROKEN_HOSTS",

@@ -82,12 +82,12 @@ from pydantic import BaseModel, ValidationError
 from quiesce.adapters._http_server import WireError, status_of
 from quiesce.adapters._participant_api import REPLY_MODELS, CompletionsReply
 from quiesce.fsm import QuiesceError
-from quiesce.protocol._agent_role import AgentRole
-from quiesce.protocol._control_fence import FenceOp
 from quiesce.protocol._ids import InvalidOpId, OpId
 from quiesce.protocol._messages import Capabilities, ErrorReply, Message, Receipt
-from quiesce.protocol._participant import ParticipantOp, handle
-from quiesce.protocol._participant_state import (
+from quiesce.protocol.machines._control_fence import FenceOp
+from quiesce.protocol.participant._agent_role import AgentRole
+from quiesce.protocol.participant._participant import ParticipantOp, handle
+from quiesce.protocol.participant._state import (
     ParticipantConfig,
     ParticipantState,
     new_participant,

@@ -52,12 +52,7 @@ from quiesce.protocol import (
     TrainSwitchBegin,
     TrainSwitchEnd,
 )
-from quiesce.protocol._agent_execution import ExecState
-from quiesce.protocol._agent_role import AgentRole
-from quiesce.protocol._control_fence import FenceState
-from quiesce.protocol._deadline_registry import RegistryState
 from quiesce.protocol._ids import OpId
-from quiesce.protocol._ledger import AttemptState, GroupState
 from quiesce.protocol._messages import (
     BoundaryRequest,
     ControlRequest,
@@ -67,8 +62,14 @@ from quiesce.protocol._messages import (
     PrepareReply,
     RestoreReply,
 )
-from quiesce.protocol._participant import ParticipantOp
-from quiesce.protocol._recovery_levels import UnknownRecoveryMode, UnmanagedMultiProcess
+from quiesce.protocol.controller._recovery_levels import UnknownRecoveryMode, UnmanagedMultiProcess
+from quiesce.protocol.machines._agent_execution import ExecState
+from quiesce.protocol.machines._control_fence import FenceState
+from quiesce.protocol.machines._deadline_registry import RegistryState
+from quiesce.protocol.machines._prompt_group import GroupState
+from quiesce.protocol.machines._rollout_attempt import AttemptState
+from quiesce.protocol.participant._agent_role import AgentRole
+from quiesce.protocol.participant._participant import ParticipantOp
 
 pytestmark = pytest.mark.anyio
 

@@ -36,7 +36,7 @@ from quiesce.adapters import (
 )
 from quiesce.cli._serve import configure_logging
 from quiesce.protocol import ConfigError, Coordinator, PeriodElapsed, QuiesceConfig
-from quiesce.protocol._participant import handle, journal_of, new_participant
+from quiesce.protocol.participant._participant import handle, journal_of, new_participant
 from quiesce.testing import LocalServer
 
 TOPO = "topo-a"

@@ -24,7 +24,6 @@ from quiesce.adapters import (
     WorkConfig,
 )
 from quiesce.protocol import ParticipantOp, journal_of
-from quiesce.protocol._journal import Journal
 from quiesce.protocol._messages import (
     AckRequest,
     BeginRequest,
@@ -37,6 +36,7 @@ from quiesce.protocol._messages import (
     ResumeReply,
     StatusReply,
 )
+from quiesce.protocol.participant._journal import Journal
 
 pytestmark = pytest.mark.anyio
 

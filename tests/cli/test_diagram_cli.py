@@ -11,8 +11,9 @@ from click.testing import CliRunner
 
 from quiesce.cli import main
 from quiesce.fsm import _diagram as diagram_module
-from quiesce.fsm import registered, render_dot, render_mermaid
+from quiesce.fsm import render_dot, render_mermaid
 from quiesce.protocol import ADMISSION_GATE
+from quiesce.protocol.machines import TABLES as REGISTERED
 
 TRACE = [
     {"state": "open", "input": "hold", "target": "closed"},
@@ -82,7 +83,7 @@ def test_diagrams_regenerates_every_table_and_reports_orphans(tmp_path: Path) ->
     code, out, err = run("diagrams", "--out-dir", str(tmp_path), "--json")
     assert code == 0
     document = json.loads(out)
-    names = registered()
+    names = dict(REGISTERED)
     assert len(document["written"]) == 2 * len(names)
     assert document["orphans"] == [str(tmp_path / "gone.mmd")]
     assert (tmp_path / "gone.mmd").exists() and "use --prune" in err

@@ -7,8 +7,9 @@ import json
 from click.testing import CliRunner
 
 from quiesce.cli import main
-from quiesce.fsm import registered, render_mermaid
+from quiesce.fsm import render_mermaid
 from quiesce.protocol import ADMISSION_GATE
+from quiesce.protocol.machines import TABLES as REGISTERED
 
 ROW_KEYS = {"source", "input", "guard", "target", "effects"}
 
@@ -18,7 +19,7 @@ def test_tables_json_describes_every_registered_table() -> None:
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     tables = {table["name"]: table for table in document["tables"]}
-    assert list(tables) == list(registered())
+    assert list(tables) == list(dict(REGISTERED))
     for table in tables.values():
         assert {"name", "states", "inputs", "initial", "finals", "rows"} <= set(table)
         assert table["initial"] in table["states"]

@@ -20,7 +20,6 @@ from quiesce.fsm import (
     each,
     load_trace,
     on,
-    registered,
     render,
     render_dot,
     render_mermaid,
@@ -28,6 +27,7 @@ from quiesce.fsm import (
     write_diagrams,
 )
 from quiesce.fsm import _diagram as diagram_module
+from quiesce.protocol.machines import TABLES as REGISTERED
 
 DIAGRAMS = Path(__file__).resolve().parents[2] / "docs" / "diagrams"
 
@@ -334,7 +334,7 @@ def test_write_diagrams_leaves_unchanged_files_alone(tmp_path: Path) -> None:
 
 def test_committed_diagrams_match_their_tables() -> None:
     stale: list[str] = []
-    tables = registered()
+    tables = dict(REGISTERED)
     for name, table in tables.items():
         for suffix, text in ((".mmd", render_mermaid(table)), (".dot", render_dot(table))):
             path = DIAGRAMS / f"{name}{suffix}"

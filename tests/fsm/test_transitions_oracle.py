@@ -32,11 +32,11 @@ from quiesce.fsm import (
     Value,
     label,
     on,
-    registered,
     transitions_config,
 )
+from quiesce.protocol.machines import TABLES as REGISTERED
 
-TABLES = registered()
+TABLES = dict(REGISTERED)
 
 
 def forced(table: Table[Any, Any], outcomes: dict[str, bool]) -> Table[Any, Any]:

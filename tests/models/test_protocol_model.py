@@ -14,7 +14,7 @@ from quiesce.cli import main
 from quiesce.models import NO_STALL, ProtocolModel, ProtocolParams, build_model, check
 from quiesce.models._mutants import MUTANTS
 from quiesce.models._protocol_model import Hooks
-from quiesce.protocol import _restore_flow
+from quiesce.protocol.controller import _restore_flow
 
 # The smallest exhaustive configurations, cheap enough for every CI run. The §8 reference
 # size (`ProtocolParams()`) is far larger: see the README section "Model checking the

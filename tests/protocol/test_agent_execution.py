@@ -9,7 +9,7 @@ import pytest
 from quiesce.fsm import Effect, TransitionNotAllowed, Value
 from quiesce.protocol import AGENT_EXECUTION as EXEC
 from quiesce.protocol import AgentInput, ExecState
-from quiesce.protocol._agent_execution import (
+from quiesce.protocol.machines._agent_execution import (
     ARG_EXAMPLES,
     Admission,
     Completion,

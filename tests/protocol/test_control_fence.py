@@ -9,7 +9,9 @@ import pytest
 from quiesce.fsm import Value
 from quiesce.protocol import CONTROL_FENCE as FENCE
 from quiesce.protocol import FenceCall, FenceData, FenceInput, FenceOp, FenceState
-from quiesce.protocol._control_fence import (
+from quiesce.protocol._errors import CheckpointConflict, InvalidPhase, StaleCheckpoint
+from quiesce.protocol._ids import OpId
+from quiesce.protocol.machines._control_fence import (
     ARG_EXAMPLES,
     FenceJoin,
     FenceLateOutcome,
@@ -18,8 +20,6 @@ from quiesce.protocol._control_fence import (
     FenceRetire,
     FenceStart,
 )
-from quiesce.protocol._errors import CheckpointConflict, InvalidPhase, StaleCheckpoint
-from quiesce.protocol._ids import OpId
 
 I, S, Op = FenceInput, FenceState, FenceOp  # noqa: E741
 X, Y, OLD = OpId(1, 5, 10), OpId(1, 6, 11), OpId(1, 4, 9)

@@ -19,10 +19,10 @@ from quiesce.protocol import (
     Reply,
     RolloutCompleted,
 )
-from quiesce.protocol._controller_effects import Dispatch
 from quiesce.protocol._ids import OpId
-from quiesce.protocol._ledger import OwedAck
 from quiesce.protocol._messages import AckReply, Receipt
+from quiesce.protocol.controller._effects import Dispatch
+from quiesce.protocol.controller._ledger import OwedAck
 from tests.protocol.test_coordinator import Harness, of
 
 S = CheckpointState

@@ -7,7 +7,7 @@ import pytest
 from quiesce.fsm import Effect, GuardRejected, TransitionNotAllowed
 from quiesce.protocol import POLICY_ADMISSION as POLICY
 from quiesce.protocol import PolicyInput, PolicyState
-from quiesce.protocol._policy_admission import ARG_EXAMPLES, AdmissionData
+from quiesce.protocol.machines._policy_admission import ARG_EXAMPLES, AdmissionData
 
 I, S = PolicyInput, PolicyState  # noqa: E741
 

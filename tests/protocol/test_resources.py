@@ -6,7 +6,7 @@ import pytest
 
 from quiesce.fsm import GuardRejected, TransitionNotAllowed
 from quiesce.protocol import RESOURCES, ResourcesInput, ResourcesState
-from quiesce.protocol._resources import ARG_EXAMPLES, Mutation, RecoveryMode, ResourcesData
+from quiesce.protocol.machines._resources import ARG_EXAMPLES, Mutation, RecoveryMode, ResourcesData
 
 I, S = ResourcesInput, ResourcesState  # noqa: E741
 M1, M2 = Mutation("m1", "r0"), Mutation("m2", "r1")

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from quiesce.models import System, SystemState
 from quiesce.protocol import (
     Call,
     CallFailed,
@@ -40,8 +41,6 @@ from quiesce.protocol import (
     SnapshotsListed,
     SourceUnreadable,
     Stopped,
-    System,
-    SystemState,
     TimerDue,
     TrainerAnchor,
     TrainerBoundary,
@@ -52,7 +51,6 @@ from quiesce.protocol import (
 )
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._ids import OpId
-from quiesce.protocol._ledger import Ledger
 from quiesce.protocol._messages import (
     Capabilities,
     Continuation,
@@ -60,6 +58,7 @@ from quiesce.protocol._messages import (
     RestoreReply,
     ResumeReply,
 )
+from quiesce.protocol.controller._ledger import Ledger
 
 ROLES = {"pol": "policy", "ag": "agent", "res": "resources"}
 ANCHOR = TrainerAnchor(0, "v0", dataloader_position=7)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from quiesce.fsm import Value
+from quiesce.models import System, SystemState
 from quiesce.protocol import (
     RESTORE,
     Call,
@@ -25,8 +26,6 @@ from quiesce.protocol import (
     RestoreOutcome,
     RestoreState,
     Stopped,
-    System,
-    SystemState,
     TimerDue,
     TrainSwitchBegin,
     TrainSwitchEnd,
@@ -42,7 +41,6 @@ from quiesce.protocol import (
 )
 from quiesce.protocol._causes import Cause
 from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._coordinator import Coordinator
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import (
     BoundaryRequest,
@@ -53,7 +51,8 @@ from quiesce.protocol._messages import (
     RestoreReply,
     RetireRequest,
 )
-from quiesce.protocol._participant import handle
+from quiesce.protocol.controller._coordinator import Coordinator
+from quiesce.protocol.participant._participant import handle
 
 S = CheckpointState
 

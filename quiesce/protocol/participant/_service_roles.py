@@ -14,14 +14,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from quiesce.fsm import Value
-from quiesce.protocol._agent_role import Readiness
-from quiesce.protocol._policy_admission import (
+from quiesce.protocol.machines._policy_admission import (
     POLICY_ADMISSION,
     AdmissionData,
     PolicyInput,
     PolicyState,
 )
-from quiesce.protocol._resources import (
+from quiesce.protocol.machines._resources import (
     RESOURCES,
     Mutation,
     RecoveryMode,
@@ -29,6 +28,7 @@ from quiesce.protocol._resources import (
     ResourcesInput,
     ResourcesState,
 )
+from quiesce.protocol.participant._agent_role import Readiness
 
 __all__ = ["PolicyRole", "ResourcesRole"]
 

@@ -21,7 +21,9 @@ from collections.abc import Mapping
 from enum import Enum
 
 from quiesce.fsm import Table, on
-from quiesce.protocol._holder_set import Holders, HolderSet
+from quiesce.protocol.machines._holder_set import Holders, HolderSet
+
+__all__ = ["ADMISSION_GATE", "ARG_EXAMPLES", "GateInput", "GateState"]
 
 
 class GateState(Enum):

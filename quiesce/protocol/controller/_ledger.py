@@ -47,28 +47,27 @@ Public API (stable; the coordinator and the oracles call these):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import Any, Protocol
 
-from quiesce.fsm import Table, TransitionNotAllowed, Value, each, on
+from quiesce.fsm import TransitionNotAllowed, Value
 from quiesce.protocol._errors import LocalProtocolError
+from quiesce.protocol.machines._prompt_group import PROMPT_GROUP, GroupData, GroupInput, GroupState
+from quiesce.protocol.machines._rollout_attempt import (
+    _DONE_ATTEMPT,
+    _LIVE_ATTEMPT,
+    ROLLOUT_ATTEMPT,
+    AttemptData,
+    AttemptInput,
+    AttemptState,
+)
 
 __all__ = [
-    "ARG_EXAMPLES",
-    "PROMPT_GROUP",
-    "ROLLOUT_ATTEMPT",
-    "AttemptData",
-    "AttemptInput",
     "AttemptKey",
     "AttemptRecord",
-    "AttemptState",
     "DuplicateGroup",
-    "GroupData",
-    "GroupInput",
     "GroupRecord",
-    "GroupState",
     "Ledger",
     "LedgerCounters",
     "OwedAck",
@@ -77,280 +76,6 @@ __all__ = [
 ]
 
 AttemptKey = tuple[str, int]
-
-
-# ============================================================================ rollout_attempt
-#
-#   reserved --DISPATCH--> dispatched --ROLLOUT_COMPLETED / owe_ack--> sealed
-#      |                       |  \
-#      +------ABANDON----------+   +--ATTEMPT_FAILED--> failed
-#                  v
-#              abandoned
-#
-#   failed | abandoned: ROLLOUT_COMPLETED (late) owes its ACK and is dropped;
-#                       SUPERSEDE [not_superseded] lets exactly one attempt N+1 replace N.
-#   sealed | failed | abandoned: ACK_FLUSHED [receipt_matches] clears the owed ACK.
-
-
-class AttemptState(Enum):
-    RESERVED = "reserved"
-    DISPATCHED = "dispatched"
-    SEALED = "sealed"
-    FAILED = "failed"
-    ABANDONED = "abandoned"
-
-
-class AttemptInput(Enum):
-    DISPATCH = "dispatch"  # the controller sends the attempt to its agent
-    ROLLOUT_COMPLETED = "rollout_completed"  # the agent reports /run finished (arg: receipt)
-    ATTEMPT_FAILED = "attempt_failed"  # deadline expired, or the agent restarted
-    ABANDON = "abandon"  # replaced: a whole-group rerun, or a restore claimed its continuation
-    SUPERSEDE = "supersede"  # a newer attempt of the same rollout is created
-    ACK_FLUSHED = "ack_flushed"  # the agent accepted the ACK (arg: receipt)
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptData:
-    """The receipt of a completion, whether its ACK is still owed, whether N+1 exists."""
-
-    receipt: str | None = None
-    ack_owed: bool = False
-    superseded: bool = False
-
-
-def _same_receipt(value: Value[Any, AttemptData], receipt: str) -> bool:
-    # The same completion reported twice (a duplicated reply): nothing to record again.
-    return value.data.receipt == receipt
-
-
-def _receipt_matches(value: Value[Any, AttemptData], receipt: str) -> bool:
-    return value.data.ack_owed and value.data.receipt == receipt
-
-
-def _not_superseded(value: Value[Any, AttemptData], _arg: object) -> bool:
-    return not value.data.superseded
-
-
-def _owe_ack(data: AttemptData, receipt: str) -> AttemptData:
-    # Sealing and the ACK obligation are one update: no value has one without the other.
-    return replace(data, receipt=receipt, ack_owed=True)
-
-
-def _ack_done(data: AttemptData, _receipt: str) -> AttemptData:
-    return replace(data, ack_owed=False)
-
-
-def _mark_superseded(data: AttemptData, _arg: object) -> AttemptData:
-    return replace(data, superseded=True)
-
-
-_LIVE_ATTEMPT = (AttemptState.RESERVED, AttemptState.DISPATCHED)
-_DONE_ATTEMPT = (AttemptState.FAILED, AttemptState.ABANDONED)
-
-ROLLOUT_ATTEMPT: Table[AttemptState, AttemptInput] = Table(
-    "rollout_attempt",
-    doc="M8: one attempt of one rollout; sealing records its ACK obligation atomically.",
-    states=AttemptState,
-    inputs=AttemptInput,
-    initial=AttemptState.RESERVED,
-    initial_data=AttemptData(),
-    finals=(AttemptState.SEALED, AttemptState.FAILED, AttemptState.ABANDONED),
-    rows=[
-        # I2: the only way to dispatched is from reserved.
-        on(AttemptState.RESERVED, AttemptInput.DISPATCH, AttemptState.DISPATCHED),
-        on(
-            AttemptState.DISPATCHED,
-            AttemptInput.ROLLOUT_COMPLETED,
-            AttemptState.SEALED,
-            update="owe_ack",
-            effects="owe_ack",
-        ),
-        on(AttemptState.DISPATCHED, AttemptInput.ATTEMPT_FAILED, AttemptState.FAILED),
-        on(_LIVE_ATTEMPT, AttemptInput.ABANDON, AttemptState.ABANDONED),
-        on(
-            (AttemptState.SEALED, *_DONE_ATTEMPT),
-            AttemptInput.ROLLOUT_COMPLETED,
-            None,
-            guard="same_receipt",
-        ),
-        # A late completion of a retired attempt: ACK it (the agent holds it until then), drop it.
-        on(
-            _DONE_ATTEMPT,
-            AttemptInput.ROLLOUT_COMPLETED,
-            None,
-            update="owe_ack",
-            effects="drop_late_completion",
-        ),
-        # Only a failed or abandoned attempt may be replaced, and only once (I2).
-        on(
-            _DONE_ATTEMPT,
-            AttemptInput.SUPERSEDE,
-            None,
-            guard="not_superseded",
-            update="mark_superseded",
-        ),
-        on(
-            (AttemptState.SEALED, *_DONE_ATTEMPT),
-            AttemptInput.ACK_FLUSHED,
-            None,
-            guard="receipt_matches",
-            update="ack_done",
-        ),
-    ],
-    unmapped="forbidden",
-    guards={
-        "same_receipt": _same_receipt,
-        "receipt_matches": _receipt_matches,
-        "not_superseded": _not_superseded,
-    },
-    updates={"owe_ack": _owe_ack, "ack_done": _ack_done, "mark_superseded": _mark_superseded},
-    invariants={
-        "owed_ack_has_receipt": lambda v: not v.data.ack_owed or v.data.receipt is not None,
-        "sealed_has_receipt": lambda v: (
-            v.state is not AttemptState.SEALED or v.data.receipt is not None
-        ),
-        "only_finished_superseded": lambda v: not v.data.superseded or v.state in _DONE_ATTEMPT,
-    },
-)
-"""M8 `rollout_attempt`: reserved -> dispatched -> sealed | failed; live -> abandoned."""
-
-
-# ============================================================================== prompt_group
-#
-#   generating --SIBLING_SEALED [completes_group]--> ready_to_finalize --FINALIZE_BEGIN-->
-#      |   ^                                                                finalizing
-#      |   |                                                     TRAINER_ACCEPTED |  \ CONTROLLER_
-#      |   +---TRAINER_LACKS_GROUP--- finalization_unknown <----------------------+--- RESTARTED
-#      |                                   | TRAINER_HAS_GROUP                    v
-#      +--RERUN_WHOLE--> abandoned         +-----------------------------> finalized
-
-
-class GroupState(Enum):
-    GENERATING = "generating"
-    READY_TO_FINALIZE = "ready_to_finalize"
-    FINALIZING = "finalizing"
-    FINALIZATION_UNKNOWN = "finalization_unknown"
-    FINALIZED = "finalized"
-    ABANDONED = "abandoned"
-
-
-class GroupInput(Enum):
-    SIBLING_SEALED = "sibling_sealed"  # one sibling's attempt was sealed (arg: sibling index)
-    FINALIZE_BEGIN = "finalize_begin"  # the controller hands the group to the trainer
-    TRAINER_ACCEPTED = "trainer_accepted"  # the trainer durably has the group
-    CONTROLLER_RESTARTED = "controller_restarted"  # the controller crashed and came back
-    TRAINER_HAS_GROUP = "trainer_has_group"  # at restart: the trainer lineage has the group
-    TRAINER_LACKS_GROUP = "trainer_lacks_group"  # at restart: it does not
-    RERUN_WHOLE = "rerun_whole"  # discard the group (sealed siblings counted), rerun it
-
-
-@dataclass(frozen=True, slots=True)
-class GroupData:
-    """G, the sealed sibling indexes, and whether a lost finalization reopened the group."""
-
-    size: int
-    sealed: frozenset[int] = frozenset()
-    # The group's results left for the trainer, which lacks them after a crash: what the
-    # ledger still marks sealed cannot be trusted, so the group is rerun whole.
-    reopened: bool = False
-
-
-def _new_sibling(value: Value[Any, GroupData], sibling: int) -> bool:
-    return 0 <= sibling < value.data.size and sibling not in value.data.sealed
-
-
-def _completes_group(value: Value[Any, GroupData], sibling: int) -> bool:
-    return _new_sibling(value, sibling) and len(value.data.sealed) + 1 == value.data.size
-
-
-def _add_sealed(data: GroupData, sibling: int) -> GroupData:
-    return replace(data, sealed=data.sealed | {sibling})
-
-
-def _reopen(data: GroupData, _arg: object) -> GroupData:
-    return replace(data, reopened=True)
-
-
-def _group_consistent(value: Value[GroupState, GroupData]) -> bool:
-    complete = len(value.data.sealed) == value.data.size
-    if value.state is GroupState.GENERATING:
-        return not complete or value.data.reopened
-    if value.state is GroupState.ABANDONED:
-        return True
-    return complete
-
-
-_RESTART_CHANGES_NOTHING = (
-    GroupState.GENERATING,
-    GroupState.READY_TO_FINALIZE,
-    GroupState.FINALIZATION_UNKNOWN,  # a second crash before the first was resolved
-    GroupState.FINALIZED,
-    GroupState.ABANDONED,
-)
-
-PROMPT_GROUP: Table[GroupState, GroupInput] = Table(
-    "prompt_group",
-    doc="M8: the G siblings of one prompt, trained on together.",
-    states=GroupState,
-    inputs=GroupInput,
-    initial=GroupState.GENERATING,
-    initial_data=GroupData(size=1),
-    finals=(GroupState.FINALIZED, GroupState.ABANDONED),
-    rows=[
-        on(
-            GroupState.GENERATING,
-            GroupInput.SIBLING_SEALED,
-            GroupState.READY_TO_FINALIZE,
-            guard="completes_group",
-            update="add_sealed",
-            effects="group_ready",
-        ),
-        on(
-            GroupState.GENERATING,
-            GroupInput.SIBLING_SEALED,
-            None,
-            guard="new_sibling",
-            update="add_sealed",
-        ),
-        on(GroupState.READY_TO_FINALIZE, GroupInput.FINALIZE_BEGIN, GroupState.FINALIZING),
-        on(GroupState.FINALIZING, GroupInput.TRAINER_ACCEPTED, GroupState.FINALIZED),
-        on(
-            GroupState.FINALIZING,
-            GroupInput.CONTROLLER_RESTARTED,
-            GroupState.FINALIZATION_UNKNOWN,
-        ),
-        on(GroupState.FINALIZATION_UNKNOWN, GroupInput.TRAINER_HAS_GROUP, GroupState.FINALIZED),
-        on(
-            GroupState.FINALIZATION_UNKNOWN,
-            GroupInput.TRAINER_LACKS_GROUP,
-            GroupState.GENERATING,
-            update="reopen",
-        ),
-        on(
-            GroupState.GENERATING,
-            GroupInput.RERUN_WHOLE,
-            GroupState.ABANDONED,
-            effects="discard_sealed_siblings",
-        ),
-    ],
-    ignored=each(_RESTART_CHANGES_NOTHING, GroupInput.CONTROLLER_RESTARTED),
-    unmapped="forbidden",
-    guards={"new_sibling": _new_sibling, "completes_group": _completes_group},
-    updates={"add_sealed": _add_sealed, "reopen": _reopen},
-    invariants={"ready_iff_all_sealed": _group_consistent},
-)
-"""M8 `prompt_group`: generating -> ready_to_finalize -> finalizing -> finalized."""
-
-
-ARG_EXAMPLES: Mapping[AttemptInput | GroupInput, tuple[object, ...]] = {
-    AttemptInput.ROLLOUT_COMPLETED: ("r-1", "r-2"),
-    AttemptInput.ACK_FLUSHED: ("r-1", "r-2"),
-    # Sibling indexes, including ones outside any group (-1, and past the size) for the guards.
-    GroupInput.SIBLING_SEALED: (-1, 0, 1, 2, 3, 4),
-}
-"""Example arguments by input of both tables, for the sweeps (`quiesce.models.arg_examples`;
-inputs not named take none); start values come from `table.start()` (`prompt_group` with
-G=1 unless a sweep builds `GroupData(size=2)`)."""
 
 
 # ==================================================================================== Ledger

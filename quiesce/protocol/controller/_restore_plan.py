@@ -50,32 +50,24 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Literal
 
-from quiesce.fsm import Table, TransitionNotAllowed, Value, on
+from quiesce.fsm import TransitionNotAllowed, Value
 from quiesce.protocol._errors import LocalProtocolError
 from quiesce.protocol._ids import OpId
-from quiesce.protocol._ledger import AttemptKey, AttemptState, Ledger
+from quiesce.protocol._levels import RecoveryLevel
 from quiesce.protocol._messages import Continuation, RestoreReply
-from quiesce.protocol._recovery_levels import LevelPlan, RecoveryLevel
+from quiesce.protocol.controller._ledger import AttemptKey, Ledger
+from quiesce.protocol.controller._recovery_levels import LevelPlan
+from quiesce.protocol.machines._restore import RESTORE, RestoreInput, RestoreState
+from quiesce.protocol.machines._rollout_attempt import AttemptState
 
 __all__ = [
-    "ARG_EXAMPLES",
-    "RESTORE",
-    "RESTORE_ORDER",
-    "RESUME_ORDER",
     "DiscardContinuation",
     "DispatchItem",
-    "IntentAction",
-    "IntentDecision",
-    "IntentRecord",
     "NewGroup",
-    "PublishedState",
     "RedispatchPlan",
     "Rejection",
-    "RestoreData",
-    "RestoreInput",
     "RestoreMetrics",
     "RestoreMode",
-    "RestoreState",
     "RestoreVerdict",
     "Retire",
     "Selection",
@@ -86,291 +78,11 @@ __all__ = [
     "TrainerAnchor",
     "UnresolvedFinalization",
     "VerdictAction",
-    "decide_intent",
     "judge_restore",
     "plan_discards",
     "plan_redispatch",
     "select_snapshot",
 ]
-
-RESTORE_ORDER = ("policy", "agent", "resources")
-"""§3: restore policy -> agents -> resources."""
-RESUME_ORDER = ("resources", "policy", "agent")
-"""§3: resume resources -> policy -> agents."""
-
-
-# ==================================================================================== restore
-#
-#  finishing_intent --INTENT_READ [nothing_in_flight] / INTENT_FINISHED--> selecting
-#                                                                             |
-#     restore_failed <--SOURCE_UNREADABLE-- selecting --FRESH_START-----------|-------+
-#                                            |   ^                            |       |
-#                          SNAPSHOT_SELECTED |   | RESTORE_REJECTED,          |       |
-#                                            v   | CALL_FAILED [no retry left]        |
-#                                          restoring  (CALL_FAILED [retries_left] holds)
-#                                            | RECV_RESTORED                          |
-#                                            v                                        |
-#   restored_paused --DISCARD_BEGIN [has_discards]--> discarding                      |
-#          +--DISCARD_BEGIN (none)--+                     | RECV_DISCARDED            |
-#                                   v                     v                           |
-#                                 resuming <--------------+                           |
-#                                   | RECV_RESUMED                                    |
-#                                   v                                                 |
-#                             redispatching <-----------------------------------------+
-#                                   | REDISPATCHED
-#                                   v
-#                                  idle
-
-
-class RestoreState(Enum):
-    FINISHING_INTENT = "finishing_intent"  # added: §6 reads the intent record before anything
-    SELECTING = "selecting"
-    RESTORING = "restoring"
-    RESTORED_PAUSED = "restored_paused"
-    DISCARDING = "discarding"
-    RESUMING = "resuming"
-    REDISPATCHING = "redispatching"
-    IDLE = "idle"
-    RESTORE_FAILED = "restore_failed"
-
-
-class RestoreInput(Enum):
-    INTENT_READ = "intent_read"  # the intent record was read and decided (arg: IntentDecision)
-    INTENT_FINISHED = "intent_finished"  # the in-flight id was released or aborted everywhere
-    SOURCE_UNREADABLE = "source_unreadable"  # trainer anchor or snapshot store cannot be read
-    SNAPSHOT_SELECTED = "snapshot_selected"  # arg: the chosen snapshot id (str)
-    FRESH_START = "fresh_start"  # nothing matches: rollouts start fresh at the trainer anchor
-    RECV_RESTORED = "recv_restored"  # every participant restored, digests verified
-    RESTORE_REJECTED = "restore_rejected"  # arg: reason (digest_mismatch, unowned_execution …)
-    CALL_FAILED = "call_failed"  # a retryable call failure (timeout, io_error, 5xx …)
-    DISCARD_BEGIN = "discard_begin"  # arg: how many restart_only continuations to discard
-    RECV_DISCARDED = "recv_discarded"  # every discard answered
-    RECV_RESUMED = "recv_resumed"  # every participant resumed (resources -> policy -> agents)
-    REDISPATCHED = "redispatched"  # ACKs drained and the redispatch plan sent
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreData:
-    """The snapshot being restored, retries used on it, and every rejection so far."""
-
-    snapshot: str | None = None
-    retries: int = 0
-    max_retries: int = 2
-    rejected: tuple[tuple[str, str], ...] = ()  # (snapshot id, reason), oldest first
-
-
-def _nothing_in_flight(_value: Value[Any, RestoreData], decision: IntentDecision) -> bool:
-    return decision.action is IntentAction.NONE
-
-
-def _retries_left(value: Value[Any, RestoreData], _arg: object) -> bool:
-    return value.data.retries < value.data.max_retries
-
-
-def _has_discards(_value: Value[Any, RestoreData], count: int) -> bool:
-    return count > 0
-
-
-def _choose(data: RestoreData, snapshot: str) -> RestoreData:
-    return replace(data, snapshot=str(snapshot), retries=0)
-
-
-def _count_retry(data: RestoreData, _arg: object) -> RestoreData:
-    return replace(data, retries=data.retries + 1)
-
-
-def _reject(data: RestoreData, reason: object) -> RestoreData:
-    entry = (data.snapshot or "", str(reason))
-    return replace(data, snapshot=None, retries=0, rejected=(*data.rejected, entry))
-
-
-def _exhausted(data: RestoreData, _arg: object) -> RestoreData:
-    return _reject(data, "retries_exhausted")
-
-
-_CALLS_RETRIED = (RestoreState.FINISHING_INTENT, RestoreState.DISCARDING, RestoreState.RESUMING)
-
-RESTORE: Table[RestoreState, RestoreInput] = Table(
-    "restore",
-    doc="M9: restore at controller start: intent, select, restore, discard, resume, redispatch.",
-    states=RestoreState,
-    inputs=RestoreInput,
-    initial=RestoreState.FINISHING_INTENT,
-    initial_data=RestoreData(),
-    finals=(RestoreState.IDLE, RestoreState.RESTORE_FAILED),
-    rows=[
-        on(
-            RestoreState.FINISHING_INTENT,
-            RestoreInput.INTENT_READ,
-            RestoreState.SELECTING,
-            guard="nothing_in_flight",
-        ),
-        # A checkpoint was in flight: finish it with the same id before restoring anything.
-        on(
-            RestoreState.FINISHING_INTENT,
-            RestoreInput.INTENT_READ,
-            None,
-            effects="finish_in_flight",
-        ),
-        on(
-            RestoreState.FINISHING_INTENT,
-            RestoreInput.INTENT_FINISHED,
-            RestoreState.SELECTING,
-            effects="clear_intent",
-        ),
-        on(
-            (RestoreState.FINISHING_INTENT, RestoreState.SELECTING),
-            RestoreInput.SOURCE_UNREADABLE,
-            RestoreState.RESTORE_FAILED,
-            effects="report_candidates",
-        ),
-        on(
-            RestoreState.SELECTING,
-            RestoreInput.SNAPSHOT_SELECTED,
-            RestoreState.RESTORING,
-            update="choose",
-            effects="send_restore",
-        ),
-        on(
-            RestoreState.SELECTING,
-            RestoreInput.FRESH_START,
-            RestoreState.REDISPATCHING,
-            effects="start_at_anchor",
-        ),
-        on(RestoreState.RESTORING, RestoreInput.RECV_RESTORED, RestoreState.RESTORED_PAUSED),
-        # S16 and friends: resume (= abort) the restore op, then try an older snapshot.
-        on(
-            RestoreState.RESTORING,
-            RestoreInput.RESTORE_REJECTED,
-            RestoreState.SELECTING,
-            update="reject",
-            effects="abort_restore",
-        ),
-        on(
-            RestoreState.RESTORING,
-            RestoreInput.CALL_FAILED,
-            None,
-            guard="retries_left",
-            update="count_retry",
-            effects="retry_same_op",
-        ),
-        on(
-            RestoreState.RESTORING,
-            RestoreInput.CALL_FAILED,
-            RestoreState.SELECTING,
-            update="exhausted",
-            effects="abort_restore",
-        ),
-        on(_CALLS_RETRIED, RestoreInput.CALL_FAILED, None, effects="retry_same_op"),
-        # S12: discards are sent only here, while every participant is restored_paused.
-        on(
-            RestoreState.RESTORED_PAUSED,
-            RestoreInput.DISCARD_BEGIN,
-            RestoreState.DISCARDING,
-            guard="has_discards",
-            effects="send_discards",
-        ),
-        on(
-            RestoreState.RESTORED_PAUSED,
-            RestoreInput.DISCARD_BEGIN,
-            RestoreState.RESUMING,
-            effects="send_resume",
-        ),
-        on(
-            RestoreState.DISCARDING,
-            RestoreInput.RECV_DISCARDED,
-            RestoreState.RESUMING,
-            effects="send_resume",
-        ),
-        on(
-            RestoreState.RESUMING,
-            RestoreInput.RECV_RESUMED,
-            RestoreState.REDISPATCHING,
-            effects=("drain_acks", "redispatch"),
-        ),
-        on(RestoreState.REDISPATCHING, RestoreInput.REDISPATCHED, RestoreState.IDLE),
-    ],
-    unmapped="forbidden",
-    guards={
-        "nothing_in_flight": _nothing_in_flight,
-        "retries_left": _retries_left,
-        "has_discards": _has_discards,
-    },
-    updates={
-        "choose": _choose,
-        "count_retry": _count_retry,
-        "reject": _reject,
-        "exhausted": _exhausted,
-    },
-    invariants={
-        "retries_bounded": lambda v: v.data.retries <= v.data.max_retries,
-        "restoring_names_snapshot": lambda v: (
-            v.state is not RestoreState.RESTORING or v.data.snapshot is not None
-        ),
-    },
-)
-"""M9 `restore`: selecting -> restoring -> restored_paused -> … -> idle | restore_failed."""
-
-
-# ============================================================================ (a) intent
-
-
-class PublishedState(Enum):
-    """What the store says about the in-flight checkpoint's published path."""
-
-    VERIFIED = "verified"  # present, manifest and digests check out
-    UNVERIFIABLE = "unverifiable"  # present, but cannot be verified (half-written, corrupt)
-    ABSENT = "absent"
-
-
-class IntentAction(Enum):
-    NONE = "none"  # no checkpoint was in flight
-    RELEASE = "release"  # resume every participant with the same id
-    ABORT = "abort"  # resume (= abort) every participant with the same id
-    QUARANTINE_AND_ABORT = "quarantine_and_abort"  # rename the path aside first; never selected
-
-
-@dataclass(frozen=True, slots=True)
-class IntentRecord:
-    """The durable intent record of §6: the in-flight checkpoint id and its phase."""
-
-    checkpoint_id: OpId
-    phase: str
-
-
-@dataclass(frozen=True, slots=True)
-class IntentDecision:
-    """What to do with the in-flight checkpoint, and why."""
-
-    action: IntentAction
-    checkpoint_id: OpId | None
-    reason: str
-
-
-def decide_intent(intent: IntentRecord | None, published: PublishedState | None) -> IntentDecision:
-    """The ambiguous-publish rule (M1), applied at restart (§6, M9).
-
-    The store's inspection decides, never the recorded phase: a crash can land between the
-    rename and the intent update.
-
-    >>> decide_intent(None, None).action
-    <IntentAction.NONE: 'none'>
-    """
-    if intent is None:
-        return IntentDecision(IntentAction.NONE, None, "no_intent_record")
-    if published is None:
-        raise ValueError(
-            f"intent record names {intent.checkpoint_id}: inspect its published path and pass "
-            "a PublishedState before deciding"
-        )
-    if published is PublishedState.VERIFIED:
-        return IntentDecision(IntentAction.RELEASE, intent.checkpoint_id, "published_and_verified")
-    if published is PublishedState.UNVERIFIABLE:
-        return IntentDecision(
-            IntentAction.QUARANTINE_AND_ABORT, intent.checkpoint_id, "published_but_unverifiable"
-        )
-    return IntentDecision(IntentAction.ABORT, intent.checkpoint_id, "not_published")
-
 
 # ========================================================================= (b) selection
 
@@ -765,20 +477,3 @@ def plan_redispatch(
         )
         dispatch += [DispatchItem(work.group_id, r, a, 0, None) for r, a in keys]
     return RedispatchPlan(ledger, tuple(retire), tuple(dispatch), m)
-
-
-_IN_FLIGHT = OpId(1, 3, 7)
-ARG_EXAMPLES: Mapping[RestoreInput, tuple[object, ...]] = {
-    # Every action `decide_intent` can return, each with its reason.
-    RestoreInput.INTENT_READ: (
-        IntentDecision(IntentAction.NONE, None, "no_intent_record"),
-        IntentDecision(IntentAction.RELEASE, _IN_FLIGHT, "published_and_verified"),
-        IntentDecision(IntentAction.ABORT, _IN_FLIGHT, "not_published"),
-        IntentDecision(IntentAction.QUARANTINE_AND_ABORT, _IN_FLIGHT, "published_but_unverifiable"),
-    ),
-    RestoreInput.SNAPSHOT_SELECTED: ("ck-1-3-step7", "ck-1-2-step4"),
-    RestoreInput.RESTORE_REJECTED: ("digest_mismatch", "unowned_execution"),
-    RestoreInput.DISCARD_BEGIN: (0, 1, 2, 3),
-}
-"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`); the inputs
-not named take none."""

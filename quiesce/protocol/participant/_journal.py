@@ -14,13 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from quiesce.fsm import Value
-from quiesce.protocol._agent_execution import ExecState, ExecutionData
-from quiesce.protocol._agent_role import AgentRole, SavedTurn
-from quiesce.protocol._control_fence import (
-    FenceData,
-    FenceOp,
-    FenceState,
-)
 from quiesce.protocol._ids import OpIdField
 from quiesce.protocol._messages import (
     CommitReply,
@@ -30,11 +23,10 @@ from quiesce.protocol._messages import (
     RestoreReply,
     ResumeReply,
 )
-from quiesce.protocol._participant_state import (
-    ParticipantConfig,
-    ParticipantState,
-    fresh_role,
-)
+from quiesce.protocol.machines._agent_execution import ExecState, ExecutionData
+from quiesce.protocol.machines._control_fence import FenceData, FenceOp, FenceState
+from quiesce.protocol.participant._agent_role import AgentRole, SavedTurn
+from quiesce.protocol.participant._state import ParticipantConfig, ParticipantState, fresh_role
 
 __all__ = [
     "Journal",

@@ -55,10 +55,10 @@ from quiesce.adapters._participant_api import Participant
 from quiesce.adapters._participant_host import WorkConfig
 from quiesce.adapters._snapshot_store import SnapshotStore
 from quiesce.adapters._trainer import FinishedGroup, InMemoryDataPlane, InMemoryTrainer
-from quiesce.protocol._admission_gate import GateState
-from quiesce.protocol._checkpoint import CheckpointState
 from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._controller_effects import (
+from quiesce.protocol._levels import RecoveryLevel
+from quiesce.protocol.controller._coordinator import ControllerState, Coordinator
+from quiesce.protocol.controller._effects import (
     ControllerEffect,
     Dispatch,
     Metric,
@@ -66,7 +66,7 @@ from quiesce.protocol._controller_effects import (
     Redispatch,
     RestoreOutcome,
 )
-from quiesce.protocol._controller_inputs import (
+from quiesce.protocol.controller._inputs import (
     ControllerInput,
     GroupOpened,
     GroupTrained,
@@ -76,9 +76,10 @@ from quiesce.protocol._controller_inputs import (
     RolloutCompleted,
     TrainerBoundary,
 )
-from quiesce.protocol._coordinator import ControllerState, Coordinator
-from quiesce.protocol._ledger import GroupRecord, GroupState
-from quiesce.protocol._recovery_levels import RecoveryLevel
+from quiesce.protocol.controller._ledger import GroupRecord
+from quiesce.protocol.machines._admission_gate import GateState
+from quiesce.protocol.machines._checkpoint import CheckpointState
+from quiesce.protocol.machines._prompt_group import GroupState
 
 __all__ = [
     "CheckpointCounts",

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from quiesce.adapters._chaos import ChaosConfig, run_chaos
-from quiesce.adapters._chaos_controller import (
+from quiesce.adapters._trainer import FinishedGroup
+from quiesce.harness._chaos import ChaosConfig, run_chaos
+from quiesce.harness._chaos_controller import (
     DurableTrainer,
     LoggedDataPlane,
     read_consumed,
     read_trained,
 )
-from quiesce.adapters._trainer import FinishedGroup
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/cmdline").exists(), reason="needs /proc to find leftover children"

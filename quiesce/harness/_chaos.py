@@ -59,14 +59,10 @@ from typing import IO, Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from quiesce.adapters._chaos_controller import (
-    ChaosControllerConfig,
-    read_consumed,
-    read_trained,
-)
 from quiesce.adapters._intent import ControllerJournal, CorruptIntent
 from quiesce.adapters._snapshot_store import SnapshotStore, SnapshotStoreError
 from quiesce.fsm import QuiesceError
+from quiesce.harness._chaos_controller import ChaosControllerConfig, read_consumed, read_trained
 
 __all__ = [
     "KILL_TARGETS",
@@ -340,7 +336,7 @@ class _Chaos:
         )
         config_path = self.root / "controller.json"
         config_path.write_text(config.model_dump_json(indent=2))
-        argv = [sys.executable, "-m", "quiesce.adapters._chaos_controller", str(config_path)]
+        argv = [sys.executable, "-m", "quiesce.harness._chaos_controller", str(config_path)]
         self.controller = _Child(CONTROLLER, argv, self.logs / "controller.log")
         self._start_controller()
 

@@ -33,13 +33,8 @@ from enum import Enum
 from typing import Any
 
 from quiesce.fsm import Table, Value, each, on
-from quiesce.protocol._controller_effects import (
-    ArmTimer,
-    CancelTimer,
-    ResumeDeadlines,
-    SuspendDeadlines,
-)
-from quiesce.protocol._holder_set import Holders, HolderSet
+from quiesce.protocol._timers import ArmTimer, CancelTimer
+from quiesce.protocol.machines._holder_set import Holders, HolderSet
 
 __all__ = [
     "ARG_EXAMPLES",
@@ -50,6 +45,8 @@ __all__ = [
     "Deadlines",
     "RegistryInput",
     "RegistryState",
+    "ResumeDeadlines",
+    "SuspendDeadlines",
     "deadline_timer",
     "group_of_timer",
 ]
@@ -93,6 +90,20 @@ class Deadlines:
             if name == group:
                 return left
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class SuspendDeadlines:
+    """`holder` stopped the rollout deadline clocks (M7)."""
+
+    holder: str
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeDeadlines:
+    """The last holder, `holder`, released the deadline registry: clocks run again."""
+
+    holder: str
 
 
 @dataclass(frozen=True, slots=True)

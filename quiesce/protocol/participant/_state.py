@@ -14,20 +14,16 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from quiesce.fsm import Value
-from quiesce.protocol._agent_role import AgentRole
-from quiesce.protocol._control_fence import (
-    CONTROL_FENCE,
-    FenceData,
-    FenceState,
-)
 from quiesce.protocol._messages import (
     Capabilities,
     InstanceRole,
     Message,
     Role,
 )
-from quiesce.protocol._resources import RecoveryMode
-from quiesce.protocol._service_roles import PolicyRole, ResourcesRole
+from quiesce.protocol.machines._control_fence import CONTROL_FENCE, FenceData, FenceState
+from quiesce.protocol.machines._resources import RecoveryMode
+from quiesce.protocol.participant._agent_role import AgentRole
+from quiesce.protocol.participant._service_roles import PolicyRole, ResourcesRole
 
 __all__ = [
     "CancelExecution",

@@ -49,12 +49,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from quiesce.fsm import Effect, Table, TransitionNotAllowed, Value
 from quiesce.protocol._causes import Cause, cause_of_refusal, classify
-from quiesce.protocol._checkpoint import CheckpointInput, CheckpointState
 from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._controller_effects import (
-    ArmTimer,
+from quiesce.protocol._errors import LocalProtocolError
+from quiesce.protocol._ids import OpId, OpKind
+from quiesce.protocol._messages import Continuation, ErrorReply, RestoreReply, ResumeReply
+from quiesce.protocol._timers import ArmTimer, CancelTimer
+from quiesce.protocol.controller._effects import (
     Call,
-    CancelTimer,
     ClearIntent,
     ControllerEffect,
     Dispatch,
@@ -69,46 +70,46 @@ from quiesce.protocol._controller_effects import (
     RewindToAnchor,
     Stopped,
 )
-from quiesce.protocol._controller_inputs import (
+from quiesce.protocol.controller._inputs import (
     GroupOpened,
     SnapshotLoaded,
     SnapshotLoadFailed,
     SnapshotsListed,
 )
-from quiesce.protocol._errors import LocalProtocolError
-from quiesce.protocol._ids import OpId, OpKind
-from quiesce.protocol._ledger import Ledger
-from quiesce.protocol._messages import Continuation, ErrorReply, RestoreReply, ResumeReply
-from quiesce.protocol._recovery_levels import EffectiveLevel, LevelPlan
-from quiesce.protocol._restore import (
-    RESTORE_ORDER,
-    RESUME_ORDER,
+from quiesce.protocol.controller._ledger import Ledger
+from quiesce.protocol.controller._recovery_levels import EffectiveLevel, LevelPlan
+from quiesce.protocol.controller._restore_plan import (
     DiscardContinuation,
     DispatchItem,
-    IntentAction,
-    IntentDecision,
-    IntentRecord,
     NewGroup,
-    PublishedState,
-    RestoreData,
-    RestoreInput,
     RestoreMetrics,
-    RestoreState,
     Selection,
     SelectionKind,
     SnapshotCandidate,
     SourceUnreadable,
     TrainerAnchor,
     VerdictAction,
-    decide_intent,
     judge_restore,
     plan_discards,
     plan_redispatch,
     select_snapshot,
 )
+from quiesce.protocol.machines._checkpoint import CheckpointInput, CheckpointState
+from quiesce.protocol.machines._restore import (
+    RESTORE_ORDER,
+    RESUME_ORDER,
+    IntentAction,
+    IntentDecision,
+    IntentRecord,
+    PublishedState,
+    RestoreData,
+    RestoreInput,
+    RestoreState,
+    decide_intent,
+)
 
 if TYPE_CHECKING:
-    from quiesce.protocol._coordinator import ControllerState
+    from quiesce.protocol.controller._coordinator import ControllerState
 
 __all__ = ["RESTORE_HOLDER", "RestoreFlow", "RestoreHost", "RestoreRun", "restore_retry_timer"]
 

@@ -49,21 +49,22 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from quiesce.fsm import Effect, Table, TransitionNotAllowed, Value, label
-from quiesce.protocol._admission_gate import ADMISSION_GATE, GateInput, GateState
 from quiesce.protocol._causes import Cause, Classification, Disposition, cause_of_refusal, classify
-from quiesce.protocol._checkpoint import (
-    CHECKPOINT,
-    Attempt,
-    CheckpointData,
-    CheckpointInput,
-    CheckpointState,
-    Trigger,
-)
 from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._controller_effects import (
-    ArmTimer,
+from quiesce.protocol._errors import LocalProtocolError
+from quiesce.protocol._ids import OpId, OpKind
+from quiesce.protocol._levels import RecoveryLevel
+from quiesce.protocol._messages import (
+    AckReply,
+    CommitReply,
+    ErrorReply,
+    PrepareReply,
+    ResumeReply,
+    RetireReply,
+)
+from quiesce.protocol._timers import ArmTimer, CancelTimer
+from quiesce.protocol.controller._effects import (
     Call,
-    CancelTimer,
     CaptureCut,
     ClearIntent,
     CloseAdmission,
@@ -85,7 +86,7 @@ from quiesce.protocol._controller_effects import (
     WriteIntent,
     WriteStaging,
 )
-from quiesce.protocol._controller_inputs import (
+from quiesce.protocol.controller._inputs import (
     CallFailed,
     ControllerInput,
     Discovered,
@@ -111,7 +112,28 @@ from quiesce.protocol._controller_inputs import (
     WeightSyncBegin,
     WeightSyncEnd,
 )
-from quiesce.protocol._deadline_registry import (
+from quiesce.protocol.controller._ledger import AttemptKey, Ledger, OwedAck, UnknownGroup
+from quiesce.protocol.controller._recovery_levels import (
+    EffectiveLevel,
+    lower_levels,
+    validate_discovery,
+)
+from quiesce.protocol.controller._restore_flow import (
+    RestoreFlow,
+    RestoreRun,
+    restore_active,
+    restore_failed,
+)
+from quiesce.protocol.machines._admission_gate import ADMISSION_GATE, GateInput, GateState
+from quiesce.protocol.machines._checkpoint import (
+    CHECKPOINT,
+    Attempt,
+    CheckpointData,
+    CheckpointInput,
+    CheckpointState,
+    Trigger,
+)
+from quiesce.protocol.machines._deadline_registry import (
     DEADLINE_REGISTRY,
     DeadlineArg,
     DeadlineExpired,
@@ -120,38 +142,10 @@ from quiesce.protocol._deadline_registry import (
     RegistryState,
     group_of_timer,
 )
-from quiesce.protocol._errors import LocalProtocolError
-from quiesce.protocol._holder_set import Holders
-from quiesce.protocol._ids import OpId, OpKind
-from quiesce.protocol._ledger import (
-    AttemptKey,
-    AttemptState,
-    GroupState,
-    Ledger,
-    OwedAck,
-    UnknownGroup,
-)
-from quiesce.protocol._messages import (
-    AckReply,
-    CommitReply,
-    ErrorReply,
-    PrepareReply,
-    ResumeReply,
-    RetireReply,
-)
-from quiesce.protocol._recovery_levels import (
-    EffectiveLevel,
-    RecoveryLevel,
-    lower_levels,
-    validate_discovery,
-)
-from quiesce.protocol._restore import RESTORE, RestoreData, RestoreInput, RestoreState
-from quiesce.protocol._restore_flow import (
-    RestoreFlow,
-    RestoreRun,
-    restore_active,
-    restore_failed,
-)
+from quiesce.protocol.machines._holder_set import Holders
+from quiesce.protocol.machines._prompt_group import GroupState
+from quiesce.protocol.machines._restore import RESTORE, RestoreData, RestoreInput, RestoreState
+from quiesce.protocol.machines._rollout_attempt import AttemptState
 
 __all__ = [
     "CHECKPOINT_HOLDER",

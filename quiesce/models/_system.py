@@ -42,10 +42,26 @@ from types import EllipsisType
 from typing import Any
 
 from quiesce.protocol._causes import Cause
-from quiesce.protocol._controller_effects import (
-    ArmTimer,
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._messages import (
+    AckRequest,
+    BeginRequest,
+    BoundaryRequest,
+    ControlRequest,
+    DiscardRequest,
+    ErrorReply,
+    ExecutionReply,
+    FinishRequest,
+    Message,
+    Receipt,
+    RestoreReply,
+    RestoreRequest,
+    RetireRequest,
+)
+from quiesce.protocol._timers import ArmTimer, CancelTimer
+from quiesce.protocol.controller._coordinator import ControllerState, Coordinator
+from quiesce.protocol.controller._effects import (
     Call,
-    CancelTimer,
     CaptureCut,
     ClearIntent,
     ControllerEffect,
@@ -63,7 +79,7 @@ from quiesce.protocol._controller_effects import (
     WriteIntent,
     WriteStaging,
 )
-from quiesce.protocol._controller_inputs import (
+from quiesce.protocol.controller._inputs import (
     CallFailed,
     ControllerInput,
     Discovered,
@@ -79,36 +95,19 @@ from quiesce.protocol._controller_inputs import (
     TimerDue,
     TrainerBoundary,
 )
-from quiesce.protocol._coordinator import ControllerState, Coordinator
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._ledger import Ledger
-from quiesce.protocol._messages import (
-    AckRequest,
-    BeginRequest,
-    BoundaryRequest,
-    ControlRequest,
-    DiscardRequest,
-    ErrorReply,
-    ExecutionReply,
-    FinishRequest,
-    Message,
-    Receipt,
-    RestoreReply,
-    RestoreRequest,
-    RetireRequest,
+from quiesce.protocol.controller._ledger import Ledger
+from quiesce.protocol.controller._restore_plan import (
+    SnapshotCandidate,
+    SnapshotCondition,
+    SourceUnreadable,
+    TrainerAnchor,
 )
-from quiesce.protocol._participant import (
+from quiesce.protocol.participant._participant import (
     ParticipantState,
     capabilities,
     from_journal,
     handle,
     journal_of,
-)
-from quiesce.protocol._restore import (
-    SnapshotCandidate,
-    SnapshotCondition,
-    SourceUnreadable,
-    TrainerAnchor,
 )
 
 __all__ = ["WRONG_DIGEST", "InFlight", "Snapshot", "Store", "System", "SystemState"]

@@ -26,14 +26,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from quiesce.fsm import Effect, Value
-from quiesce.protocol._agent_execution import (
-    AGENT_EXECUTION,
-    Admission,
-    AgentInput,
-    Completion,
-    ExecState,
-    ExecutionData,
-)
 from quiesce.protocol._errors import (
     AdmissionClosed,
     DuplicateExecution,
@@ -41,6 +33,14 @@ from quiesce.protocol._errors import (
     UnknownExecution,
 )
 from quiesce.protocol._messages import Continuation, Receipt
+from quiesce.protocol.machines._agent_execution import (
+    AGENT_EXECUTION,
+    Admission,
+    AgentInput,
+    Completion,
+    ExecState,
+    ExecutionData,
+)
 
 __all__ = ["AgentRole", "Readiness", "SavedTurn", "receipt_for"]
 

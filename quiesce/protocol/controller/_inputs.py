@@ -18,11 +18,15 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from quiesce.protocol._causes import Cause
-from quiesce.protocol._controller_effects import LocalOp, Op
 from quiesce.protocol._ids import OpId
-from quiesce.protocol._ledger import Ledger
 from quiesce.protocol._messages import Capabilities
-from quiesce.protocol._restore import SnapshotCandidate, SourceUnreadable, TrainerAnchor
+from quiesce.protocol.controller._effects import LocalOp, Op
+from quiesce.protocol.controller._ledger import Ledger
+from quiesce.protocol.controller._restore_plan import (
+    SnapshotCandidate,
+    SourceUnreadable,
+    TrainerAnchor,
+)
 
 __all__ = [
     "CallFailed",

@@ -27,7 +27,7 @@ Progress goes to the parent on stdout, one JSON object per line (logs go to stde
     {"event": "step", "step": 6}
     {"event": "done", "stop_reason": null, "intent_cleared": true}
 
-Run it as `python -m quiesce.adapters._chaos_controller CONFIG.json` (a
+Run it as `python -m quiesce.harness._chaos_controller CONFIG.json` (a
 `ChaosControllerConfig`); the chaos parent writes the file.
 """
 
@@ -48,7 +48,6 @@ from quiesce.adapters._clock import RealClock
 from quiesce.adapters._driver import RestoreReport, configure_logging
 from quiesce.adapters._http_client import HttpParticipant
 from quiesce.adapters._participant_api import CallFailed as CallFailedError
-from quiesce.adapters._simulation import SimulationConfig, _World
 from quiesce.adapters._trainer import (
     FinishedGroup,
     InMemoryDataPlane,
@@ -56,12 +55,13 @@ from quiesce.adapters._trainer import (
     TrainedBatch,
 )
 from quiesce.fsm import label
-from quiesce.protocol._checkpoint import CheckpointState
+from quiesce.harness._simulate import SimulationConfig, _World
 from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._controller_effects import ControllerEffect, Outcome
-from quiesce.protocol._controller_inputs import ControllerInput, Reply
-from quiesce.protocol._coordinator import ControllerState
 from quiesce.protocol._messages import PrepareReply
+from quiesce.protocol.controller._coordinator import ControllerState
+from quiesce.protocol.controller._effects import ControllerEffect, Outcome
+from quiesce.protocol.controller._inputs import ControllerInput, Reply
+from quiesce.protocol.machines._checkpoint import CheckpointState
 
 __all__ = [
     "CONSUMED_LOG",
@@ -389,11 +389,11 @@ async def _run(config: ChaosControllerConfig) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one controller process: `python -m quiesce.adapters._chaos_controller CFG.json`.
+    """Run one controller process: `python -m quiesce.harness._chaos_controller CFG.json`.
     Exit 0 when the run finished its data, 1 when the controller stopped first."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        print("usage: python -m quiesce.adapters._chaos_controller CONFIG.json", file=sys.stderr)
+        print("usage: python -m quiesce.harness._chaos_controller CONFIG.json", file=sys.stderr)
         return 2
     config = _load_config(Path(args[0]))
     configure_logging(os.environ.get("QUIESCE_LOG_LEVEL", "info"), json_logs=True)

@@ -29,12 +29,6 @@ from typing import Any, TypeAlias, TypeVar
 from pydantic import ValidationError
 
 from quiesce.fsm import TransitionNotAllowed, Value
-from quiesce.protocol._agent_execution import ExecState, ExecutionData
-from quiesce.protocol._agent_role import AgentRole
-from quiesce.protocol._control_fence import (
-    FenceState,
-)
-from quiesce.protocol._control_ops import CONTROL_HANDLERS, artifact_digest
 from quiesce.protocol._errors import (
     CheckpointConflict,
     InvalidPhase,
@@ -43,7 +37,6 @@ from quiesce.protocol._errors import (
     StaleCheckpoint,
     UnsupportedOperation,
 )
-from quiesce.protocol._journal import Journal, JournalWrite, from_journal, journal_of
 from quiesce.protocol._messages import (
     AckReply,
     AckRequest,
@@ -61,7 +54,13 @@ from quiesce.protocol._messages import (
     RetireRequest,
     StatusReply,
 )
-from quiesce.protocol._participant_state import (
+from quiesce.protocol.machines._agent_execution import ExecState, ExecutionData
+from quiesce.protocol.machines._control_fence import FenceState
+from quiesce.protocol.participant._agent_role import AgentRole
+from quiesce.protocol.participant._control_ops import CONTROL_HANDLERS, artifact_digest
+from quiesce.protocol.participant._journal import Journal, JournalWrite, from_journal, journal_of
+from quiesce.protocol.participant._service_roles import PolicyRole, ResourcesRole
+from quiesce.protocol.participant._state import (
     CancelExecution,
     ParticipantConfig,
     ParticipantState,
@@ -73,7 +72,6 @@ from quiesce.protocol._participant_state import (
     new_participant,
     stamp,
 )
-from quiesce.protocol._service_roles import PolicyRole, ResourcesRole
 
 __all__ = [
     "Answer",

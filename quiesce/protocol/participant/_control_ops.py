@@ -23,17 +23,6 @@ from typing import Any, TypeAlias
 
 from pydantic import ValidationError
 
-from quiesce.protocol._agent_role import AgentRole, canonical_json
-from quiesce.protocol._control_fence import (
-    CONTROL_FENCE,
-    FenceCall,
-    FenceInput,
-    FenceOp,
-    FenceRefusal,
-    FenceReplay,
-    FenceRetire,
-    FenceStart,
-)
 from quiesce.protocol._errors import (
     LocalProtocolError,
 )
@@ -49,7 +38,18 @@ from quiesce.protocol._messages import (
     RestoreRequest,
     ResumeReply,
 )
-from quiesce.protocol._participant_state import (
+from quiesce.protocol.machines._control_fence import (
+    CONTROL_FENCE,
+    FenceCall,
+    FenceInput,
+    FenceOp,
+    FenceRefusal,
+    FenceReplay,
+    FenceRetire,
+    FenceStart,
+)
+from quiesce.protocol.participant._agent_role import AgentRole, canonical_json
+from quiesce.protocol.participant._state import (
     ParticipantConfig,
     ParticipantState,
     ReleaseWaiters,

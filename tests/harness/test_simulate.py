@@ -13,16 +13,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quiesce.adapters import (
-    Driver,
-    RealClock,
-    SimulationConfig,
-    VirtualClock,
-    configure_logging,
-    simulate,
-)
-from quiesce.adapters._simulation import _Run
+from quiesce.adapters import Driver, RealClock, VirtualClock, configure_logging
 from quiesce.adapters._trainer import FinishedGroup
+from quiesce.harness import SimulationConfig, simulate
+from quiesce.harness._simulate import _Run
 
 SMALL = {"steps": 3, "groups_per_step": 2, "group_size": 2}
 

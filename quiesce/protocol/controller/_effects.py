@@ -38,11 +38,11 @@ from enum import Enum
 from typing import Any, Literal
 
 from quiesce.protocol._ids import OpId
+from quiesce.protocol._timers import ArmTimer, CancelTimer
+from quiesce.protocol.machines._deadline_registry import ResumeDeadlines, SuspendDeadlines
 
 __all__ = [
-    "ArmTimer",
     "Call",
-    "CancelTimer",
     "CaptureCut",
     "ClearIntent",
     "CloseAdmission",
@@ -64,10 +64,8 @@ __all__ = [
     "RestoreCut",
     "RestoreOutcome",
     "RestoreTarget",
-    "ResumeDeadlines",
     "RewindToAnchor",
     "Stopped",
-    "SuspendDeadlines",
     "Validate",
     "WriteIntent",
     "WriteStaging",
@@ -286,21 +284,6 @@ class RestoreOutcome:
 # ------------------------------------------------------------------------ time
 
 
-@dataclass(frozen=True, slots=True)
-class ArmTimer:
-    """Deliver `TimerDue(name)` at `at` (absolute); re-arming a name replaces its timer."""
-
-    name: str
-    at: float
-
-
-@dataclass(frozen=True, slots=True)
-class CancelTimer:
-    """Forget timer `name` (a `TimerDue` already on its way is ignored by the core)."""
-
-    name: str
-
-
 # ------------------------------------------------------------------------ reports
 
 
@@ -316,20 +299,6 @@ class OpenAdmission:
     """The last holder, `owner`, released the admission gate: dispatch may resume."""
 
     owner: str
-
-
-@dataclass(frozen=True, slots=True)
-class SuspendDeadlines:
-    """`holder` stopped the rollout deadline clocks (M7)."""
-
-    holder: str
-
-
-@dataclass(frozen=True, slots=True)
-class ResumeDeadlines:
-    """The last holder, `holder`, released the deadline registry: clocks run again."""
-
-    holder: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,25 @@
+"""Harnesses: whole training runs over the adapters, for people and for CI.
+
+`simulate` runs a simulated training run on the in-memory fleet and a virtual clock, and
+judges it with oracles independent of the coordinator; `run_chaos` runs real participant
+processes and a real controller and SIGKILLs them. Both are thin: every protocol decision
+is the coordinator's, every I/O the adapters'.
+"""
+
+from quiesce.harness._simulate import (
+    CheckpointCounts,
+    RolloutCounts,
+    SimulationConfig,
+    SimulationResult,
+    run_simulation,
+    simulate,
+)
+
+__all__ = [
+    "CheckpointCounts",
+    "RolloutCounts",
+    "SimulationConfig",
+    "SimulationResult",
+    "run_simulation",
+    "simulate",
+]
