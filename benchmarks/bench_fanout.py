@@ -46,10 +46,10 @@ from quiesce.adapters import (
     SnapshotStore,
     configure_logging,
 )
-from quiesce.protocol import Coordinator, Metric, Outcome, QuiesceConfig, TrainerBoundary
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._messages import Message
-from quiesce.protocol.participant._participant import ParticipantOp
+from quiesce.protocol import Coordinator, OpId, QuiesceConfig
+from quiesce.protocol.controller import Metric, Outcome, TrainerBoundary
+from quiesce.protocol.participant import ParticipantOp
+from quiesce.protocol.wire import Message
 
 LEG_S = (0.010, 0.040)
 _PHASE_OPS = (ParticipantOp.PREPARE, ParticipantOp.COMMIT, ParticipantOp.RESUME)
@@ -82,7 +82,7 @@ class _Timed(Participant):
         self.calls = calls
         self.lock = lock
 
-    async def _send(
+    async def send(
         self, op: ParticipantOp, request: Message | None, deadline_at: float | None
     ) -> Message:
         if self.lock is None:

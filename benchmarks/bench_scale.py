@@ -47,8 +47,11 @@ from quiesce.adapters import (
     configure_logging,
 )
 from quiesce.fsm import Value
-from quiesce.protocol import Coordinator, QuiesceConfig, TrainerBoundary
-from quiesce.protocol._messages import (
+from quiesce.protocol import Coordinator, QuiesceConfig
+from quiesce.protocol.controller import AttemptRecord, GroupRecord, Ledger, TrainerBoundary
+from quiesce.protocol.machines import AttemptData, AttemptState, GroupData, GroupState
+from quiesce.protocol.participant import ParticipantOp, canonical_json
+from quiesce.protocol.wire import (
     AckReply,
     Capabilities,
     CommitReply,
@@ -57,11 +60,6 @@ from quiesce.protocol._messages import (
     PrepareReply,
     ResumeReply,
 )
-from quiesce.protocol.controller._ledger import AttemptRecord, GroupRecord, Ledger
-from quiesce.protocol.machines._prompt_group import GroupData, GroupState
-from quiesce.protocol.machines._rollout_attempt import AttemptData, AttemptState
-from quiesce.protocol.participant._agent_role import canonical_json
-from quiesce.protocol.participant._participant import ParticipantOp
 
 AGENTS = 16
 GROUP = 4
@@ -95,7 +93,7 @@ class _ParkedAgent(Participant):
         self.digest = hashlib.sha256(artifact).hexdigest()
         self.artifact = base64.b64encode(artifact).decode("ascii")
 
-    async def _send(
+    async def send(
         self, op: ParticipantOp, request: Message | None, deadline_at: float | None
     ) -> Message:
         stamp: dict[str, Any] = {"participant": self.name, "incarnation": self.incarnation}

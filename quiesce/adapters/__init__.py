@@ -44,6 +44,7 @@ from quiesce.adapters._http_server import (
     REQUEST_MODELS,
     ROUTES,
     WireError,
+    configure_server_logging,
     create_app,
     status_of,
 )
@@ -59,7 +60,7 @@ from quiesce.adapters._intent import (
     CorruptIntent,
     EpochRecord,
     IntentPhase,
-    IntentRecord,
+    StoredIntent,
 )
 from quiesce.adapters._ledger_codec import (
     CorruptLedger,
@@ -69,7 +70,7 @@ from quiesce.adapters._ledger_codec import (
 )
 from quiesce.adapters._participant_api import (
     REPLY_MODELS,
-    CallFailed,
+    CallFailedError,
     CompletionsReply,
     Participant,
 )
@@ -85,6 +86,7 @@ from quiesce.adapters._participant_host import (
     PolicyService,
     ResourcesService,
     WorkConfig,
+    dedupe_key,
     random_incarnation,
     secret_incarnation,
 )
@@ -131,7 +133,7 @@ from quiesce.adapters._trainer import (
     OptimizerBusy,
     TrainedBatch,
     Trainer,
-    TrainerAnchor,
+    TrainerCheckpoint,
 )
 
 __all__ = [
@@ -150,7 +152,7 @@ __all__ = [
     "ArtifactMismatch",
     "BadArtifactName",
     "BadCheckpointId",
-    "CallFailed",
+    "CallFailedError",
     "Candidate",
     "Clock",
     "ClockEvent",
@@ -184,7 +186,6 @@ __all__ = [
     "InMemoryTrainer",
     "Inspection",
     "IntentPhase",
-    "IntentRecord",
     "JournalCorrupt",
     "JournalSink",
     "LoadedSnapshot",
@@ -217,10 +218,11 @@ __all__ = [
     "SnapshotStoreError",
     "Staging",
     "StoreUnreadable",
+    "StoredIntent",
     "TaskGroup",
     "TrainedBatch",
     "Trainer",
-    "TrainerAnchor",
+    "TrainerCheckpoint",
     "UnmanagedTask",
     "VirtualClock",
     "VirtualDeadlock",
@@ -228,8 +230,10 @@ __all__ = [
     "WorkConfig",
     "artifact_name",
     "configure_logging",
+    "configure_server_logging",
     "connect_services",
     "create_app",
+    "dedupe_key",
     "ledger_from_json",
     "ledger_to_json",
     "ledger_to_text",

@@ -10,7 +10,7 @@ redispatch; the coordinator (M1, M6-M9) does. The driver only reports what happe
 How effects are carried (and what answers them):
 - `Call`: one task per call; the calls of one role are emitted together, so they run
   concurrently; each is bounded by `clock.fail_at(deadline_at)` -> `Reply` or
-  `CallFailed(cause)`. RESTORE calls carry the participant's artifact loaded from the
+  `CallFailedError(cause)`. RESTORE calls carry the participant's artifact loaded from the
   snapshot, DISCARD calls the continuation's key;
 - `WriteIntent` / `ClearIntent`: the `ControllerJournal` (atomic, fsync) -> `LocalDone`;
 - `WriteStaging`: the participant's artifact into `staging/<id>/`;
@@ -29,7 +29,7 @@ How effects are carried (and what answers them):
 
 Failures of a call become exactly one `Cause` each: the deadline passing is `timeout`, a
 lost request or reply is `request_lost` / `reply_lost`, a transport error `io_error`, a 5xx
-`participant_error` (the client says which: `CallFailed.cause`); a refusal is an answer,
+`participant_error` (the client says which: `CallFailedError.cause`); a refusal is an answer,
 not a failure, and goes in as a `Reply`.
 
 Clocks: with a `RealClock` deadlines are `anyio.fail_at` and the driver runs on asyncio or
@@ -61,8 +61,7 @@ from pydantic import ValidationError
 from quiesce.adapters._clock import Clock, ClockEvent, Queue, TaskGroup, VirtualClock
 from quiesce.adapters._intent import ControllerJournal, IntentPhase
 from quiesce.adapters._ledger_codec import CorruptLedger, ledger_from_json, ledger_to_text
-from quiesce.adapters._participant_api import CallFailed as CallFailedError
-from quiesce.adapters._participant_api import Participant
+from quiesce.adapters._participant_api import CallFailedError, Participant
 from quiesce.adapters._snapshot_store import (
     CorruptSnapshot,
     Inspection,
@@ -73,9 +72,64 @@ from quiesce.adapters._snapshot_store import (
 )
 from quiesce.adapters._trainer import ControllerCut, CorruptCut, CutMismatch, DataPlane, Trainer
 from quiesce.fsm import QuiesceError, label
-from quiesce.protocol._causes import Cause
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._messages import (
+from quiesce.protocol import Cause, OpId
+from quiesce.protocol.controller import (
+    ArmTimer,
+    Call,
+    CallFailed,
+    CancelTimer,
+    CaptureCut,
+    ClearIntent,
+    CloseAdmission,
+    ControllerEffect,
+    ControllerInput,
+    ControllerState,
+    Coordinator,
+    DiscardStaging,
+    Discovered,
+    Dispatch,
+    GroupRecord,
+    InspectPublished,
+    Ledger,
+    ListSnapshots,
+    LoadSnapshot,
+    LocalDone,
+    LocalFailed,
+    LocalOp,
+    Log,
+    Metric,
+    Op,
+    OpenAdmission,
+    Outcome,
+    Publish,
+    PublishInspected,
+    Quarantine,
+    Recovered,
+    Redispatch,
+    Reply,
+    RestoreCut,
+    RestoreMetrics,
+    RestoreOutcome,
+    RestoreTarget,
+    RewindToAnchor,
+    RolloutCompleted,
+    RolloutFailed,
+    SnapshotCandidate,
+    SnapshotCondition,
+    SnapshotLoaded,
+    SnapshotLoadFailed,
+    SnapshotsListed,
+    SourceUnreadable,
+    Stopped,
+    TimerDue,
+    TrainerAnchor,
+    Validate,
+    WriteIntent,
+    WriteStaging,
+)
+from quiesce.protocol.machines import CheckpointState, GroupState
+from quiesce.protocol.participant import ParticipantOp
+from quiesce.protocol.wire import (
     AckRequest,
     BeginRequest,
     Capabilities,
@@ -87,64 +141,6 @@ from quiesce.protocol._messages import (
     RestoreRequest,
     RetireRequest,
 )
-from quiesce.protocol._timers import ArmTimer, CancelTimer
-from quiesce.protocol.controller._coordinator import ControllerState, Coordinator
-from quiesce.protocol.controller._effects import (
-    Call,
-    CaptureCut,
-    ClearIntent,
-    CloseAdmission,
-    ControllerEffect,
-    DiscardStaging,
-    Dispatch,
-    InspectPublished,
-    ListSnapshots,
-    LoadSnapshot,
-    LocalOp,
-    Log,
-    Metric,
-    Op,
-    OpenAdmission,
-    Outcome,
-    Publish,
-    Quarantine,
-    Redispatch,
-    RestoreCut,
-    RestoreOutcome,
-    RestoreTarget,
-    RewindToAnchor,
-    Stopped,
-    Validate,
-    WriteIntent,
-    WriteStaging,
-)
-from quiesce.protocol.controller._inputs import (
-    CallFailed,
-    ControllerInput,
-    Discovered,
-    LocalDone,
-    LocalFailed,
-    PublishInspected,
-    Recovered,
-    Reply,
-    RolloutCompleted,
-    RolloutFailed,
-    SnapshotLoaded,
-    SnapshotLoadFailed,
-    SnapshotsListed,
-    TimerDue,
-)
-from quiesce.protocol.controller._ledger import GroupRecord, Ledger
-from quiesce.protocol.controller._restore_plan import (
-    RestoreMetrics,
-    SnapshotCandidate,
-    SnapshotCondition,
-    SourceUnreadable,
-    TrainerAnchor,
-)
-from quiesce.protocol.machines._checkpoint import CheckpointState
-from quiesce.protocol.machines._prompt_group import GroupState
-from quiesce.protocol.participant._participant import ParticipantOp
 
 __all__ = [
     "CUT_ARTIFACT",
@@ -165,7 +161,6 @@ Observer = Callable[[ControllerInput, tuple[ControllerEffect, ...], ControllerSt
 _Job = Callable[[], ControllerInput | None]
 """A store job: its answer (if any) goes to the coordinator."""
 
-_OPS = {op.value: op for op in ParticipantOp}
 _LOG_LEVELS = {
     "debug": logging.DEBUG,
     "info": logging.INFO,
@@ -641,7 +636,9 @@ class Driver:
             )
             self.submit(CallFailed(call.participant, call.op, call.op_id, Cause.IO_ERROR))
             return
-        result = await self.send(call.participant, _OPS[call.op.value], request, call.deadline_at)
+        result = await self.send(
+            call.participant, ParticipantOp(call.op.value), request, call.deadline_at
+        )
         if self._dead:
             return
         if isinstance(result, Cause):

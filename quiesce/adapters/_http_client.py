@@ -1,7 +1,7 @@
 """`HttpParticipant`: the `Participant` client for an HTTP participant server (docs/wire.md).
 
 What lives here: one `httpx.AsyncClient` per participant, the translation of every
-transport outcome into either a reply value or `CallFailed` with its `Cause`, and the
+transport outcome into either a reply value or `CallFailedError` with its `Cause`, and the
 deadline bound of each call. What it does not know: what a reply means (the coordinator).
 
 | what happened | result |
@@ -33,15 +33,14 @@ from quiesce.adapters._clock import Clock, RealClock
 from quiesce.adapters._http_server import ROUTES
 from quiesce.adapters._participant_api import (
     REPLY_MODELS,
-    CallFailed,
+    CallFailedError,
     CompletionsReply,
     Participant,
     QueryOp,
 )
-from quiesce.protocol._causes import Cause
-from quiesce.protocol._errors import RemoteProtocolError
-from quiesce.protocol._messages import ErrorReply, Message, parse_reply
-from quiesce.protocol.participant._participant import ParticipantOp
+from quiesce.protocol import Cause, RemoteProtocolError
+from quiesce.protocol.participant import ParticipantOp
+from quiesce.protocol.wire import ErrorReply, Message, parse_reply
 
 __all__ = ["HttpParticipant"]
 
@@ -51,7 +50,7 @@ DEFAULT_TIMEOUT_S = 10.0
 class HttpParticipant(Participant):
     """A client for one participant server at `base_url` (e.g. `http://127.0.0.1:8301`).
 
-    `name` is the participant's name (what `CallFailed` reports); `timeout_s` bounds calls
+    `name` is the participant's name (what `CallFailedError` reports); `timeout_s` bounds calls
     that carry no `deadline_at`. `transport` is for tests (an `httpx.MockTransport`).
 
     >>> client = HttpParticipant("http://127.0.0.1:9", token="t", name="agent-0")
@@ -86,7 +85,7 @@ class HttpParticipant(Participant):
         """Close the connection pool."""
         await self._client.aclose()
 
-    async def _send(
+    async def send(
         self, op: ParticipantOp, request: Message | None, deadline_at: float | None
     ) -> Message:
         response = await self._exchange(op, request, deadline_at)
@@ -114,7 +113,7 @@ class HttpParticipant(Participant):
         deadline = deadline_at if deadline_at is not None else self.clock.now() + self.timeout_s
         left = deadline - self.clock.now()
         if left <= 0:
-            raise CallFailed(self.name, failed_op, Cause.TIMEOUT, "deadline already passed")
+            raise CallFailedError(self.name, failed_op, Cause.TIMEOUT, "deadline already passed")
         content = request.model_dump_json().encode() if request is not None else None
         headers = {"Content-Type": "application/json"} if content is not None else None
         try:
@@ -123,25 +122,27 @@ class HttpParticipant(Participant):
                     method, path, content=content, headers=headers, timeout=httpx.Timeout(left)
                 )
         except (TimeoutError, httpx.TimeoutException) as error:
-            raise CallFailed(
+            raise CallFailedError(
                 self.name, failed_op, Cause.TIMEOUT, "no reply before the deadline", error=error
             ) from None
         except httpx.TransportError as error:
             detail = type(error).__name__
-            raise CallFailed(self.name, failed_op, Cause.IO_ERROR, detail, error=error) from None
+            raise CallFailedError(
+                self.name, failed_op, Cause.IO_ERROR, detail, error=error
+            ) from None
 
     def _parse(self, op: ParticipantOp, model: type[Message], response: httpx.Response) -> Message:
         try:
             return parse_reply(model, self.name, response.content, retryable=True)
         except RemoteProtocolError as error:
-            raise CallFailed(
+            raise CallFailedError(
                 self.name, op, Cause.PARTICIPANT_ERROR, str(error), error=error
             ) from None
 
-    def _status_failure(self, op: ParticipantOp, response: httpx.Response) -> CallFailed:
+    def _status_failure(self, op: ParticipantOp, response: httpx.Response) -> CallFailedError:
         code = _wire_code(response)
         detail = f"HTTP {response.status_code}" + (f" {code}" if code else "")
-        return CallFailed(self.name, op, Cause.PARTICIPANT_ERROR, detail)
+        return CallFailedError(self.name, op, Cause.PARTICIPANT_ERROR, detail)
 
 
 def _body(response: httpx.Response) -> Any:

@@ -42,7 +42,7 @@ from starlette.routing import Route
 
 from quiesce.adapters._participant_host import Hook, HostStopped, ParticipantHost
 from quiesce.fsm import QuiesceError
-from quiesce.protocol._messages import Capabilities, Message
+from quiesce.protocol.wire import Capabilities, Message
 
 __all__ = [
     "DATA_PREFIX",

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 import anyio
 import structlog
@@ -38,10 +40,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from quiesce.adapters._driver import configure_logging
 from quiesce.adapters._http_data_plane import data_routes
 from quiesce.adapters._participant_api import QueryOp
 from quiesce.adapters._participant_host import HostStopped, ParticipantHost
-from quiesce.protocol._messages import (
+from quiesce.protocol.participant import ParticipantOp
+from quiesce.protocol.wire import (
     AckRequest,
     BeginRequest,
     BoundaryRequest,
@@ -53,7 +57,6 @@ from quiesce.protocol._messages import (
     RestoreRequest,
     RetireRequest,
 )
-from quiesce.protocol.participant._participant import ParticipantOp
 
 __all__ = [
     "API_PREFIX",
@@ -61,6 +64,7 @@ __all__ = [
     "REQUEST_MODELS",
     "ROUTES",
     "WireError",
+    "configure_server_logging",
     "create_app",
     "status_of",
 ]
@@ -281,3 +285,11 @@ def create_app(
 async def _healthz(request: Request) -> Response:
     """Liveness only (no state, no auth): for process supervisors and tests."""
     return Response(json.dumps({"ok": True}), media_type="application/json")
+
+
+def configure_server_logging(level: str = "info", stream: TextIO | None = None) -> None:
+    """The driver's structlog setup (JSON lines when `stream` is not a TTY), plus the
+    stdlib logging uvicorn writes to, on the same `stream` (stderr)."""
+    out = stream or sys.stderr
+    configure_logging(level, stream=out)
+    logging.basicConfig(stream=out, level=level.upper(), force=True)

@@ -18,12 +18,12 @@ How each fault looks to the caller (one `Cause` each, never an exception class):
 
 | fault | the host | the caller |
 |---|---|---|
-| `DROP_REQUEST` | never sees it | `CallFailed(REQUEST_LOST)` after the request leg |
-| `DROP_REPLY` | handles it | `CallFailed(REPLY_LOST)` after the round trip |
-| `SERVER_ERROR` | never sees it | `CallFailed(PARTICIPANT_ERROR)` (a 5xx) |
+| `DROP_REQUEST` | never sees it | `CallFailedError(REQUEST_LOST)` after the request leg |
+| `DROP_REPLY` | handles it | `CallFailedError(REPLY_LOST)` after the round trip |
+| `SERVER_ERROR` | never sees it | `CallFailedError(PARTICIPANT_ERROR)` (a 5xx) |
 | `TIMEOUT` | never sees it | blocks until the caller's deadline (`TimeoutError` there) |
 | `REDELIVER` | handles it, and again after `redelivery_delay_s` | the first reply |
-| `CRASH_RESTART` | crashes, restarts from its journal (new incarnation) | `CallFailed(IO_ERROR)` |
+| `CRASH_RESTART` | restarts from its journal (new incarnation) | `CallFailedError(IO_ERROR)` |
 
 >>> import anyio
 >>> from quiesce.adapters import VirtualClock, configure_logging
@@ -54,7 +54,7 @@ import anyio
 import structlog
 
 from quiesce.adapters._clock import Clock, ClockEvent, TaskGroup
-from quiesce.adapters._participant_api import CallFailed, CompletionsReply, Participant
+from quiesce.adapters._participant_api import CallFailedError, CompletionsReply, Participant
 from quiesce.adapters._participant_host import (
     HostRef,
     HostStopped,
@@ -64,9 +64,9 @@ from quiesce.adapters._participant_host import (
     random_incarnation,
 )
 from quiesce.fsm import QuiesceError
-from quiesce.protocol._causes import Cause
-from quiesce.protocol._messages import Message, Receipt
-from quiesce.protocol.participant._participant import ParticipantConfig, ParticipantOp
+from quiesce.protocol import Cause
+from quiesce.protocol.participant import ParticipantConfig, ParticipantOp
+from quiesce.protocol.wire import Message, Receipt
 
 __all__ = [
     "CONTROL_OPS",
@@ -202,13 +202,13 @@ class InMemoryParticipant(Participant):
             try:
                 reply = await self.host.handle(op, request)
             except HostStopped:
-                raise CallFailed(self.name, op, Cause.IO_ERROR, "connection refused") from None
+                raise CallFailedError(self.name, op, Cause.IO_ERROR, "connection refused") from None
             except OSError as error:
-                raise CallFailed(self.name, op, Cause.PARTICIPANT_ERROR, str(error)) from None
+                raise CallFailedError(self.name, op, Cause.PARTICIPANT_ERROR, str(error)) from None
         assert reply is not None
         return reply
 
-    async def _send(
+    async def send(
         self, op: ParticipantOp, request: Message | None, deadline_at: float | None
     ) -> Message:
         self.calls += 1
@@ -220,22 +220,22 @@ class InMemoryParticipant(Participant):
         if fault is FaultKind.TIMEOUT:
             at = deadline_at if deadline_at is not None else clock.now() + _DEFAULT_TIMEOUT_S
             await clock.sleep_until(at)
-            raise CallFailed(self.name, op, Cause.TIMEOUT, "no reply before the deadline")
+            raise CallFailedError(self.name, op, Cause.TIMEOUT, "no reply before the deadline")
         await self._leg()
         if fault is FaultKind.DROP_REQUEST:
-            raise CallFailed(self.name, op, Cause.REQUEST_LOST, "request lost")
+            raise CallFailedError(self.name, op, Cause.REQUEST_LOST, "request lost")
         if fault is FaultKind.SERVER_ERROR:
-            raise CallFailed(self.name, op, Cause.PARTICIPANT_ERROR, "HTTP 503")
+            raise CallFailedError(self.name, op, Cause.PARTICIPANT_ERROR, "HTTP 503")
         if fault is FaultKind.CRASH_RESTART:
             self._fleet.crash_restart(self.name)
-            raise CallFailed(self.name, op, Cause.IO_ERROR, "connection reset")
+            raise CallFailedError(self.name, op, Cause.IO_ERROR, "connection reset")
         reply = await self._deliver(op, request)
         if fault is FaultKind.REDELIVER:
             delay = clock.rng.uniform(*self.faults.redelivery_delay_s)
             self._fleet.later(delay, self._redeliver, op, request)
         await self._leg()
         if fault is FaultKind.DROP_REPLY:
-            raise CallFailed(self.name, op, Cause.REPLY_LOST, "reply lost")
+            raise CallFailedError(self.name, op, Cause.REPLY_LOST, "reply lost")
         return reply
 
     async def _redeliver(self, op: ParticipantOp, request: Message | None) -> None:
@@ -251,7 +251,9 @@ class InMemoryParticipant(Participant):
         await self._leg()
         host = self.host
         if not host.alive:
-            raise CallFailed(self.name, ParticipantOp.STATUS, Cause.IO_ERROR, "connection refused")
+            raise CallFailedError(
+                self.name, ParticipantOp.STATUS, Cause.IO_ERROR, "connection refused"
+            )
         return host.completions()
 
 

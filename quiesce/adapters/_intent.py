@@ -29,7 +29,7 @@ from quiesce.adapters._durable import atomic_write, fsync_dir
 from quiesce.adapters._snapshot_store import CheckpointIdText, parse_checkpoint_id
 from quiesce.fsm import QuiesceError
 
-__all__ = ["ControllerJournal", "CorruptIntent", "EpochRecord", "IntentPhase", "IntentRecord"]
+__all__ = ["ControllerJournal", "CorruptIntent", "EpochRecord", "IntentPhase", "StoredIntent"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -46,7 +46,7 @@ class IntentPhase(Enum):
     ABORTING = "aborting"  # not published; abort pending (abort_pending)
 
 
-class IntentRecord(BaseModel):
+class StoredIntent(BaseModel):
     """The checkpoint in flight."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -98,14 +98,14 @@ class ControllerJournal:
         self.intent_path = self.state_dir / INTENT_NAME
         self.epoch_path = self.state_dir / EPOCH_NAME
 
-    def read_intent(self) -> IntentRecord | None:
+    def read_intent(self) -> StoredIntent | None:
         """The checkpoint in flight, or None if none; `CorruptIntent` if unreadable."""
-        return _read(self.intent_path, IntentRecord)
+        return _read(self.intent_path, StoredIntent)
 
-    def write_intent(self, checkpoint_id: str, phase: IntentPhase) -> IntentRecord:
+    def write_intent(self, checkpoint_id: str, phase: IntentPhase) -> StoredIntent:
         """Durably record that `checkpoint_id` is at `phase` (replaces any earlier record)."""
         parse_checkpoint_id(checkpoint_id)  # a typed BadCheckpointId, not a pydantic error
-        record = IntentRecord(checkpoint_id=checkpoint_id, phase=phase)
+        record = StoredIntent(checkpoint_id=checkpoint_id, phase=phase)
         atomic_write(self.intent_path, _dump(record))
         return record
 

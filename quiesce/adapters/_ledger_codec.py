@@ -20,9 +20,8 @@ import json
 from typing import Any
 
 from quiesce.fsm import QuiesceError, Value
-from quiesce.protocol.controller._ledger import AttemptRecord, GroupRecord, Ledger, LedgerCounters
-from quiesce.protocol.machines._prompt_group import GroupData, GroupState
-from quiesce.protocol.machines._rollout_attempt import AttemptData, AttemptState
+from quiesce.protocol.controller import AttemptRecord, GroupRecord, Ledger, LedgerCounters
+from quiesce.protocol.machines import AttemptData, AttemptState, GroupData, GroupState
 
 __all__ = ["CorruptLedger", "ledger_from_json", "ledger_to_json", "ledger_to_text"]
 

@@ -1,7 +1,7 @@
 """The `Participant` client interface: how the driver talks to one participant, anywhere.
 
 What lives here: one abstract class every adapter implements (in-memory, HTTP, Ray), the one
-exception a failed call raises (`CallFailed`, carrying a protocol `Cause`), the reply model of
+exception a failed call raises (`CallFailedError`, carrying a protocol `Cause`), the reply model of
 each operation, and the `CompletionsReply` query. What it does not know: transports, or what
 any reply *means* for the checkpoint (the coordinator decides that).
 
@@ -12,22 +12,22 @@ The contract, per call:
   (`checkpoint_conflict`, `stale_checkpoint`, `invalid_phase`, `admission_closed`, ...) is an
   *answer*, not a failure: it comes back as a value, so the coordinator gets its data
   (`active_id`, `high_watermark`) and feeds it in as a `Reply` input unchanged;
-- anything that is not an answer raises `CallFailed(participant, op, cause)`: no reply in
+- anything that is not an answer raises `CallFailedError(participant, op, cause)`: no reply in
   time (`Cause.TIMEOUT`), a lost request or reply (`REQUEST_LOST`, `REPLY_LOST`), a transport
   error (`IO_ERROR`), a server error or a reply that does not parse (`PARTICIPANT_ERROR`;
   the `RemoteProtocolError` is kept as `error`). Adapters translate exceptions into a `Cause`
   once, here at the boundary; the coordinator classifies by cause (`_causes.CAUSES`), never by
-  exception class. `CallFailed.as_input(op_id)` is the coordinator's `CALL_FAILED` input;
+  exception class. `CallFailedError.as_input(op_id)` is the coordinator's `CALL_FAILED` input;
 - every call is bounded by an absolute `deadline_at` in the caller's clock: control requests
   carry it (`ControlRequest.deadline_at`), the other methods take it as a keyword (None: the
   adapter's default timeout).
 
-Adapters implement exactly one method, `_send(op, request, deadline_at) -> Message`, which
-returns the raw reply (already parsed as a wire model) or raises `CallFailed`; the typed
+Adapters implement exactly one method, `send(op, request, deadline_at) -> Message`, which
+returns the raw reply (already parsed as a wire model) or raises `CallFailedError`; the typed
 methods here check the reply's type once for all adapters.
 
 >>> from quiesce.protocol import ParticipantOp
->>> error = CallFailed("agent-0", ParticipantOp.PREPARE, Cause.TIMEOUT)
+>>> error = CallFailedError("agent-0", ParticipantOp.PREPARE, Cause.TIMEOUT)
 >>> error.cause.value, str(error)
 ('timeout', "prepare to 'agent-0' failed: timeout")
 """
@@ -38,12 +38,14 @@ from abc import ABC, abstractmethod
 from typing import TypeVar
 
 from quiesce.fsm import QuiesceError
-from quiesce.protocol._causes import Cause
-from quiesce.protocol._errors import RemoteProtocolError
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._messages import (
+from quiesce.protocol import Cause, OpId, RemoteProtocolError
+from quiesce.protocol.controller import CallFailed as CallFailedInput
+from quiesce.protocol.controller import Op
+from quiesce.protocol.participant import ParticipantOp
+from quiesce.protocol.wire import (
     AckReply,
     AckRequest,
+    BaseReply,
     BeginRequest,
     BoundaryRequest,
     Capabilities,
@@ -56,7 +58,6 @@ from quiesce.protocol._messages import (
     Message,
     PrepareReply,
     Receipt,
-    Reply,
     RestoreReply,
     RestoreRequest,
     ResumeReply,
@@ -64,13 +65,10 @@ from quiesce.protocol._messages import (
     RetireRequest,
     StatusReply,
 )
-from quiesce.protocol.controller._effects import Op
-from quiesce.protocol.controller._inputs import CallFailed as CallFailedInput
-from quiesce.protocol.participant._participant import ParticipantOp
 
 __all__ = [
     "REPLY_MODELS",
-    "CallFailed",
+    "CallFailedError",
     "CompletionsReply",
     "Participant",
     "QueryOp",
@@ -79,7 +77,7 @@ __all__ = [
 M = TypeVar("M", bound=Message)
 
 
-class CompletionsReply(Reply):
+class CompletionsReply(BaseReply):
     """The receipts of this agent's completed-but-unACKed executions (a host query, not a
     protocol operation: it changes nothing). Lets a controller in another process learn
     of completions it has not seen (e.g. after it restarted)."""
@@ -110,7 +108,7 @@ REPLY_MODELS: dict[ParticipantOp, type[Message]] = {
 """The success reply model of each operation (any operation may also answer `ErrorReply`)."""
 
 
-class CallFailed(QuiesceError):
+class CallFailedError(QuiesceError):
     """A call to `participant` got no usable answer; `cause` says what happened.
 
     `error` is the underlying exception when there was one (a `RemoteProtocolError` for a
@@ -135,7 +133,7 @@ class CallFailed(QuiesceError):
         super().__init__(f"{self.op.value} to {participant!r} failed: {cause.value}{suffix}")
 
     def as_input(self, op_id: OpId | None) -> CallFailedInput:
-        """The coordinator's `CallFailed` input for this failure of call `(op, op_id)`.
+        """The coordinator's `CallFailedError` input for this failure of call `(op, op_id)`.
 
         Raises `ValueError` for operations the coordinator never calls (capabilities,
         begin, boundary, finish): their failures are the driver's own business."""
@@ -150,7 +148,7 @@ class Participant(ABC):
     """A client for one participant: one async method per operation (PROTOCOL.md M2-M5).
 
     Every method returns the operation's reply model or an `ErrorReply` (a typed refusal),
-    and raises `CallFailed` when there is no usable answer. See the module docstring.
+    and raises `CallFailedError` when there is no usable answer. See the module docstring.
 
     >>> issubclass(Participant, ABC)
     True
@@ -160,11 +158,11 @@ class Participant(ABC):
     """The participant's name (its `ParticipantConfig.name`)."""
 
     @abstractmethod
-    async def _send(
+    async def send(
         self, op: ParticipantOp, request: Message | None, deadline_at: float | None
     ) -> Message:
         """Send one operation; return the parsed reply (any wire model) or raise
-        `CallFailed`. Implemented by each adapter; callers use the typed methods."""
+        `CallFailedError`. Implemented by each adapter; callers use the typed methods."""
 
     async def aclose(self) -> None:  # noqa: B027 -- optional hook, most clients hold nothing
         """Release the client's resources (connections); the default holds none."""
@@ -174,9 +172,9 @@ class Participant(ABC):
     ) -> Message:
         """Send `op` and check the reply is `op`'s reply model or an `ErrorReply`.
 
-        A reply of another type is a `RemoteProtocolError`, raised as `CallFailed` with
+        A reply of another type is a `RemoteProtocolError`, raised as `CallFailedError` with
         cause `PARTICIPANT_ERROR` (retryable: a next attempt may meet a healthy server)."""
-        reply = await self._send(op, request, deadline_at)
+        reply = await self.send(op, request, deadline_at)
         expected = REPLY_MODELS[op]
         if isinstance(reply, expected | ErrorReply):
             return reply
@@ -186,7 +184,7 @@ class Participant(ABC):
             f"{op.value} answered {type(reply).__name__}, expected {expected.__name__}",
             retryable=True,
         )
-        raise CallFailed(self.name, op, Cause.PARTICIPANT_ERROR, str(error), error=error)
+        raise CallFailedError(self.name, op, Cause.PARTICIPANT_ERROR, str(error), error=error)
 
     async def _typed(
         self,
@@ -278,5 +276,5 @@ class Participant(ABC):
     @abstractmethod
     async def completions(self, *, deadline_at: float | None = None) -> CompletionsReply:
         """Receipts of the agent's completed-but-unACKed executions (other roles answer an
-        empty tuple). A host query outside `ParticipantOp`; raises `CallFailed` like every
+        empty tuple). A host query outside `ParticipantOp`; raises `CallFailedError` like every
         call."""

@@ -84,26 +84,20 @@ from quiesce.adapters._clock import Clock, ClockEvent, Lock, TaskGroup
 from quiesce.adapters._durable import atomic_write
 from quiesce.adapters._participant_api import CompletionsReply
 from quiesce.fsm import QuiesceError, TransitionNotAllowed
-from quiesce.protocol._errors import Refusal
-from quiesce.protocol._messages import (
-    BeginRequest,
-    BoundaryRequest,
-    ErrorReply,
-    ExecutionReply,
-    FinishRequest,
-    Message,
-    Receipt,
-)
-from quiesce.protocol.machines._agent_execution import ExecState
-from quiesce.protocol.machines._control_fence import FenceState
-from quiesce.protocol.participant._agent_role import AgentRole
-from quiesce.protocol.participant._journal import Journal, JournalWrite
-from quiesce.protocol.participant._participant import (
+from quiesce.protocol import Refusal
+from quiesce.protocol.machines import ExecState, FenceState
+from quiesce.protocol.participant import (
+    AgentRole,
     Answer,
+    CancelExecution,
+    Journal,
+    JournalWrite,
     ParticipantConfig,
     ParticipantEffect,
     ParticipantOp,
     ParticipantState,
+    ReleaseWaiters,
+    WakeExecutions,
     agent_policy_call_held,
     agent_policy_call_resumed,
     from_journal,
@@ -114,12 +108,16 @@ from quiesce.protocol.participant._participant import (
     new_participant,
     policy_call_finished,
     policy_call_started,
-)
-from quiesce.protocol.participant._state import (
-    CancelExecution,
-    ReleaseWaiters,
-    WakeExecutions,
     stamp,
+)
+from quiesce.protocol.wire import (
+    BeginRequest,
+    BoundaryRequest,
+    ErrorReply,
+    ExecutionReply,
+    FinishRequest,
+    Message,
+    Receipt,
 )
 
 __all__ = [
@@ -134,6 +132,7 @@ __all__ = [
     "PolicyService",
     "ResourcesService",
     "WorkConfig",
+    "dedupe_key",
     "random_incarnation",
     "secret_incarnation",
 ]
@@ -148,7 +147,6 @@ Hook = Callable[[], Awaitable[None]]
 _FENCED_OPS = frozenset(
     {ParticipantOp.PREPARE, ParticipantOp.COMMIT, ParticipantOp.RESUME, ParticipantOp.RESTORE}
 )
-_OPS = {op.value: op for op in ParticipantOp}
 
 
 # ---------------------------------------------------------------------------- errors
@@ -589,8 +587,8 @@ class ParticipantHost:
         """Answer one request (see the module docstring). Raises `HostStopped` when the
         host is down and `OSError` when the journal cannot be written."""
         self._check_alive()
-        parsed = op if isinstance(op, ParticipantOp) else _OPS.get(str(op))
-        key = _dedupe_key(parsed, request)
+        parsed = op if isinstance(op, ParticipantOp) else ParticipantOp.named(str(op))
+        key = dedupe_key(parsed, request)
         if key is None:
             return await self._apply(op, request)
         while (pending := self._inflight.get(key)) is not None:
@@ -882,7 +880,9 @@ def _op_name(op: ParticipantOp | str) -> str:
     return op.value if isinstance(op, ParticipantOp) else str(op)
 
 
-def _dedupe_key(op: ParticipantOp | None, request: Any) -> tuple[str, str] | None:
+def dedupe_key(op: ParticipantOp | None, request: Any) -> tuple[str, str] | None:
+    """`(op, op_id)` for a fenced control request (M2: a concurrent duplicate waits for the
+    first and gets its reply), None for any other request."""
     if op not in _FENCED_OPS or op is None:
         return None
     op_id = getattr(request, "op_id", None)

@@ -33,7 +33,7 @@ from typing import Any
 from quiesce.adapters._clock import Clock, RealClock
 from quiesce.adapters._participant_api import (
     REPLY_MODELS,
-    CallFailed,
+    CallFailedError,
     CompletionsReply,
     Participant,
 )
@@ -45,10 +45,9 @@ from quiesce.adapters._participant_host import (
     ParticipantHost,
     secret_incarnation,
 )
-from quiesce.protocol._causes import Cause
-from quiesce.protocol._errors import RemoteProtocolError
-from quiesce.protocol._messages import ErrorReply, Message, parse_reply
-from quiesce.protocol.participant._participant import ParticipantOp
+from quiesce.protocol import Cause, RemoteProtocolError
+from quiesce.protocol.participant import ParticipantOp
+from quiesce.protocol.wire import ErrorReply, Message, parse_reply
 
 __all__ = ["ParticipantActor", "RayParticipant", "RayUnavailable", "spawn_ray_participant"]
 
@@ -154,10 +153,10 @@ class RayParticipant(Participant):
 
     async def wait_ready(self, timeout_s: float = 120.0) -> None:
         """Wait until the actor answers (its worker process may take seconds to start).
-        Raises `CallFailed` if it does not answer within `timeout_s`."""
+        Raises `CallFailedError` if it does not answer within `timeout_s`."""
         await self.capabilities(deadline_at=self.clock.now() + timeout_s)
 
-    async def _send(
+    async def send(
         self, op: ParticipantOp, request: Message | None, deadline_at: float | None
     ) -> Message:
         body = request.model_dump_json() if request is not None else None
@@ -177,25 +176,25 @@ class RayParticipant(Participant):
         deadline = deadline_at if deadline_at is not None else self.clock.now() + self.timeout_s
         if deadline <= self.clock.now():
             ray.cancel(ref)
-            raise CallFailed(self.name, op, Cause.TIMEOUT, "deadline already passed")
+            raise CallFailedError(self.name, op, Cause.TIMEOUT, "deadline already passed")
         try:
             with self.clock.fail_at(deadline):
                 return await ref
         except TimeoutError as error:
             ray.cancel(ref)
-            raise CallFailed(self.name, op, Cause.TIMEOUT, "no reply before the deadline",
+            raise CallFailedError(self.name, op, Cause.TIMEOUT, "no reply before the deadline",
                              error=error) from None  # fmt: skip
         except ray.exceptions.RayActorError as error:
-            raise CallFailed(self.name, op, Cause.IO_ERROR, type(error).__name__,
+            raise CallFailedError(self.name, op, Cause.IO_ERROR, type(error).__name__,
                              error=error) from None  # fmt: skip
         except (ray.exceptions.RayTaskError, HostStopped) as error:
-            raise CallFailed(self.name, op, Cause.PARTICIPANT_ERROR, type(error).__name__,
+            raise CallFailedError(self.name, op, Cause.PARTICIPANT_ERROR, type(error).__name__,
                              error=error) from None  # fmt: skip
 
     def _parse(self, op: ParticipantOp, model: type[Message], text: Any) -> Message:
         try:
             return parse_reply(model, self.name, text, retryable=True)
         except RemoteProtocolError as error:
-            raise CallFailed(
+            raise CallFailedError(
                 self.name, op, Cause.PARTICIPANT_ERROR, str(error), error=error
             ) from None

@@ -41,7 +41,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from quiesce.adapters._durable import atomic_write, fsync_dir, is_tmp
 from quiesce.fsm import QuiesceError
-from quiesce.protocol._ids import InvalidOpId, OpId
+from quiesce.protocol import InvalidOpId, OpId
 
 __all__ = [
     "FORMAT_VERSION",

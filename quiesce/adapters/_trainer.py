@@ -40,7 +40,7 @@ __all__ = [
     "OptimizerBusy",
     "TrainedBatch",
     "Trainer",
-    "TrainerAnchor",
+    "TrainerCheckpoint",
 ]
 
 Item = tuple[int, int]
@@ -80,7 +80,7 @@ class OptimizerBusy(QuiesceError):
 
 
 @dataclass(frozen=True, slots=True)
-class TrainerAnchor:
+class TrainerCheckpoint:
     """The trainer's last checkpoint: a restore must match its step and version."""
 
     step: int
@@ -151,7 +151,7 @@ class Trainer(Protocol):
     def optimizer_commit_in_progress(self) -> bool:
         """An optimizer step is being committed (a checkpoint skip precondition)."""
 
-    def anchor(self) -> TrainerAnchor | None:
+    def anchor(self) -> TrainerCheckpoint | None:
         """The trainer's last checkpoint, or None if it has none (skip `no_trainer_anchor`)."""
 
     def begin_optimizer_step(self, groups: Sequence[FinishedGroup]) -> None:
@@ -160,7 +160,7 @@ class Trainer(Protocol):
     def finish_optimizer_step(self, *, dataloader_position: int) -> TrainedBatch:
         """Commit the step begun last; the anchor moves to it and records the position."""
 
-    def rollback_to_anchor(self) -> TrainerAnchor:
+    def rollback_to_anchor(self) -> TrainerCheckpoint:
         """Forget every step after the anchor (a trainer restarted from its checkpoint)."""
 
     def lineage(self) -> tuple[TrainedBatch, ...]:
@@ -201,7 +201,7 @@ class InMemoryTrainer:
 
     >>> trainer = InMemoryTrainer()
     >>> trainer.anchor()
-    TrainerAnchor(step=0, version=0, dataloader_position=0)
+    TrainerCheckpoint(step=0, version=0, dataloader_position=0)
     >>> trainer.begin_optimizer_step([FinishedGroup(prompt_id=0, siblings=(0, 1))])
     >>> trainer.optimizer_commit_in_progress
     True
@@ -217,7 +217,7 @@ class InMemoryTrainer:
         self.checkpoint_every = checkpoint_every
         self._batches: list[TrainedBatch] = []
         self._rolled_back: list[TrainedBatch] = []
-        self._anchor = TrainerAnchor(0, 0, 0)
+        self._anchor = TrainerCheckpoint(0, 0, 0)
         self._anchor_batches = 0
         self._pending: tuple[Item, ...] | None = None
 
@@ -236,7 +236,7 @@ class InMemoryTrainer:
         """True between `begin_optimizer_step` and `finish_optimizer_step`."""
         return self._pending is not None
 
-    def anchor(self) -> TrainerAnchor:
+    def anchor(self) -> TrainerCheckpoint:
         """The last trainer checkpoint (step 0 at bootstrap)."""
         return self._anchor
 
@@ -255,7 +255,7 @@ class InMemoryTrainer:
         self._pending = None
         self._batches.append(batch)
         if step % self.checkpoint_every == 0:
-            self._anchor = TrainerAnchor(step, step, dataloader_position)
+            self._anchor = TrainerCheckpoint(step, step, dataloader_position)
             self._anchor_batches = len(self._batches)
         return batch
 
@@ -266,7 +266,7 @@ class InMemoryTrainer:
         self.begin_optimizer_step(groups)
         return self.finish_optimizer_step(dataloader_position=dataloader_position)
 
-    def rollback_to_anchor(self) -> TrainerAnchor:
+    def rollback_to_anchor(self) -> TrainerCheckpoint:
         """Drop the steps after the anchor (and any step being committed)."""
         self._rolled_back.extend(self._batches[self._anchor_batches :])
         del self._batches[self._anchor_batches :]
@@ -377,7 +377,7 @@ class InMemoryDataPlane:
         self._queue = deque(cut.finished_groups)
         return cut
 
-    def rewind_to_anchor(self) -> TrainerAnchor:
+    def rewind_to_anchor(self) -> TrainerCheckpoint:
         """Bootstrap (no snapshot matches): roll the trainer back to its anchor and rewind
         the dataloader to the anchor's low watermark, skipping prompts already trained.
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from quiesce.cli._output import fail, json_option, log_level_option, print_json
-from quiesce.harness._chaos import ChaosConfig, ChaosError, ChaosInterrupted, ChaosResult, run_chaos
+from quiesce.harness import ChaosConfig, ChaosError, ChaosInterrupted, ChaosResult, run_chaos
 
 __all__ = ["chaos"]
 

@@ -20,7 +20,7 @@ import click
 
 from quiesce.cli._output import fail, json_option, print_json
 from quiesce.cli._serve import read_token
-from quiesce.testing._kit import ROLES, ConformanceSetupError, check_conformance
+from quiesce.testing import ROLES, ConformanceSetupError, check_conformance
 
 __all__ = ["conform"]
 

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from quiesce.cli._output import json_option, print_json
-from quiesce.models._mutants import MUTANTS, Mutant, Verdict, sample_generated, verify
+from quiesce.models import MUTANTS, Mutant, Verdict, sample_generated, verify
 
 
 def _entry(mutant: Mutant) -> dict[str, Any]:

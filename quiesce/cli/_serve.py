@@ -9,37 +9,27 @@ structlog (JSON when stderr is not a TTY); the bearer token is read from `QUIESC
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
 from pathlib import Path
-from typing import TextIO
 
 import click
 import structlog
 
-from quiesce.adapters._clock import RealClock
-from quiesce.adapters._driver import configure_logging as configure_structlog
-from quiesce.adapters._http_data_plane import ServiceUnusable, connect_services
-from quiesce.adapters._participant_host import (
+from quiesce.adapters import (
     FileJournal,
     JournalCorrupt,
     ParticipantHost,
+    RealClock,
+    ServiceUnusable,
+    configure_server_logging,
+    connect_services,
     secret_incarnation,
 )
 from quiesce.cli._output import fail, log_level_option
 
-__all__ = ["configure_logging", "read_token", "serve"]
+__all__ = ["read_token", "serve"]
 
 TOKEN_ENV = "QUIESCE_TOKEN"
-
-
-def configure_logging(level: str = "info", stream: TextIO | None = None) -> None:
-    """The driver's structlog setup (JSON lines when `stream` is not a TTY), plus the
-    stdlib logging uvicorn writes to, on the same `stream` (stderr)."""
-    out = stream or sys.stderr
-    configure_structlog(level, stream=out)
-    logging.basicConfig(stream=out, level=level.upper(), force=True)
 
 
 def read_token(token_file: Path | None) -> str:
@@ -150,12 +140,12 @@ def serve(
     """
     import uvicorn
 
-    from quiesce.adapters._http_server import create_app
+    from quiesce.adapters import create_app
 
     if (policies or resources) and role != "agent":
         raise click.UsageError(f"--policy and --resources wire an agent, not a {role} server")
     token = read_token(token_file)
-    configure_logging(log_level)
+    configure_server_logging(log_level)
     try:
         services = connect_services(
             token=token, policies=policies, resources=resources, wait_s=wait_services

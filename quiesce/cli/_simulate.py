@@ -16,11 +16,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table as RichTable
 
-from quiesce.adapters._driver import configure_logging
+from quiesce.adapters import configure_logging
 from quiesce.cli._output import fail, json_option, log_level_option, print_json
 from quiesce.fsm import QuiesceError
-from quiesce.harness._simulate import SimulationConfig, SimulationResult
-from quiesce.harness._simulate import simulate as run
+from quiesce.harness import SimulationConfig, SimulationResult
+from quiesce.harness import simulate as run
 
 LEVELS = ("turn", "sibling", "prompt_group")
 

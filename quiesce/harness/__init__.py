@@ -6,6 +6,13 @@ processes and a real controller and SIGKILLs them. Both are thin: every protocol
 is the coordinator's, every I/O the adapters'.
 """
 
+from quiesce.harness._chaos import ChaosConfig, ChaosError, ChaosInterrupted, ChaosResult, run_chaos
+from quiesce.harness._chaos_controller import (
+    DurableTrainer,
+    LoggedDataPlane,
+    read_consumed,
+    read_trained,
+)
 from quiesce.harness._simulate import (
     CheckpointCounts,
     RolloutCounts,
@@ -16,10 +23,19 @@ from quiesce.harness._simulate import (
 )
 
 __all__ = [
+    "ChaosConfig",
+    "ChaosError",
+    "ChaosInterrupted",
+    "ChaosResult",
     "CheckpointCounts",
+    "DurableTrainer",
+    "LoggedDataPlane",
     "RolloutCounts",
     "SimulationConfig",
     "SimulationResult",
+    "read_consumed",
+    "read_trained",
+    "run_chaos",
     "run_simulation",
     "simulate",
 ]

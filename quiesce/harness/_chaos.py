@@ -59,8 +59,7 @@ from typing import IO, Any, Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from quiesce.adapters._intent import ControllerJournal, CorruptIntent
-from quiesce.adapters._snapshot_store import SnapshotStore, SnapshotStoreError
+from quiesce.adapters import ControllerJournal, CorruptIntent, SnapshotStore, SnapshotStoreError
 from quiesce.fsm import QuiesceError
 from quiesce.harness._chaos_controller import ChaosControllerConfig, read_consumed, read_trained
 

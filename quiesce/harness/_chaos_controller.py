@@ -44,24 +44,29 @@ import anyio
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
-from quiesce.adapters._clock import RealClock
-from quiesce.adapters._driver import RestoreReport, configure_logging
-from quiesce.adapters._http_client import HttpParticipant
-from quiesce.adapters._participant_api import CallFailed as CallFailedError
-from quiesce.adapters._trainer import (
+from quiesce.adapters import (
+    CallFailedError,
     FinishedGroup,
+    HttpParticipant,
     InMemoryDataPlane,
     InMemoryTrainer,
+    RealClock,
+    RestoreReport,
     TrainedBatch,
+    configure_logging,
 )
 from quiesce.fsm import label
 from quiesce.harness._simulate import SimulationConfig, _World
-from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._messages import PrepareReply
-from quiesce.protocol.controller._coordinator import ControllerState
-from quiesce.protocol.controller._effects import ControllerEffect, Outcome
-from quiesce.protocol.controller._inputs import ControllerInput, Reply
-from quiesce.protocol.machines._checkpoint import CheckpointState
+from quiesce.protocol import QuiesceConfig
+from quiesce.protocol.controller import (
+    ControllerEffect,
+    ControllerInput,
+    ControllerState,
+    Outcome,
+    Reply,
+)
+from quiesce.protocol.machines import CheckpointState
+from quiesce.protocol.wire import PrepareReply
 
 __all__ = [
     "CONSUMED_LOG",

@@ -47,39 +47,44 @@ from typing import Any, Literal
 import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from quiesce.adapters._clock import Clock, ClockEvent, VirtualClock
-from quiesce.adapters._driver import Driver, Observer, RestoreReport
-from quiesce.adapters._in_memory import Faults, InMemoryFleet
-from quiesce.adapters._intent import ControllerJournal
-from quiesce.adapters._participant_api import Participant
-from quiesce.adapters._participant_host import WorkConfig
-from quiesce.adapters._snapshot_store import SnapshotStore
-from quiesce.adapters._trainer import FinishedGroup, InMemoryDataPlane, InMemoryTrainer
-from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._levels import RecoveryLevel
-from quiesce.protocol.controller._coordinator import ControllerState, Coordinator
-from quiesce.protocol.controller._effects import (
-    ControllerEffect,
-    Dispatch,
-    Metric,
-    Outcome,
-    Redispatch,
-    RestoreOutcome,
+from quiesce.adapters import (
+    Clock,
+    ClockEvent,
+    ControllerJournal,
+    Driver,
+    Faults,
+    FinishedGroup,
+    InMemoryDataPlane,
+    InMemoryFleet,
+    InMemoryTrainer,
+    Observer,
+    Participant,
+    RestoreReport,
+    SnapshotStore,
+    VirtualClock,
+    WorkConfig,
 )
-from quiesce.protocol.controller._inputs import (
+from quiesce.protocol import QuiesceConfig, RecoveryLevel
+from quiesce.protocol.controller import (
+    ControllerEffect,
     ControllerInput,
+    ControllerState,
+    Coordinator,
+    Dispatch,
     GroupOpened,
+    GroupRecord,
     GroupTrained,
+    Metric,
     OptimizerStepBegin,
     OptimizerStepEnd,
+    Outcome,
     PeriodElapsed,
+    Redispatch,
+    RestoreOutcome,
     RolloutCompleted,
     TrainerBoundary,
 )
-from quiesce.protocol.controller._ledger import GroupRecord
-from quiesce.protocol.machines._admission_gate import GateState
-from quiesce.protocol.machines._checkpoint import CheckpointState
-from quiesce.protocol.machines._prompt_group import GroupState
+from quiesce.protocol.machines import CheckpointState, GateState, GroupState
 
 __all__ = [
     "CheckpointCounts",

@@ -26,7 +26,15 @@ from quiesce.models._explorer import (
     check,
     mermaid_sequence,
 )
-from quiesce.models._protocol_model import ProtocolModel, ProtocolParams
+from quiesce.models._mutants import (
+    MUTANTS,
+    STEP_TIMEOUT_S,
+    Mutant,
+    Verdict,
+    sample_generated,
+    verify,
+)
+from quiesce.models._protocol_model import Hooks, ProtocolModel, ProtocolParams
 from quiesce.models._protocol_spec import PROTOCOL_SPEC
 from quiesce.models._random_walks import walk
 from quiesce.models._registry import (
@@ -48,7 +56,12 @@ from quiesce.models._system_machine import (
     SystemViolation,
     system_machine,
 )
-from quiesce.models._table_machine import TableMachine, arg_strategies, table_state_machine
+from quiesce.models._table_machine import (
+    TableMachine,
+    arg_examples,
+    arg_strategies,
+    table_state_machine,
+)
 from quiesce.models._two_phase import (
     RM_TABLE as TWO_PHASE_RM,
 )
@@ -56,13 +69,16 @@ from quiesce.models._two_phase import (
     TM_TABLE as TWO_PHASE_TM,
 )
 from quiesce.models._two_phase import (
+    RmInput,
     TwoPhase,
     TwoPhaseState,
 )
 
 __all__ = [
+    "MUTANTS",
     "NO_STALL",
     "PROTOCOL_SPEC",
+    "STEP_TIMEOUT_S",
     "TWO_PHASE_RM",
     "TWO_PHASE_TM",
     "Action",
@@ -70,13 +86,16 @@ __all__ = [
     "BadModelParam",
     "CallRecord",
     "CheckResult",
+    "Hooks",
     "InFlight",
     "Model",
     "ModelSpec",
+    "Mutant",
     "Param",
     "Progress",
     "ProtocolModel",
     "ProtocolParams",
+    "RmInput",
     "Step",
     "Store",
     "System",
@@ -92,8 +111,10 @@ __all__ = [
     "UnknownModel",
     "UnknownProjection",
     "UnsupportedOption",
+    "Verdict",
     "Violation",
     "always",
+    "arg_examples",
     "arg_strategies",
     "build_model",
     "check",
@@ -101,7 +122,9 @@ __all__ = [
     "known_models",
     "mermaid_sequence",
     "register_model",
+    "sample_generated",
     "system_machine",
     "table_state_machine",
+    "verify",
     "walk",
 ]

@@ -33,40 +33,57 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal
 
+import quiesce.models._system as _system_module
 from quiesce.fsm import Table, label, on
-from quiesce.models import _system as _system_module
 from quiesce.models._explorer import check
 from quiesce.models._protocol_model import Hooks, ProtocolModel, ProtocolParams, _Patched
 from quiesce.models._random_walks import walk
 from quiesce.models._system import System, SystemState
-from quiesce.protocol._causes import CAUSES, Cause, Classification, Disposition
-from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._messages import (
+from quiesce.protocol import CAUSES, Cause, Classification, Disposition, OpId, QuiesceConfig
+from quiesce.protocol.controller import (
+    CaptureCut,
+    Coordinator,
+    Fleet,
+    GroupOpened,
+    Op,
+    Outcome,
+    PeriodElapsed,
+    Reply,
+    _coordinator,
+    _recovery_levels,
+)
+from quiesce.protocol.controller import _restore_plan as _restore
+from quiesce.protocol.machines import (
+    ADMISSION_GATE,
+    AGENT_EXECUTION,
+    CHECKPOINT,
+    CONTROL_FENCE,
+    DEADLINE_REGISTRY,
+    RESTORE,
+    AgentInput,
+    CheckpointInput,
+    CheckpointState,
+    ExecState,
+    FenceInput,
+    RegistryInput,
+    RegistryState,
+    RestoreState,
+)
+from quiesce.protocol.participant import (
+    ParticipantState,
+    _agent_role,
+    _control_ops,
+    _journal,
+    handle,
+    new_participant,
+)
+from quiesce.protocol.wire import (
     Continuation,
     FinishRequest,
     PrepareReply,
     RestoreReply,
     RetireRequest,
 )
-from quiesce.protocol.controller import _coordinator, _recovery_levels
-from quiesce.protocol.controller import _restore_plan as _restore
-from quiesce.protocol.controller._coordinator import Coordinator
-from quiesce.protocol.controller._effects import CaptureCut, Op, Outcome
-from quiesce.protocol.controller._inputs import GroupOpened, PeriodElapsed, Reply
-from quiesce.protocol.machines._admission_gate import ADMISSION_GATE
-from quiesce.protocol.machines._agent_execution import AGENT_EXECUTION, AgentInput, ExecState
-from quiesce.protocol.machines._checkpoint import CHECKPOINT, CheckpointInput, CheckpointState
-from quiesce.protocol.machines._control_fence import CONTROL_FENCE, FenceInput
-from quiesce.protocol.machines._deadline_registry import (
-    DEADLINE_REGISTRY,
-    RegistryInput,
-    RegistryState,
-)
-from quiesce.protocol.machines._restore import RESTORE, RestoreState
-from quiesce.protocol.participant import _agent_role, _control_ops, _journal
-from quiesce.protocol.participant._participant import handle, new_participant
-from quiesce.protocol.participant._state import ParticipantState
 
 __all__ = [
     "GENERATED_PARAMS",
@@ -492,7 +509,7 @@ def _scenario_s16() -> None:
 def _scenario_s17() -> None:
     """test_s17: retire of a completed, un-ACKed execution keeps it until the ACK."""
     agent = new_participant({"name": "agent", "role": "agent"}, "a1")
-    from quiesce.protocol._messages import BeginRequest
+    from quiesce.protocol.wire import BeginRequest
 
     agent, _, _ = handle(
         agent, "begin", BeginRequest(rollout_id="g0/0", attempt=0, group_id="g0", turns=1)
@@ -505,8 +522,8 @@ def _scenario_s17() -> None:
 
 def _scenario_overrides() -> None:
     """test_recovery_levels: an override finer than the target is refused."""
-    from quiesce.protocol._levels import OverrideRefines, RecoveryLevel
-    from quiesce.protocol.controller._recovery_levels import EnvironmentTraits
+    from quiesce.protocol import OverrideRefines, RecoveryLevel
+    from quiesce.protocol.controller import EnvironmentTraits
 
     envs = [EnvironmentTraits("agent")] if _has_simple_traits() else []
     try:
@@ -521,7 +538,7 @@ def _scenario_overrides() -> None:
 
 
 def _has_simple_traits() -> bool:
-    from quiesce.protocol.controller._recovery_levels import EnvironmentTraits
+    from quiesce.protocol.controller import EnvironmentTraits
 
     try:
         EnvironmentTraits("agent")
@@ -635,7 +652,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S11",
             "a group-scored environment's sibling is retried alone (live level ignored)",
-            _patch((_coordinator.Fleet, "live_level", _live_level_ignored)),
+            _patch((Fleet, "live_level", _live_level_ignored)),
             "I2",
             _small(siblings=2, attempts=2, triggers=0, group_scored=True),
         ),

@@ -51,46 +51,46 @@ from typing import Any
 from quiesce.fsm import Table, label
 from quiesce.models._explorer import Action, Always, Model, Trace, always
 from quiesce.models._system import InFlight, System, SystemState
-from quiesce.protocol._causes import Cause
-from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._messages import CommitReply, ErrorReply, Message
-from quiesce.protocol.controller._coordinator import PHASES, Coordinator
-from quiesce.protocol.controller._effects import (
-    CaptureCut,
-    Dispatch,
-    Op,
-    Outcome,
-    Publish,
-    Stopped,
-    WriteStaging,
-)
-from quiesce.protocol.controller._inputs import (
+from quiesce.protocol import Cause, OpId, QuiesceConfig
+from quiesce.protocol.controller import (
+    PHASES,
     CallFailed,
+    CaptureCut,
+    Coordinator,
+    Dispatch,
     GroupOpened,
     GroupTrained,
+    Op,
     OptimizerStepBegin,
     OptimizerStepEnd,
+    Outcome,
     PeriodElapsed,
+    Publish,
+    Stopped,
     TimerDue,
     TrainerBoundary,
     TrainSwitchBegin,
     TrainSwitchEnd,
     WeightSyncBegin,
     WeightSyncEnd,
+    WriteStaging,
 )
-from quiesce.protocol.machines._admission_gate import ADMISSION_GATE
-from quiesce.protocol.machines._agent_execution import ExecState
-from quiesce.protocol.machines._checkpoint import CHECKPOINT, CheckpointState
-from quiesce.protocol.machines._control_fence import CONTROL_FENCE, FenceOp, FenceState
-from quiesce.protocol.machines._deadline_registry import (
+from quiesce.protocol.machines import (
+    ADMISSION_GATE,
+    CHECKPOINT,
+    CONTROL_FENCE,
     DEADLINE_REGISTRY,
+    AttemptState,
+    CheckpointState,
+    ExecState,
+    FenceOp,
+    FenceState,
+    GroupState,
     RegistryState,
     group_of_timer,
 )
-from quiesce.protocol.machines._prompt_group import GroupState
-from quiesce.protocol.machines._rollout_attempt import AttemptState
-from quiesce.protocol.participant._participant import ParticipantState, new_participant
+from quiesce.protocol.participant import ParticipantState, new_participant
+from quiesce.protocol.wire import CommitReply, ErrorReply, Message
 
 __all__ = [
     "GROUP",
@@ -1215,7 +1215,7 @@ _VIEWS: dict[str, Callable[[ProtocolModel, PState, str], str | None]] = {
 
 
 def _table_of(table: str) -> Table[Any, Any]:
-    from quiesce.protocol.machines._agent_execution import AGENT_EXECUTION
+    from quiesce.protocol.machines import AGENT_EXECUTION
 
     tables: dict[str, Table[Any, Any]] = {
         "checkpoint": CHECKPOINT,

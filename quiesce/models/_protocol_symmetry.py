@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from quiesce.protocol.participant._agent_role import receipt_for
+from quiesce.protocol.participant import receipt_for
 
 if TYPE_CHECKING:
     from quiesce.models._protocol_model import ProtocolModel, PState

@@ -41,9 +41,57 @@ from dataclasses import dataclass, field, replace
 from types import EllipsisType
 from typing import Any
 
-from quiesce.protocol._causes import Cause
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._messages import (
+from quiesce.protocol import Cause, OpId
+from quiesce.protocol.controller import (
+    ArmTimer,
+    Call,
+    CallFailed,
+    CancelTimer,
+    CaptureCut,
+    ClearIntent,
+    ControllerEffect,
+    ControllerInput,
+    ControllerState,
+    Coordinator,
+    DiscardStaging,
+    Discovered,
+    Dispatch,
+    InspectPublished,
+    Ledger,
+    ListSnapshots,
+    LoadSnapshot,
+    LocalDone,
+    LocalOp,
+    Op,
+    Publish,
+    PublishInspected,
+    Quarantine,
+    Recovered,
+    Reply,
+    RestoreTarget,
+    RolloutCompleted,
+    RolloutFailed,
+    SnapshotCandidate,
+    SnapshotCondition,
+    SnapshotLoaded,
+    SnapshotLoadFailed,
+    SnapshotsListed,
+    SourceUnreadable,
+    TimerDue,
+    TrainerAnchor,
+    TrainerBoundary,
+    Validate,
+    WriteIntent,
+    WriteStaging,
+)
+from quiesce.protocol.participant import (
+    ParticipantState,
+    capabilities,
+    from_journal,
+    handle,
+    journal_of,
+)
+from quiesce.protocol.wire import (
     AckRequest,
     BeginRequest,
     BoundaryRequest,
@@ -57,57 +105,6 @@ from quiesce.protocol._messages import (
     RestoreReply,
     RestoreRequest,
     RetireRequest,
-)
-from quiesce.protocol._timers import ArmTimer, CancelTimer
-from quiesce.protocol.controller._coordinator import ControllerState, Coordinator
-from quiesce.protocol.controller._effects import (
-    Call,
-    CaptureCut,
-    ClearIntent,
-    ControllerEffect,
-    DiscardStaging,
-    Dispatch,
-    InspectPublished,
-    ListSnapshots,
-    LoadSnapshot,
-    LocalOp,
-    Op,
-    Publish,
-    Quarantine,
-    RestoreTarget,
-    Validate,
-    WriteIntent,
-    WriteStaging,
-)
-from quiesce.protocol.controller._inputs import (
-    CallFailed,
-    ControllerInput,
-    Discovered,
-    LocalDone,
-    PublishInspected,
-    Recovered,
-    Reply,
-    RolloutCompleted,
-    RolloutFailed,
-    SnapshotLoaded,
-    SnapshotLoadFailed,
-    SnapshotsListed,
-    TimerDue,
-    TrainerBoundary,
-)
-from quiesce.protocol.controller._ledger import Ledger
-from quiesce.protocol.controller._restore_plan import (
-    SnapshotCandidate,
-    SnapshotCondition,
-    SourceUnreadable,
-    TrainerAnchor,
-)
-from quiesce.protocol.participant._participant import (
-    ParticipantState,
-    capabilities,
-    from_journal,
-    handle,
-    journal_of,
 )
 
 __all__ = ["WRONG_DIGEST", "InFlight", "Snapshot", "Store", "System", "SystemState"]

@@ -75,47 +75,53 @@ from hypothesis.stateful import (
     rule,
 )
 
-from quiesce.adapters._clock import TaskGroup, VirtualClock
-from quiesce.adapters._driver import CUT_ARTIFACT, Driver
-from quiesce.adapters._in_memory import CONTROL_OPS, FaultKind, InMemoryFleet
-from quiesce.adapters._intent import ControllerJournal
-from quiesce.adapters._participant_api import CompletionsReply, Participant
-from quiesce.adapters._participant_host import WorkConfig
-from quiesce.adapters._snapshot_store import SnapshotStore, SnapshotStoreError, parse_checkpoint_id
-from quiesce.adapters._trainer import (
+from quiesce.adapters import (
+    CONTROL_OPS,
+    CUT_ARTIFACT,
+    CompletionsReply,
     ControllerCut,
+    ControllerJournal,
+    Driver,
+    FaultKind,
     FinishedGroup,
     InMemoryDataPlane,
+    InMemoryFleet,
     InMemoryTrainer,
+    Participant,
+    SnapshotStore,
+    SnapshotStoreError,
+    TaskGroup,
+    VirtualClock,
+    WorkConfig,
+    parse_checkpoint_id,
 )
 from quiesce.fsm import QuiesceError
 from quiesce.models._protocol_model import Hooks, _Patched
-from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._messages import BeginRequest, ControlRequest, ErrorReply, Message
-from quiesce.protocol.controller._coordinator import ControllerState, Coordinator
-from quiesce.protocol.controller._effects import ControllerEffect, Dispatch, Redispatch
-from quiesce.protocol.controller._inputs import (
+from quiesce.protocol import OpId, QuiesceConfig
+from quiesce.protocol.controller import (
+    ControllerEffect,
     ControllerInput,
+    ControllerState,
+    Coordinator,
+    Dispatch,
     GroupOpened,
+    GroupRecord,
     GroupTrained,
     OptimizerStepBegin,
     OptimizerStepEnd,
     PeriodElapsed,
+    Redispatch,
     TimerDue,
     TrainerBoundary,
     TrainSwitchBegin,
     TrainSwitchEnd,
     WeightSyncBegin,
     WeightSyncEnd,
+    restore_active,
 )
-from quiesce.protocol.controller._ledger import GroupRecord
-from quiesce.protocol.controller._restore_flow import restore_active
-from quiesce.protocol.machines._admission_gate import GateState
-from quiesce.protocol.machines._checkpoint import CheckpointState
-from quiesce.protocol.machines._deadline_registry import group_of_timer
-from quiesce.protocol.machines._prompt_group import GroupState
-from quiesce.protocol.participant._participant import ParticipantOp
+from quiesce.protocol.machines import CheckpointState, GateState, GroupState, group_of_timer
+from quiesce.protocol.participant import ParticipantOp
+from quiesce.protocol.wire import BeginRequest, ControlRequest, ErrorReply, Message
 
 __all__ = [
     "CallRecord",
@@ -183,7 +189,7 @@ class _LoggedParticipant(Participant):
         self._role = role
         self._run = run
 
-    async def _send(
+    async def send(
         self, op: ParticipantOp, request: Message | None, deadline_at: float | None
     ) -> Message:
         return await self._inner.call(op, request, deadline_at)

@@ -20,6 +20,7 @@ from quiesce.protocol._ids import OpIdField
 __all__ = [
     "AckReply",
     "AckRequest",
+    "BaseReply",
     "BeginRequest",
     "BoundaryRequest",
     "Capabilities",
@@ -141,14 +142,14 @@ class FinishRequest(Message):
 # ------------------------------------------------------------------------------- replies
 
 
-class Reply(Message):
+class BaseReply(Message):
     """Base of replies: who answered, and which incarnation of it."""
 
     participant: str
     incarnation: str
 
 
-class Capabilities(Reply):
+class Capabilities(BaseReply):
     """Discovery (§2): what the participant is and how it recovers."""
 
     role: Role
@@ -173,7 +174,7 @@ class Capabilities(Reply):
         )
 
 
-class PrepareReply(Reply):
+class PrepareReply(BaseReply):
     """prepare(X): `ready`, or `not_ready` with the blockers that keep it from parking."""
 
     op_id: OpIdField
@@ -195,7 +196,7 @@ class Continuation(Message):
     restart_only_dependency: bool = False
 
 
-class CommitReply(Reply):
+class CommitReply(BaseReply):
     """commit(X): the participant's artifact (base64 text) and its SHA-256 digest."""
 
     op_id: OpIdField
@@ -206,7 +207,7 @@ class CommitReply(Reply):
     reason: str = ""  # why a commit failed (empty when committed)
 
 
-class RestoreReply(Reply):
+class RestoreReply(BaseReply):
     """restore(R, snapshot): the digest of what was restored and the restored executions."""
 
     op_id: OpIdField
@@ -216,14 +217,14 @@ class RestoreReply(Reply):
     reason: str = ""  # why a restore failed (empty when restored)
 
 
-class ResumeReply(Reply):
+class ResumeReply(BaseReply):
     """resume(X) (= abort, = release): `retired` is the new high-watermark."""
 
     op_id: OpIdField
     retired: OpIdField
 
 
-class StatusReply(Reply):
+class StatusReply(BaseReply):
     """status: the fence and the role's machine, for probes and conformance tests."""
 
     fence: str
@@ -234,21 +235,21 @@ class StatusReply(Reply):
     completed_unacknowledged: int = Field(default=0, ge=0)
 
 
-class AckReply(Reply):
+class AckReply(BaseReply):
     """ACK batch result: which receipts were released, which were unknown (idempotent)."""
 
     acknowledged: tuple[Receipt, ...] = ()
     unknown: tuple[Receipt, ...] = ()
 
 
-class RetireReply(Reply):
+class RetireReply(BaseReply):
     """retire: `tombstoned`, or `completed_unacknowledged` (only an ACK releases a result)."""
 
     outcome: Literal["tombstoned", "completed_unacknowledged", "already_retired"]
     receipt: Receipt | None = None
 
 
-class ExecutionReply(Reply):
+class ExecutionReply(BaseReply):
     """begin / boundary / finish of an agent execution: its M3 state after the event.
 
     `state` tells the agent's runtime what to do: `running` continue, `parked` wait for
@@ -262,7 +263,7 @@ class ExecutionReply(Reply):
     receipt: Receipt | None = None
 
 
-class ErrorReply(Reply):
+class ErrorReply(BaseReply):
     """A typed refusal (`code` is `Refusal.code`); `active_id` for `checkpoint_conflict`."""
 
     code: str

@@ -28,9 +28,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from quiesce.adapters._participant_host import _OPS, ParticipantHost, _dedupe_key
+from quiesce.adapters import ParticipantHost, dedupe_key
 from quiesce.fsm import Value
-from quiesce.protocol._messages import (
+from quiesce.protocol.machines import ExecState, FenceState
+from quiesce.protocol.participant import AgentRole, ParticipantOp, stamp
+from quiesce.protocol.wire import (
     AckRequest,
     CommitReply,
     ControlRequest,
@@ -40,11 +42,6 @@ from quiesce.protocol._messages import (
     RetireReply,
     RetireRequest,
 )
-from quiesce.protocol.machines._agent_execution import ExecState
-from quiesce.protocol.machines._control_fence import FenceState
-from quiesce.protocol.participant._agent_role import AgentRole
-from quiesce.protocol.participant._participant import ParticipantOp
-from quiesce.protocol.participant._state import stamp
 
 __all__ = [
     "BROKEN_HOSTS",
@@ -133,7 +130,7 @@ class BusyDuplicateHost(ParticipantHost):
 
     async def handle(self, op: ParticipantOp | str, request: Any = None) -> Message:
         """Answer `op`; a concurrent duplicate of a control request is refused (the bug)."""
-        key = _dedupe_key(_OPS.get(_name(op)), request)
+        key = dedupe_key(ParticipantOp.named(_name(op)), request)
         if key is None:
             return await super().handle(op, request)
         if key in self.busy:

@@ -79,20 +79,20 @@ from hypothesis.stateful import (
 )
 from pydantic import BaseModel, ValidationError
 
-from quiesce.adapters._http_server import WireError, status_of
-from quiesce.adapters._participant_api import REPLY_MODELS, CompletionsReply
+from quiesce.adapters import REPLY_MODELS, CompletionsReply, WireError, status_of
 from quiesce.fsm import QuiesceError
-from quiesce.protocol._ids import InvalidOpId, OpId
-from quiesce.protocol._messages import Capabilities, ErrorReply, Message, Receipt
-from quiesce.protocol.machines._control_fence import FenceOp
-from quiesce.protocol.participant._agent_role import AgentRole
-from quiesce.protocol.participant._participant import ParticipantOp, handle
-from quiesce.protocol.participant._state import (
+from quiesce.protocol import InvalidOpId, OpId
+from quiesce.protocol.machines import FenceOp
+from quiesce.protocol.participant import (
+    AgentRole,
     ParticipantConfig,
+    ParticipantOp,
     ParticipantState,
+    handle,
     new_participant,
     stamp,
 )
+from quiesce.protocol.wire import Capabilities, ErrorReply, Message, Receipt
 from quiesce.testing._wire import Exchange, ServerUnreachable, WireClient
 
 __all__ = [
@@ -101,7 +101,7 @@ __all__ = [
     "ConformanceResult",
     "ConformanceSetupError",
     "ConformanceViolation",
-    "Step",
+    "KitStep",
     "assert_conforms",
     "check_conformance",
 ]
@@ -124,7 +124,7 @@ _BAD_DIGEST = "0" * 64
 
 
 @dataclass(frozen=True, slots=True)
-class Step:
+class KitStep:
     """One request of a sequence: what was sent and answered, and, when the kit compared
     it, the `expected` (oracle) and `actual` (server) projections. `setup` marks the
     requests that bring the server to a known state; `check` the `status`/`completions`
@@ -159,7 +159,7 @@ class ConformanceViolation(QuiesceError):
     """The server broke `rule` at the last of `steps` (the whole sequence from the start of
     the example). `differences` lists `field: expected X, got Y`."""
 
-    def __init__(self, rule: str, differences: tuple[str, ...], steps: tuple[Step, ...]) -> None:
+    def __init__(self, rule: str, differences: tuple[str, ...], steps: tuple[KitStep, ...]) -> None:
         self.rule = rule
         self.differences = differences
         self.steps = steps
@@ -258,14 +258,14 @@ class ConformanceResult:
         return "\n".join(lines)
 
 
-def _shown(steps: tuple[Step, ...]) -> list[Step]:
+def _shown(steps: tuple[KitStep, ...]) -> list[KitStep]:
     """The steps worth printing: every request that can change state, and the failing one
     (passing `status`/`completions` reads change nothing and only add noise)."""
     last = steps[-1] if steps else None
     return [s for s in steps if s is last or not (s.check or s.exchange.method == "GET")]
 
 
-def _format_step(number: int, step: Step, *, last: bool) -> list[str]:
+def _format_step(number: int, step: KitStep, *, last: bool) -> list[str]:
     tag = "  [setup]" if step.setup else ""
     lines = [f"{number:3}. {step.exchange.request_line()}{tag}"]
     lines.append(f"     -> {step.exchange.status} {_brief(step.exchange.reply)}")
@@ -330,7 +330,7 @@ class _Run:
     allowed_failures: int = 0
     duplicates: int = 0
     best: ConformanceViolation | None = None
-    previous: tuple[Step, ...] = ()
+    previous: tuple[KitStep, ...] = ()
     stuck: bool = False
     setup_error: ConformanceSetupError | None = None
     url: str = ""
@@ -667,7 +667,7 @@ class _Machine(RuleBasedStateMachine):
         run = self.run
         run.examples += 1
         self.prefix = f"{run.nonce}-{run.examples}"
-        self.steps: list[Step] = []
+        self.steps: list[KitStep] = []
         self.begun: set[Key] = set()
         self.receipts: dict[str, dict[Key, str]] = {"server": {}, "oracle": {}}
         self.replies: dict[tuple[str, str], Any] = {}
@@ -720,7 +720,7 @@ class _Machine(RuleBasedStateMachine):
             self._unreachable(error, body)
 
     def _unreachable(self, error: ServerUnreachable, body: Any) -> NoReturn:
-        self.steps.append(Step(Exchange(error.method, error.path, body, 0, error.detail)))
+        self.steps.append(KitStep(Exchange(error.method, error.path, body, 0, error.detail)))
         self._fail("the server stopped answering", (str(error),))
 
     def _fail(self, rule: str, differences: tuple[str, ...]) -> NoReturn:
@@ -745,7 +745,7 @@ class _Machine(RuleBasedStateMachine):
     def _query(self, op: str) -> Any:
         """A setup read (status, completions), parsed; a bad answer is a violation."""
         exchange = self._send(op)
-        self.steps.append(Step(exchange, setup=True, check=True))
+        self.steps.append(KitStep(exchange, setup=True, check=True))
         try:
             return _reply_model(op, 200).model_validate(exchange.reply)
         except ValidationError as error:
@@ -759,7 +759,7 @@ class _Machine(RuleBasedStateMachine):
         if status.fence != "idle":
             body = {"op_id": _opid(status.active_id), "deadline_at": DEADLINE_AT}
             exchange = self._send("resume", body)
-            self.steps.append(Step(exchange, setup=True))
+            self.steps.append(KitStep(exchange, setup=True))
             if exchange.status != 200:
                 self._setup_failed(
                     "setup: resume of the active id must bring the fence back to idle (M2)",
@@ -769,7 +769,7 @@ class _Machine(RuleBasedStateMachine):
             held = self._query("completions").receipts
             if held:
                 acks = {"receipts": [r.model_dump(mode="json") for r in held]}
-                self.steps.append(Step(self._send("ack", acks), setup=True))
+                self.steps.append(KitStep(self._send("ack", acks), setup=True))
         status = self._query("status")
         if status.fence != "idle" or status.live_executions or status.completed_unacknowledged:
             self._setup_failed(
@@ -906,7 +906,7 @@ class _Machine(RuleBasedStateMachine):
         check: bool = False,
     ) -> dict[str, Any]:
         actual = self._actual(op, exchange)
-        self.steps.append(Step(exchange, expected, actual, check=check))
+        self.steps.append(KitStep(exchange, expected, actual, check=check))
         return actual
 
     def _actual(self, op: str, exchange: Exchange) -> dict[str, Any]:
@@ -946,7 +946,7 @@ class _Machine(RuleBasedStateMachine):
         order = sorted(range(len(exchanges)), key=lambda i: wrong[i])  # a wrong one last
         for number, i in enumerate(order, 1):
             note = _note(op, failed[i], number, len(exchanges))
-            self.steps.append(Step(exchanges[i], expected, actuals[i], setup=setup, note=note))
+            self.steps.append(KitStep(exchanges[i], expected, actuals[i], setup=setup, note=note))
         self.last = op if copies == 1 else f"duplicate:{op}"
         if any(wrong):
             actual = actuals[order[-1]]

@@ -21,13 +21,14 @@ from typing import Any
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-from quiesce.adapters._clock import RealClock
-from quiesce.adapters._http_server import DEFAULT_MAX_BODY_BYTES, create_app
-from quiesce.adapters._participant_host import (
+from quiesce.adapters import (
+    DEFAULT_MAX_BODY_BYTES,
     FileJournal,
     JournalSink,
     MemoryJournal,
     ParticipantHost,
+    RealClock,
+    create_app,
 )
 from quiesce.fsm import QuiesceError
 

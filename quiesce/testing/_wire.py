@@ -31,7 +31,7 @@ import anyio
 import anyio.from_thread
 import httpx
 
-from quiesce.adapters._http_server import ROUTES
+from quiesce.adapters import ROUTES
 from quiesce.fsm import QuiesceError
 
 __all__ = ["OPERATIONS", "Exchange", "ServerUnreachable", "WireClient"]

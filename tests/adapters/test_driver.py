@@ -33,12 +33,11 @@ from quiesce.adapters import (
     WorkConfig,
 )
 from quiesce.adapters._clock import Clock, TaskGroup
-from quiesce.protocol import (
+from quiesce.protocol import Coordinator, OpId, QuiesceConfig
+from quiesce.protocol.controller import (
     Call,
     CallFailed,
-    CheckpointState,
     ClearIntent,
-    Coordinator,
     GroupOpened,
     Op,
     OptimizerStepBegin,
@@ -46,14 +45,23 @@ from quiesce.protocol import (
     Outcome,
     PeriodElapsed,
     Publish,
-    QuiesceConfig,
     Redispatch,
     Reply,
     TrainSwitchBegin,
     TrainSwitchEnd,
+    UnknownRecoveryMode,
+    UnmanagedMultiProcess,
 )
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._messages import (
+from quiesce.protocol.machines import (
+    AttemptState,
+    CheckpointState,
+    ExecState,
+    FenceState,
+    GroupState,
+    RegistryState,
+)
+from quiesce.protocol.participant import AgentRole, ParticipantOp
+from quiesce.protocol.wire import (
     BoundaryRequest,
     ControlRequest,
     ErrorReply,
@@ -62,14 +70,6 @@ from quiesce.protocol._messages import (
     PrepareReply,
     RestoreReply,
 )
-from quiesce.protocol.controller._recovery_levels import UnknownRecoveryMode, UnmanagedMultiProcess
-from quiesce.protocol.machines._agent_execution import ExecState
-from quiesce.protocol.machines._control_fence import FenceState
-from quiesce.protocol.machines._deadline_registry import RegistryState
-from quiesce.protocol.machines._prompt_group import GroupState
-from quiesce.protocol.machines._rollout_attempt import AttemptState
-from quiesce.protocol.participant._agent_role import AgentRole
-from quiesce.protocol.participant._participant import ParticipantOp
 
 pytestmark = pytest.mark.anyio
 
@@ -315,7 +315,7 @@ async def test_every_fault_becomes_its_own_cause(anyio_backend: str, tmp_path: P
 
 
 async def test_timers_rearm_and_cancel(anyio_backend: str, tmp_path: Path) -> None:
-    from quiesce.protocol import ArmTimer, CancelTimer
+    from quiesce.protocol.controller import ArmTimer, CancelTimer
 
     async def body(rig: Rig) -> None:
         fired: list[str] = []
@@ -582,7 +582,7 @@ class _SlowAcks(Participant):
         self.request_delay_s = 0.0
         self.reply_delay_s = 0.0
 
-    async def _send(
+    async def send(
         self, op: ParticipantOp, request: Message | None, deadline_at: float | None
     ) -> Message:
         if op is not ParticipantOp.ACK:
@@ -810,7 +810,7 @@ class _LyingRestore(Participant):
         self.name = inner.name
         self.lies = 1
 
-    async def _send(
+    async def send(
         self, op: ParticipantOp, request: Message | None, deadline_at: float | None
     ) -> Message:
         reply = await self.inner.call(op, request, deadline_at)

@@ -20,8 +20,9 @@ from quiesce.adapters import (
     configure_logging,
     spawn_ray_participant,
 )
-from quiesce.protocol import Coordinator, GroupOpened, PeriodElapsed, QuiesceConfig
-from quiesce.protocol._messages import StatusReply
+from quiesce.protocol import Coordinator, QuiesceConfig
+from quiesce.protocol.controller import GroupOpened, PeriodElapsed
+from quiesce.protocol.wire import StatusReply
 
 # Ray workers must use this interpreter, not a fresh `uv run` environment without the extra.
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")

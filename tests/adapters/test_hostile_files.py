@@ -33,10 +33,11 @@ from quiesce.adapters import (
     JournalCorrupt,
     RealClock,
     SnapshotStore,
+    configure_server_logging,
 )
-from quiesce.cli._serve import configure_logging
-from quiesce.protocol import ConfigError, Coordinator, PeriodElapsed, QuiesceConfig
-from quiesce.protocol.participant._participant import handle, journal_of, new_participant
+from quiesce.protocol import ConfigError, Coordinator, QuiesceConfig
+from quiesce.protocol.controller import PeriodElapsed
+from quiesce.protocol.participant import handle, journal_of, new_participant
 from quiesce.testing import LocalServer
 
 TOPO = "topo-a"
@@ -247,7 +248,7 @@ async def test_the_token_is_nowhere_after_a_full_http_checkpoint(
 ) -> None:
     logs = io.StringIO()
     saved = (logging.root.handlers[:], logging.root.level)
-    configure_logging("debug", logs)
+    configure_server_logging("debug", logs)
     try:
         bodies = await _checkpoint_over_http(tmp_path)
     finally:

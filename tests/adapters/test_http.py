@@ -31,17 +31,17 @@ from hypothesis import strategies as st
 
 from quiesce.adapters import (
     ROUTES,
-    CallFailed,
+    CallFailedError,
     FileJournal,
     HttpParticipant,
     MemoryJournal,
     ParticipantHost,
     RealClock,
+    configure_server_logging,
     create_app,
 )
-from quiesce.cli._serve import configure_logging
 from quiesce.protocol import Cause
-from quiesce.protocol._messages import (
+from quiesce.protocol.wire import (
     AckRequest,
     BeginRequest,
     CommitReply,
@@ -95,7 +95,7 @@ def _serve_in_thread(config: dict[str, Any], state_dir: Path) -> Served:
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Served]]:
     saved = (logging.root.handlers[:], logging.root.level)
-    configure_logging("debug", LOGS)
+    configure_server_logging("debug", LOGS)
     root = tmp_path_factory.mktemp("http")
     started = {
         "policy": _serve_in_thread({"name": "policy-0", "role": "policy"}, root / "policy"),
@@ -314,7 +314,7 @@ async def test_client_maps_http_failures_to_causes(anyio_backend: str) -> None:
         "http://p.invalid", token=TOKEN, name="p", transport=httpx.MockTransport(answer)
     )
     clock = RealClock()
-    failures: dict[str, CallFailed] = {}
+    failures: dict[str, CallFailedError] = {}
     for name, call in {
         "status": client.status(),
         "capabilities": client.capabilities(),
@@ -322,7 +322,7 @@ async def test_client_maps_http_failures_to_causes(anyio_backend: str) -> None:
         "commit": client.commit(ctl(CK1, clock.now() + 5)),
         "expired": client.resume(ctl(CK1, clock.now() - 1)),
     }.items():
-        with pytest.raises(CallFailed) as caught:
+        with pytest.raises(CallFailedError) as caught:
             await call
         failures[name] = caught.value
     assert failures["status"].cause is Cause.PARTICIPANT_ERROR
@@ -380,13 +380,13 @@ async def test_killed_server_mid_call_fails_then_recovers_from_its_journal(
             assert isinstance(prepared, PrepareReply) and prepared.status == "ready"
             # The server hangs mid-call (stopped), then dies: the call times out...
             process.send_signal(signal.SIGSTOP)
-            with pytest.raises(CallFailed) as hung:
+            with pytest.raises(CallFailedError) as hung:
                 await client.commit(ctl(CK1, clock.now() + 0.5))
             assert hung.value.cause is Cause.TIMEOUT
             process.kill()
             process.wait(timeout=10)
             # ... and the next one cannot connect at all.
-            with pytest.raises(CallFailed) as refused:
+            with pytest.raises(CallFailedError) as refused:
                 await client.status()
             assert refused.value.cause is Cause.IO_ERROR
         finally:
@@ -536,7 +536,8 @@ async def test_killed_server_mid_prepare_leads_to_abort_then_a_successful_checkp
         InMemoryTrainer,
         SnapshotStore,
     )
-    from quiesce.protocol import Coordinator, PeriodElapsed, QuiesceConfig
+    from quiesce.protocol import Coordinator, QuiesceConfig
+    from quiesce.protocol.controller import PeriodElapsed
 
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)

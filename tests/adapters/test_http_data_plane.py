@@ -26,7 +26,7 @@ from quiesce.adapters import (
     ServiceUnusable,
     connect_services,
 )
-from quiesce.protocol._messages import (
+from quiesce.protocol.wire import (
     BeginRequest,
     CommitReply,
     ControlRequest,

@@ -24,7 +24,8 @@ from quiesce.adapters import (
     WorkConfig,
 )
 from quiesce.protocol import ParticipantOp, journal_of
-from quiesce.protocol._messages import (
+from quiesce.protocol.participant import Journal
+from quiesce.protocol.wire import (
     AckRequest,
     BeginRequest,
     CommitReply,
@@ -36,7 +37,6 @@ from quiesce.protocol._messages import (
     ResumeReply,
     StatusReply,
 )
-from quiesce.protocol.participant._journal import Journal
 
 pytestmark = pytest.mark.anyio
 

@@ -14,9 +14,9 @@ from typing import Any
 import anyio
 import pytest
 
-from quiesce.adapters import CallFailed, RealClock, spawn_ray_participant
+from quiesce.adapters import CallFailedError, RealClock, spawn_ray_participant
 from quiesce.protocol import Cause
-from quiesce.protocol._messages import (
+from quiesce.protocol.wire import (
     BeginRequest,
     BoundaryRequest,
     CommitReply,
@@ -79,14 +79,14 @@ async def test_prepare_commit_resume_and_refusal_through_real_actors(anyio_backe
     assert dead.cause is Cause.IO_ERROR
 
 
-async def first_failure_after_kill(participant: Any, attempts: int = 100) -> CallFailed:
-    """The `CallFailed` a killed actor's participant raises. `ray.kill` only asks the GCS to
+async def first_failure_after_kill(participant: Any, attempts: int = 100) -> CallFailedError:
+    """The `CallFailedError` a killed actor's participant raises. `ray.kill` only asks the GCS to
     kill the actor: a call sent in the next few milliseconds may still be answered by the live
     worker, so this calls until one fails; every answer before that must still be valid."""
     for _ in range(attempts):
         try:
             reply = await participant.status()
-        except CallFailed as failure:
+        except CallFailedError as failure:
             return failure
         assert isinstance(reply, StatusReply), reply
         await anyio.sleep(0.05)
@@ -148,7 +148,7 @@ async def test_checkpoint_and_restore_of_an_agent_through_real_actors(
 async def test_deadline_bounds_a_ray_call(anyio_backend: str) -> None:
     policy = spawn_ray_participant({"name": "policy-t", "role": "policy"})
     await policy.wait_ready()
-    with pytest.raises(CallFailed) as late:
+    with pytest.raises(CallFailedError) as late:
         await policy.prepare(ctl("ck-1-1-step0", timeout_s=-1.0))
     assert late.value.cause is Cause.TIMEOUT
     ray.kill(policy.actor)

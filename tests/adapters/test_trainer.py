@@ -16,7 +16,7 @@ from quiesce.adapters import (
     InMemoryTrainer,
     OptimizerBusy,
     Trainer,
-    TrainerAnchor,
+    TrainerCheckpoint,
 )
 
 
@@ -27,7 +27,7 @@ def _group(prompt: int, siblings: int = 2) -> FinishedGroup:
 def test_in_memory_classes_satisfy_the_interfaces() -> None:
     trainer: Trainer = InMemoryTrainer()
     plane: DataPlane = InMemoryDataPlane(InMemoryTrainer())
-    assert trainer.anchor() == TrainerAnchor(0, 0, 0)
+    assert trainer.anchor() == TrainerCheckpoint(0, 0, 0)
     assert plane.position == 0
 
 
@@ -40,7 +40,7 @@ def test_optimizer_step_advances_step_version_anchor_and_lineage() -> None:
     batch = trainer.finish_optimizer_step(dataloader_position=2)
     assert not trainer.optimizer_commit_in_progress
     assert (trainer.step, trainer.version) == (1, 1)
-    assert trainer.anchor() == TrainerAnchor(1, 1, 2)
+    assert trainer.anchor() == TrainerCheckpoint(1, 1, 2)
     assert batch.items == ((0, 0), (0, 1), (1, 0), (1, 1))
     assert trainer.lineage() == (batch,)
     with pytest.raises(OptimizerBusy):
@@ -136,7 +136,7 @@ def test_bootstrap_rewind_reruns_in_flight_work_without_duplicates() -> None:
     plane.push_finished(_group(3))
     # Step 1 trains 1 and 3 while 0 and 2 are still in flight: the anchor's low watermark is 0.
     batch = plane.train(2, in_flight=[0, 2])
-    assert batch is not None and trainer.anchor() == TrainerAnchor(1, 1, 0)
+    assert batch is not None and trainer.anchor() == TrainerCheckpoint(1, 1, 0)
     plane.next_prompt()  # 4, consumed after the anchor
     plane.rewind_to_anchor()
     rerun = [plane.next_prompt() for _ in range(3)]

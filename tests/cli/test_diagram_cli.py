@@ -10,9 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from quiesce.cli import main
-from quiesce.fsm import _diagram as diagram_module
 from quiesce.fsm import render_dot, render_mermaid
-from quiesce.protocol import ADMISSION_GATE
+from quiesce.protocol.machines import ADMISSION_GATE
 from quiesce.protocol.machines import TABLES as REGISTERED
 
 TRACE = [
@@ -64,7 +63,7 @@ def test_a_bad_trace_exits_2_naming_the_step(tmp_path: Path) -> None:
 
 
 def test_svg_without_graphviz_exits_1_naming_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(diagram_module.shutil, "which", lambda name: None)
+    monkeypatch.setattr("shutil.which", lambda name: None)
     code, out, err = run("diagram", "admission_gate", "--format", "svg")
     assert code == 1 and out == ""
     assert "apt-get install graphviz" in err

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from quiesce.cli import main
 from quiesce.fsm import render_mermaid
-from quiesce.protocol import ADMISSION_GATE
+from quiesce.protocol.machines import ADMISSION_GATE
 from quiesce.protocol.machines import TABLES as REGISTERED
 
 ROW_KEYS = {"source", "input", "guard", "target", "effects"}

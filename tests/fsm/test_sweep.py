@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from quiesce.fsm import GuardRejected, Table, TransitionNotAllowed, Value, label
 from quiesce.models import arg_strategies
-from quiesce.protocol import ADMISSION_GATE, GateInput
+from quiesce.protocol.machines import ADMISSION_GATE, GateInput
 from quiesce.protocol.machines import TABLES as REGISTERED
 
 TABLES = dict(REGISTERED)

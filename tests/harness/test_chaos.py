@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from quiesce.adapters._trainer import FinishedGroup
+from quiesce.adapters import FinishedGroup
 from quiesce.harness._chaos import ChaosConfig, run_chaos
 from quiesce.harness._chaos_controller import (
     DurableTrainer,

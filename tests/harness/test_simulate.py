@@ -13,8 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quiesce.adapters import Driver, RealClock, VirtualClock, configure_logging
-from quiesce.adapters._trainer import FinishedGroup
+from quiesce.adapters import Driver, FinishedGroup, RealClock, VirtualClock, configure_logging
 from quiesce.harness import SimulationConfig, simulate
 from quiesce.harness._simulate import _Run
 

@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from quiesce.cli import _check, main
+from quiesce.cli import main
 from quiesce.models import NO_STALL, Progress, ProtocolModel, always, walk
-from quiesce.models import check as explore
 from quiesce.models._mutants import MUTANTS, STEP_TIMEOUT_S, Mutant, _hang, verify
 from tests.models.test_explorer import Counter, Edge, Graph
 
@@ -173,18 +172,6 @@ def test_check_walks_cli_exits_1_on_a_mutant() -> None:
     )
     assert ran.exit_code == 1, ran.output
     assert json.loads(ran.stdout)["violations"][0]["property"] == "I1"
-
-
-def test_check_warns_that_the_reference_size_will_not_finish(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(
-        _check, "explore", lambda model, **kw: explore(model, **{**kw, "max_states": 5})
-    )
-    ran = CliRunner().invoke(main, ["check"])
-    assert "will not finish in minutes" in ran.stderr and "--walks N" in ran.stderr
-    bounded = CliRunner().invoke(main, ["check", "--max-states", "5"])
-    assert "will not finish" not in bounded.stderr
 
 
 def test_progress_is_reported_every_n_walks() -> None:

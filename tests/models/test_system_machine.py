@@ -19,9 +19,9 @@ from hypothesis.stateful import run_state_machine_as_test
 from quiesce.adapters import configure_logging
 from quiesce.models import CallRecord, SystemMachine, SystemRun, SystemViolation, system_machine
 from quiesce.models._mutants import MUTANTS
-from quiesce.protocol._ids import OpId
-from quiesce.protocol.controller._inputs import PeriodElapsed
-from quiesce.protocol.participant._participant import ParticipantOp
+from quiesce.protocol import OpId
+from quiesce.protocol.controller import PeriodElapsed
+from quiesce.protocol.participant import ParticipantOp
 
 # The unmutated protocol through the whole machine. Measured at ~13 examples/s, so the
 # `ci` profile's 200 examples of up to 50 rules each take ~15 s.

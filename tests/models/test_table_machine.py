@@ -23,7 +23,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from quiesce.fsm import Table, on
 from quiesce.models import arg_strategies, table_state_machine
 from quiesce.models._table_machine import arg_examples
-from quiesce.protocol import ADMISSION_GATE, GateInput
+from quiesce.protocol.machines import ADMISSION_GATE, GateInput
 from quiesce.protocol.machines import TABLES as REGISTERED
 
 # Checks of the generator itself, not bug hunts: a short run shows every rule working.

@@ -27,6 +27,7 @@ from quiesce.models import (
     mermaid_sequence,
 )
 from quiesce.models._two_phase import RmInput
+from quiesce.protocol.machines import TABLES as REGISTERED
 
 ROOT = Path(__file__).resolve().parents[2]
 

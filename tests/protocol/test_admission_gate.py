@@ -3,8 +3,8 @@
 import pytest
 
 from quiesce.fsm import TransitionNotAllowed
-from quiesce.protocol import ADMISSION_GATE as GATE
-from quiesce.protocol import GateInput, GateState
+from quiesce.protocol.machines import ADMISSION_GATE as GATE
+from quiesce.protocol.machines import GateInput, GateState
 
 
 def test_hold_closes_and_names_the_owner() -> None:

@@ -7,14 +7,18 @@ from typing import Any
 import pytest
 
 from quiesce.fsm import Effect, TransitionNotAllowed, Value
-from quiesce.protocol import AGENT_EXECUTION as EXEC
-from quiesce.protocol import AgentInput, ExecState
-from quiesce.protocol.machines._agent_execution import (
-    ARG_EXAMPLES,
+from quiesce.models import arg_examples
+from quiesce.protocol.machines import (
+    AGENT_EXECUTION,
     Admission,
+    AgentInput,
     Completion,
+    ExecState,
     ExecutionData,
 )
+from quiesce.protocol.machines import AGENT_EXECUTION as EXEC
+
+ARG_EXAMPLES = arg_examples(AGENT_EXECUTION)
 
 I, S = AgentInput, ExecState  # noqa: E741
 DONE = Completion("r1#0:abc", '{"reward":1}')

@@ -9,17 +9,16 @@ from typing import Any
 import pytest
 
 from quiesce.fsm import Effect, TransitionNotAllowed, Value
-from quiesce.protocol import (
+from quiesce.protocol import Cause, classify
+from quiesce.protocol._ids import OpId
+from quiesce.protocol.machines import (
     CHECKPOINT,
     Attempt,
-    Cause,
     CheckpointData,
     CheckpointInput,
     CheckpointState,
     Trigger,
-    classify,
 )
-from quiesce.protocol._ids import OpId
 
 S, I = CheckpointState, CheckpointInput  # noqa: E741  (h2's StreamInputs)
 X = OpId(1, 1, 0)

@@ -7,19 +7,26 @@ from typing import Any
 import pytest
 
 from quiesce.fsm import Value
-from quiesce.protocol import CONTROL_FENCE as FENCE
-from quiesce.protocol import FenceCall, FenceData, FenceInput, FenceOp, FenceState
+from quiesce.models import arg_examples
 from quiesce.protocol._errors import CheckpointConflict, InvalidPhase, StaleCheckpoint
 from quiesce.protocol._ids import OpId
-from quiesce.protocol.machines._control_fence import (
-    ARG_EXAMPLES,
+from quiesce.protocol.machines import (
+    CONTROL_FENCE,
+    FenceCall,
+    FenceData,
+    FenceInput,
     FenceJoin,
     FenceLateOutcome,
+    FenceOp,
     FenceRefusal,
     FenceReplay,
     FenceRetire,
     FenceStart,
+    FenceState,
 )
+from quiesce.protocol.machines import CONTROL_FENCE as FENCE
+
+ARG_EXAMPLES = arg_examples(CONTROL_FENCE)
 
 I, S, Op = FenceInput, FenceState, FenceOp  # noqa: E741
 X, Y, OLD = OpId(1, 5, 10), OpId(1, 6, 11), OpId(1, 4, 9)

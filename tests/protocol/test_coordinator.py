@@ -7,19 +7,24 @@ from typing import Any
 
 import pytest
 
-from quiesce.protocol import (
-    CAUSES,
+from quiesce.protocol import CAUSES, Cause, Coordinator, Disposition
+from quiesce.protocol._config import QuiesceConfig
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._messages import (
+    Capabilities,
+    CommitReply,
+    ErrorReply,
+    PrepareReply,
+    ResumeReply,
+)
+from quiesce.protocol.controller import (
     ArmTimer,
     Call,
     CallFailed,
-    Cause,
-    CheckpointState,
     ClearIntent,
     CloseAdmission,
-    Coordinator,
     Discovered,
     Dispatch,
-    Disposition,
     GroupOpened,
     InspectPublished,
     LocalDone,
@@ -42,20 +47,11 @@ from quiesce.protocol import (
     TimerDue,
     TrainerBoundary,
     WriteIntent,
-    deadline_timer,
     prepare_deadline_timer,
     prepare_retry_timer,
     retry_timer,
 )
-from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._messages import (
-    Capabilities,
-    CommitReply,
-    ErrorReply,
-    PrepareReply,
-    ResumeReply,
-)
+from quiesce.protocol.machines import CheckpointState, deadline_timer
 
 S = CheckpointState
 ROLES = {"pol": "policy", "ag": "agent", "res": "resources"}

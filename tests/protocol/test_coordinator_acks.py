@@ -6,23 +6,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from quiesce.protocol import (
+from quiesce.protocol import Cause
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._messages import AckReply, Receipt
+from quiesce.protocol.controller import (
     Call,
     CallFailed,
-    Cause,
-    CheckpointState,
+    Dispatch,
     GroupOpened,
     Log,
     Metric,
     Op,
     Outcome,
+    OwedAck,
     Reply,
     RolloutCompleted,
 )
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._messages import AckReply, Receipt
-from quiesce.protocol.controller._effects import Dispatch
-from quiesce.protocol.controller._ledger import OwedAck
+from quiesce.protocol.machines import CheckpointState
 from tests.protocol.test_coordinator import Harness, of
 
 S = CheckpointState

@@ -3,20 +3,15 @@
 import pytest
 
 from quiesce.fsm import TransitionNotAllowed
-from quiesce.protocol import (
-    DEADLINE_REGISTRY as REG,
-)
-from quiesce.protocol import (
+from quiesce.protocol.controller import (
     ArmTimer,
     CancelTimer,
-    DeadlineArg,
     DeadlineExpired,
-    RegistryInput,
-    RegistryState,
     ResumeDeadlines,
     SuspendDeadlines,
-    deadline_timer,
 )
+from quiesce.protocol.machines import DEADLINE_REGISTRY as REG
+from quiesce.protocol.machines import DeadlineArg, RegistryInput, RegistryState, deadline_timer
 
 
 def step(value, event, key, now, budget_s=0.0):

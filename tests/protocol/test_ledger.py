@@ -5,20 +5,17 @@ import itertools
 import pytest
 
 from quiesce.fsm import GuardRejected, TransitionNotAllowed, Value
-from quiesce.protocol import (
+from quiesce.protocol import Ledger
+from quiesce.protocol.controller import DuplicateGroup, OwedAck, UnknownAttempt, UnknownGroup
+from quiesce.protocol.machines import (
     PROMPT_GROUP,
     ROLLOUT_ATTEMPT,
     AttemptData,
     AttemptInput,
     AttemptState,
-    DuplicateGroup,
     GroupData,
     GroupInput,
     GroupState,
-    Ledger,
-    OwedAck,
-    UnknownAttempt,
-    UnknownGroup,
 )
 
 A, AI = AttemptState, AttemptInput

@@ -12,26 +12,7 @@ from typing import Any
 import pytest
 
 from quiesce.fsm import Value
-from quiesce.protocol import (
-    CancelExecution,
-    FenceState,
-    JournalWrite,
-    ParticipantState,
-    ReleaseWaiters,
-    WakeExecutions,
-    agent_policy_call_held,
-    agent_policy_call_resumed,
-    artifact_digest,
-    from_journal,
-    handle,
-    journal_of,
-    may_start_outbound_call,
-    mutation_finished,
-    mutation_started,
-    new_participant,
-    policy_call_finished,
-    policy_call_started,
-)
+from quiesce.protocol import ParticipantState, from_journal, handle, journal_of, new_participant
 from quiesce.protocol._errors import LocalProtocolError, UnsupportedOperation
 from quiesce.protocol._messages import (
     AckReply,
@@ -43,6 +24,21 @@ from quiesce.protocol._messages import (
     ResumeReply,
     RetireReply,
     StatusReply,
+)
+from quiesce.protocol.machines import FenceState
+from quiesce.protocol.participant import (
+    CancelExecution,
+    JournalWrite,
+    ReleaseWaiters,
+    WakeExecutions,
+    agent_policy_call_held,
+    agent_policy_call_resumed,
+    artifact_digest,
+    may_start_outbound_call,
+    mutation_finished,
+    mutation_started,
+    policy_call_finished,
+    policy_call_started,
 )
 
 X, Y = "ck-1-5-step10", "ck-1-6-step11"

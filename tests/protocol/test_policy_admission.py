@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from quiesce.fsm import Effect, GuardRejected, TransitionNotAllowed
-from quiesce.protocol import POLICY_ADMISSION as POLICY
-from quiesce.protocol import PolicyInput, PolicyState
-from quiesce.protocol.machines._policy_admission import ARG_EXAMPLES, AdmissionData
+from quiesce.models import arg_examples
+from quiesce.protocol.machines import POLICY_ADMISSION, AdmissionData, PolicyInput, PolicyState
+from quiesce.protocol.machines import POLICY_ADMISSION as POLICY
+
+ARG_EXAMPLES = arg_examples(POLICY_ADMISSION)
 
 I, S = PolicyInput, PolicyState  # noqa: E741
 

@@ -6,21 +6,23 @@ import pytest
 
 from quiesce.protocol import (
     DuplicateParticipant,
-    EffectiveLevel,
-    EnvironmentTraits,
-    LevelWarning,
     OverrideRefines,
     RecoveryLevel,
-    UnknownEnvironment,
     UnknownRecoveryMode,
     UnknownRole,
     UnmanagedMultiProcess,
-    lower_levels,
-    topology_fingerprint,
     validate_discovery,
 )
 from quiesce.protocol._errors import RemoteProtocolError
 from quiesce.protocol._messages import Capabilities
+from quiesce.protocol.controller import (
+    EffectiveLevel,
+    EnvironmentTraits,
+    LevelWarning,
+    UnknownEnvironment,
+    lower_levels,
+    topology_fingerprint,
+)
 
 TURN, SIBLING, GROUP = RecoveryLevel.TURN, RecoveryLevel.SIBLING, RecoveryLevel.PROMPT_GROUP
 

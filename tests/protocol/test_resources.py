@@ -5,8 +5,17 @@ from __future__ import annotations
 import pytest
 
 from quiesce.fsm import GuardRejected, TransitionNotAllowed
-from quiesce.protocol import RESOURCES, ResourcesInput, ResourcesState
-from quiesce.protocol.machines._resources import ARG_EXAMPLES, Mutation, RecoveryMode, ResourcesData
+from quiesce.models import arg_examples
+from quiesce.protocol.machines import (
+    RESOURCES,
+    Mutation,
+    RecoveryMode,
+    ResourcesData,
+    ResourcesInput,
+    ResourcesState,
+)
+
+ARG_EXAMPLES = arg_examples(RESOURCES)
 
 I, S = ResourcesInput, ResourcesState  # noqa: E741
 M1, M2 = Mutation("m1", "r0"), Mutation("m2", "r1")

@@ -7,27 +7,16 @@ from typing import Any
 import pytest
 
 from quiesce.fsm import GuardRejected, TransitionNotAllowed, Value
-from quiesce.protocol import (
-    RESTORE,
-    RESTORE_ORDER,
-    RESUME_ORDER,
-    AttemptState,
+from quiesce.protocol import Ledger, RecoveryLevel
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._messages import Continuation, RestoreReply
+from quiesce.protocol.controller import (
     DiscardContinuation,
     EffectiveLevel,
-    GroupState,
-    IntentAction,
-    IntentDecision,
-    IntentRecord,
-    Ledger,
     LevelPlan,
     NewGroup,
-    PublishedState,
-    RecoveryLevel,
     Rejection,
-    RestoreData,
-    RestoreInput,
     RestoreMode,
-    RestoreState,
     Retire,
     SelectionKind,
     SnapshotCandidate,
@@ -36,14 +25,26 @@ from quiesce.protocol import (
     TrainerAnchor,
     UnresolvedFinalization,
     VerdictAction,
-    decide_intent,
     judge_restore,
     plan_discards,
     plan_redispatch,
     select_snapshot,
 )
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._messages import Continuation, RestoreReply
+from quiesce.protocol.machines import (
+    RESTORE,
+    RESTORE_ORDER,
+    RESUME_ORDER,
+    AttemptState,
+    GroupState,
+    IntentAction,
+    IntentDecision,
+    IntentRecord,
+    PublishedState,
+    RestoreData,
+    RestoreInput,
+    RestoreState,
+    decide_intent,
+)
 
 S, I = RestoreState, RestoreInput  # noqa: E741  (I for "input", as in the engine)
 TURN, SIBLING, GROUP = RecoveryLevel.TURN, RecoveryLevel.SIBLING, RecoveryLevel.PROMPT_GROUP

@@ -9,17 +9,25 @@ from typing import Any
 import pytest
 
 from quiesce.models import System, SystemState
-from quiesce.protocol import (
+from quiesce.protocol import Cause, Coordinator, new_participant
+from quiesce.protocol._config import QuiesceConfig
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._messages import (
+    Capabilities,
+    Continuation,
+    ErrorReply,
+    RestoreReply,
+    ResumeReply,
+)
+from quiesce.protocol.controller import (
     Call,
     CallFailed,
-    Cause,
-    CheckpointState,
     ClearIntent,
-    Coordinator,
     Discovered,
     Dispatch,
     GroupOpened,
     InspectPublished,
+    Ledger,
     LoadSnapshot,
     Log,
     Metric,
@@ -31,7 +39,6 @@ from quiesce.protocol import (
     Reply,
     RestoreCut,
     RestoreOutcome,
-    RestoreState,
     RestoreTarget,
     RewindToAnchor,
     SnapshotCandidate,
@@ -45,20 +52,10 @@ from quiesce.protocol import (
     TrainerAnchor,
     TrainerBoundary,
     Validate,
-    new_participant,
     prepare_retry_timer,
     restore_retry_timer,
 )
-from quiesce.protocol._config import QuiesceConfig
-from quiesce.protocol._ids import OpId
-from quiesce.protocol._messages import (
-    Capabilities,
-    Continuation,
-    ErrorReply,
-    RestoreReply,
-    ResumeReply,
-)
-from quiesce.protocol.controller._ledger import Ledger
+from quiesce.protocol.machines import CheckpointState, RestoreState
 
 ROLES = {"pol": "policy", "ag": "agent", "res": "resources"}
 ANCHOR = TrainerAnchor(0, "v0", dataloader_position=7)

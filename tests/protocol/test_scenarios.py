@@ -11,34 +11,7 @@ import pytest
 
 from quiesce.fsm import Value
 from quiesce.models import System, SystemState
-from quiesce.protocol import (
-    RESTORE,
-    Call,
-    CheckpointState,
-    ExecState,
-    FenceState,
-    GroupOpened,
-    Op,
-    OptimizerStepEnd,
-    Outcome,
-    PeriodElapsed,
-    Redispatch,
-    RestoreOutcome,
-    RestoreState,
-    Stopped,
-    TimerDue,
-    TrainSwitchBegin,
-    TrainSwitchEnd,
-    UnknownRecoveryMode,
-    UnmanagedMultiProcess,
-    VerdictAction,
-    deadline_timer,
-    judge_restore,
-    new_participant,
-    plan_discards,
-    prepare_retry_timer,
-    restore_retry_timer,
-)
+from quiesce.protocol import UnknownRecoveryMode, UnmanagedMultiProcess, new_participant
 from quiesce.protocol._causes import Cause
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._ids import OpId
@@ -51,8 +24,35 @@ from quiesce.protocol._messages import (
     RestoreReply,
     RetireRequest,
 )
-from quiesce.protocol.controller._coordinator import Coordinator
-from quiesce.protocol.participant._participant import handle
+from quiesce.protocol.controller import (
+    Call,
+    Coordinator,
+    GroupOpened,
+    Op,
+    OptimizerStepEnd,
+    Outcome,
+    PeriodElapsed,
+    Redispatch,
+    RestoreOutcome,
+    Stopped,
+    TimerDue,
+    TrainSwitchBegin,
+    TrainSwitchEnd,
+    VerdictAction,
+    judge_restore,
+    plan_discards,
+    prepare_retry_timer,
+    restore_retry_timer,
+)
+from quiesce.protocol.machines import (
+    RESTORE,
+    CheckpointState,
+    ExecState,
+    FenceState,
+    RestoreState,
+    deadline_timer,
+)
+from quiesce.protocol.participant import handle
 
 S = CheckpointState
 

@@ -6,13 +6,11 @@ flow (M9) runs at controller start. Nothing here awaits, sleeps or reads a clock
 nothing here knows how a participant is implemented: it sees only wire replies.
 """
 
+from quiesce.protocol._timers import ArmTimer, CancelTimer
 from quiesce.protocol.controller._coordinator import (
     CHECKPOINT_HOLDER,
     PHASES,
-    ControllerState,
     Coordinator,
-    Fleet,
-    Member,
     prepare_deadline_timer,
     prepare_retry_timer,
     retry_timer,
@@ -104,7 +102,6 @@ from quiesce.protocol.controller._restore_flow import (
     RESTORE_HOLDER,
     RestoreFlow,
     RestoreHost,
-    RestoreRun,
     restore_retry_timer,
 )
 from quiesce.protocol.controller._restore_plan import (
@@ -130,15 +127,26 @@ from quiesce.protocol.controller._restore_plan import (
     plan_redispatch,
     select_snapshot,
 )
+from quiesce.protocol.controller._state import (
+    ControllerState,
+    Fleet,
+    Member,
+    RestoreRun,
+    restore_active,
+    restore_failed,
+)
+from quiesce.protocol.machines import DeadlineExpired, ResumeDeadlines, SuspendDeadlines
 
 __all__ = [
     "CHECKPOINT_HOLDER",
     "PHASES",
     "RESTORE_HOLDER",
+    "ArmTimer",
     "AttemptKey",
     "AttemptRecord",
     "Call",
     "CallFailed",
+    "CancelTimer",
     "CaptureCut",
     "ClearIntent",
     "CloseAdmission",
@@ -146,6 +154,7 @@ __all__ = [
     "ControllerInput",
     "ControllerState",
     "Coordinator",
+    "DeadlineExpired",
     "DiscardContinuation",
     "DiscardStaging",
     "Discovered",
@@ -199,6 +208,7 @@ __all__ = [
     "RestoreRun",
     "RestoreTarget",
     "RestoreVerdict",
+    "ResumeDeadlines",
     "Retire",
     "RewindToAnchor",
     "RolloutCompleted",
@@ -212,6 +222,7 @@ __all__ = [
     "SnapshotsListed",
     "SourceUnreadable",
     "Stopped",
+    "SuspendDeadlines",
     "TimerDue",
     "Topology",
     "TrainSwitchBegin",
@@ -237,6 +248,8 @@ __all__ = [
     "plan_redispatch",
     "prepare_deadline_timer",
     "prepare_retry_timer",
+    "restore_active",
+    "restore_failed",
     "restore_retry_timer",
     "retry_timer",
     "select_snapshot",

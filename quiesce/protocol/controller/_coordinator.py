@@ -45,10 +45,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from quiesce.fsm import Effect, Table, TransitionNotAllowed, Value, label
+from quiesce.fsm import Effect, Table, TransitionNotAllowed, label
 from quiesce.protocol._causes import Cause, Classification, Disposition, cause_of_refusal, classify
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._errors import LocalProtocolError
@@ -112,48 +112,46 @@ from quiesce.protocol.controller._inputs import (
     WeightSyncBegin,
     WeightSyncEnd,
 )
-from quiesce.protocol.controller._ledger import AttemptKey, Ledger, OwedAck, UnknownGroup
+from quiesce.protocol.controller._ledger import AttemptKey, OwedAck, UnknownGroup
 from quiesce.protocol.controller._recovery_levels import (
-    EffectiveLevel,
     lower_levels,
     validate_discovery,
 )
-from quiesce.protocol.controller._restore_flow import (
-    RestoreFlow,
-    RestoreRun,
+from quiesce.protocol.controller._restore_flow import RestoreFlow
+from quiesce.protocol.controller._state import (
+    ControllerState,
+    Fleet,
+    Member,
     restore_active,
     restore_failed,
 )
-from quiesce.protocol.machines._admission_gate import ADMISSION_GATE, GateInput, GateState
-from quiesce.protocol.machines._checkpoint import (
+from quiesce.protocol.machines import (
+    ADMISSION_GATE,
     CHECKPOINT,
+    DEADLINE_REGISTRY,
+    RESTORE,
     Attempt,
+    AttemptState,
     CheckpointData,
     CheckpointInput,
     CheckpointState,
-    Trigger,
-)
-from quiesce.protocol.machines._deadline_registry import (
-    DEADLINE_REGISTRY,
     DeadlineArg,
     DeadlineExpired,
-    Deadlines,
+    GateInput,
+    GateState,
+    GroupState,
     RegistryInput,
     RegistryState,
+    RestoreInput,
+    RestoreState,
+    Trigger,
     group_of_timer,
 )
-from quiesce.protocol.machines._holder_set import Holders
-from quiesce.protocol.machines._prompt_group import GroupState
-from quiesce.protocol.machines._restore import RESTORE, RestoreData, RestoreInput, RestoreState
-from quiesce.protocol.machines._rollout_attempt import AttemptState
 
 __all__ = [
     "CHECKPOINT_HOLDER",
     "PHASES",
-    "ControllerState",
     "Coordinator",
-    "Fleet",
-    "Member",
     "prepare_deadline_timer",
     "prepare_retry_timer",
     "retry_timer",
@@ -200,108 +198,6 @@ def retry_timer(op_id: OpId) -> str:
 
 
 # ============================================================================ the state
-
-
-@dataclass(frozen=True, slots=True)
-class Member:
-    """One fenced participant: its name, role, and the incarnation last seen."""
-
-    name: str
-    role: str
-    incarnation: str
-
-
-@dataclass(frozen=True, slots=True)
-class Fleet:
-    """What discovery established: fenced participants (by name), the topology
-    fingerprint, and every environment's effective recovery levels."""
-
-    members: tuple[Member, ...]
-    fingerprint: str
-    levels: tuple[EffectiveLevel, ...] = ()
-    group_scored: frozenset[str] = frozenset()  # environments whose scorer waits for all G
-
-    @property
-    def names(self) -> frozenset[str]:
-        """Every fenced participant."""
-        return frozenset(m.name for m in self.members)
-
-    def role_of(self, name: str) -> str | None:
-        """The role of `name`, or None if it is not a fenced participant."""
-        for member in self.members:
-            if member.name == name:
-                return member.role
-        return None
-
-    def incarnation(self, name: str) -> str | None:
-        """The incarnation last seen from `name`."""
-        for member in self.members:
-            if member.name == name:
-                return member.incarnation
-        return None
-
-    def with_incarnation(self, name: str, incarnation: str) -> Fleet:
-        """The fleet after `name` was seen with `incarnation`."""
-        members = tuple(
-            replace(m, incarnation=incarnation) if m.name == name else m for m in self.members
-        )
-        return replace(self, members=members)
-
-    def live_level(self, environment: str, default: RecoveryLevel) -> RecoveryLevel:
-        """The live level of `environment` (M8), or `default` if discovery did not list it."""
-        for level in self.levels:
-            if level.environment == environment:
-                return level.live_level
-        return default
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerState:
-    """Everything the controller knows; frozen, hashable, compact.
-
-    `checkpoint` (M1), `gate` (M6) and `deadlines` (M7) are table values; `ledger` is M8;
-    `fleet` is None until discovery; `seq` is the last id sequence number used in `epoch`
-    (checkpoint and restore ids alike); `trainer_step`, `anchor_step` and `optimizer_busy`
-    are the trainer's position, `anchor_checkpoint` the attempt the anchor's boundary
-    triggered; `mutated` says whether anything changed since the last published snapshot.
-    `restore` is the M9 table value (None until `Recovered`) and `restoring` the
-    bookkeeping of the restore in progress (None when none runs).
-    `unowned_acks` is the second part of the ACK outbox: `(agent, receipt)` of completions
-    the ledger does not own (work of an interval a restore rolled back), owed an ACK so
-    their agent can be ready again, never trained; `unowned_dropped` counts them.
-    `refused_groups` are the groups whose dispatch failed (a refused or failed `begin`) and
-    were redispatched at once: a second failure before their deadline expires waits for
-    that deadline, so an agent that refuses every `begin` is retried once per
-    `rollout_timeout_s`, never in a hot loop.
-    """
-
-    epoch: int
-    checkpoint: Value[CheckpointState, CheckpointData]
-    gate: Value[GateState, Holders]
-    deadlines: Value[RegistryState, Deadlines]
-    ledger: Ledger = field(default_factory=Ledger)
-    fleet: Fleet | None = None
-    seq: int = 0
-    trainer_step: int = 0
-    anchor_step: int | None = None
-    optimizer_busy: bool = False
-    mutated: bool = True
-    anchor_checkpoint: OpId | None = None
-    restore: Value[RestoreState, RestoreData] | None = None
-    restoring: RestoreRun | None = None
-    unowned_acks: tuple[tuple[str, OwedAck], ...] = ()
-    unowned_dropped: int = 0
-    refused_groups: frozenset[str] = frozenset()
-
-    @property
-    def phase(self) -> CheckpointState:
-        """The M1 state."""
-        return self.checkpoint.state
-
-    @property
-    def attempt(self) -> Attempt | None:
-        """The checkpoint attempt in flight (or kept by `stopped` for the next start)."""
-        return self.checkpoint.data.attempt
 
 
 # ============================================================================ the coordinator

@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._timers import ArmTimer, CancelTimer
-from quiesce.protocol.machines._deadline_registry import ResumeDeadlines, SuspendDeadlines
+from quiesce.protocol.machines import ResumeDeadlines, SuspendDeadlines
 
 __all__ = [
     "Call",

@@ -53,14 +53,17 @@ from typing import Any, Protocol
 
 from quiesce.fsm import TransitionNotAllowed, Value
 from quiesce.protocol._errors import LocalProtocolError
-from quiesce.protocol.machines._prompt_group import PROMPT_GROUP, GroupData, GroupInput, GroupState
-from quiesce.protocol.machines._rollout_attempt import (
-    _DONE_ATTEMPT,
-    _LIVE_ATTEMPT,
+from quiesce.protocol.machines import (
+    DONE_ATTEMPT_STATES,
+    LIVE_ATTEMPT_STATES,
+    PROMPT_GROUP,
     ROLLOUT_ATTEMPT,
     AttemptData,
     AttemptInput,
     AttemptState,
+    GroupData,
+    GroupInput,
+    GroupState,
 )
 
 __all__ = [
@@ -281,7 +284,7 @@ class Ledger:
         return tuple(
             a.key
             for a in self.attempts
-            if a.state in _DONE_ATTEMPT and a.value.data.receipt is None
+            if a.state in DONE_ATTEMPT_STATES and a.value.data.receipt is None
         )
 
     # ------------------------------------------------------------------ attempt moves
@@ -365,7 +368,7 @@ class Ledger:
         raises `TransitionNotAllowed` and changes nothing.
         """
         ledger = self
-        if self.attempt(key).state in _LIVE_ATTEMPT:
+        if self.attempt(key).state in LIVE_ATTEMPT_STATES:
             ledger = ledger.abandon(key)
         ledger, new_key = ledger._supersede(key, turn=turn)
         counters = replace(
@@ -386,7 +389,7 @@ class Ledger:
         ledger = self._step_group_at(group_index, GroupInput.RERUN_WHOLE)
         discarded = 0
         for record in self.siblings(group_id):
-            if record.state in _LIVE_ATTEMPT:
+            if record.state in LIVE_ATTEMPT_STATES:
                 ledger = ledger.abandon(record.key)
             elif record.state is AttemptState.SEALED and record.generation == group.generation:
                 discarded += 1
@@ -463,7 +466,7 @@ class Ledger:
         }
         for a in self.attempts:
             if (a.group_id, a.generation) in finished and (
-                a.state in _LIVE_ATTEMPT or a.value.data.ack_owed
+                a.state in LIVE_ATTEMPT_STATES or a.value.data.ack_owed
             ):
                 finished.discard((a.group_id, a.generation))
         # An abandoned generation is the history of its group's newer one: keep it while

@@ -44,15 +44,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import replace
+from typing import Any, Protocol
 
 from quiesce.fsm import Effect, Table, TransitionNotAllowed, Value
 from quiesce.protocol._causes import Cause, cause_of_refusal, classify
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._errors import LocalProtocolError
 from quiesce.protocol._ids import OpId, OpKind
-from quiesce.protocol._messages import Continuation, ErrorReply, RestoreReply, ResumeReply
+from quiesce.protocol._messages import ErrorReply, RestoreReply, ResumeReply
 from quiesce.protocol._timers import ArmTimer, CancelTimer
 from quiesce.protocol.controller._effects import (
     Call,
@@ -79,14 +79,10 @@ from quiesce.protocol.controller._inputs import (
 from quiesce.protocol.controller._ledger import Ledger
 from quiesce.protocol.controller._recovery_levels import EffectiveLevel, LevelPlan
 from quiesce.protocol.controller._restore_plan import (
-    DiscardContinuation,
     DispatchItem,
     NewGroup,
     RestoreMetrics,
-    Selection,
     SelectionKind,
-    SnapshotCandidate,
-    SourceUnreadable,
     TrainerAnchor,
     VerdictAction,
     judge_restore,
@@ -94,10 +90,16 @@ from quiesce.protocol.controller._restore_plan import (
     plan_redispatch,
     select_snapshot,
 )
-from quiesce.protocol.machines._checkpoint import CheckpointInput, CheckpointState
-from quiesce.protocol.machines._restore import (
+from quiesce.protocol.controller._state import (
+    ControllerState,
+    RestoreRun,
+    restore_active,
+)
+from quiesce.protocol.machines import (
     RESTORE_ORDER,
     RESUME_ORDER,
+    CheckpointInput,
+    CheckpointState,
     IntentAction,
     IntentDecision,
     IntentRecord,
@@ -108,10 +110,7 @@ from quiesce.protocol.machines._restore import (
     decide_intent,
 )
 
-if TYPE_CHECKING:
-    from quiesce.protocol.controller._coordinator import ControllerState
-
-__all__ = ["RESTORE_HOLDER", "RestoreFlow", "RestoreHost", "RestoreRun", "restore_retry_timer"]
+__all__ = ["RESTORE_HOLDER", "RestoreFlow", "RestoreHost", "restore_retry_timer"]
 
 RESTORE_HOLDER = "restore"
 """The admission gate's owner while a restore runs (nothing is dispatched until it ends)."""
@@ -123,46 +122,6 @@ def restore_retry_timer(op_id: OpId) -> str:
 
 
 # ============================================================================ bookkeeping
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreRun:
-    """What the coordinator tracks about the restore in progress (M9's own data, the
-    snapshot and the retries used on it, is the `restore` table value's `RestoreData`).
-
-    `step` is the remote sub-phase on `op_id`: `restore`, `discard`, `resume`, `abort`
-    (of a rejected restore) or `""` (none); `role` indexes its phase order; `waiting` are
-    the calls out, `retry` the ones to send again when the retry timer fires; `touched` the
-    participants a restore call was sent to (aborted if the snapshot is rejected).
-    """
-
-    intent: OpId | None = None
-    decision: IntentDecision | None = None
-    started_at: float = 0.0
-    anchor: TrainerAnchor | SourceUnreadable | None = None
-    candidates: tuple[SnapshotCandidate, ...] | SourceUnreadable | None = None  # None: unlisted
-    selection: Selection | None = None
-    loaded: bool = False
-    digests: tuple[tuple[str, str], ...] = ()
-    ledger: Ledger | None = None
-    op_id: OpId | None = None
-    step: str = ""
-    role: int = 0
-    waiting: frozenset[str] = frozenset()
-    retry: frozenset[str] = frozenset()
-    touched: frozenset[str] = frozenset()
-    replies: tuple[tuple[str, RestoreReply], ...] = ()
-    failures: tuple[tuple[str, bool], ...] = ()  # participant -> retryable
-    restored: tuple[tuple[str, Continuation], ...] = ()
-    discards: tuple[DiscardContinuation, ...] = ()
-    pending_discards: tuple[DiscardContinuation, ...] = ()
-    new_work: tuple[NewGroup, ...] = ()
-    metrics: RestoreMetrics | None = None
-
-    @property
-    def snapshot(self) -> SnapshotCandidate | None:
-        """The snapshot selected last (None: none yet, or a fresh start)."""
-        return None if self.selection is None else self.selection.snapshot
 
 
 class RestoreHost(Protocol):
@@ -207,19 +166,6 @@ _STEP_OP = {"restore": Op.RESTORE, "discard": Op.DISCARD, "resume": Op.RESUME, "
 
 _ENDED = (RestoreState.IDLE, RestoreState.RESTORE_FAILED)
 _ACTIVE = frozenset(s for s in RestoreState if s not in _ENDED)
-
-
-def restore_active(state: ControllerState) -> bool:
-    """Is a restore running (started and neither idle nor restore_failed)?"""
-    return state.restore is not None and state.restore.state in _ACTIVE
-
-
-def restore_failed(state: ControllerState) -> bool:
-    """Did the restore end in `restore_failed` (the controller does nothing more)?"""
-    return state.restore is not None and state.restore.state is RestoreState.RESTORE_FAILED
-
-
-# ============================================================================ the flow
 
 
 class RestoreFlow:

@@ -57,8 +57,7 @@ from quiesce.protocol._levels import RecoveryLevel
 from quiesce.protocol._messages import Continuation, RestoreReply
 from quiesce.protocol.controller._ledger import AttemptKey, Ledger
 from quiesce.protocol.controller._recovery_levels import LevelPlan
-from quiesce.protocol.machines._restore import RESTORE, RestoreInput, RestoreState
-from quiesce.protocol.machines._rollout_attempt import AttemptState
+from quiesce.protocol.machines import RESTORE, AttemptState, RestoreInput, RestoreState
 
 __all__ = [
     "DiscardContinuation",

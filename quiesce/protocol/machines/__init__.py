@@ -97,6 +97,8 @@ from quiesce.protocol.machines._restore import (
     decide_intent,
 )
 from quiesce.protocol.machines._rollout_attempt import (
+    DONE_ATTEMPT_STATES,
+    LIVE_ATTEMPT_STATES,
     ROLLOUT_ATTEMPT,
     AttemptData,
     AttemptInput,
@@ -148,6 +150,8 @@ __all__ = [
     "CONTROL_FENCE",
     "DEADLINE_PREFIX",
     "DEADLINE_REGISTRY",
+    "DONE_ATTEMPT_STATES",
+    "LIVE_ATTEMPT_STATES",
     "POLICY_ADMISSION",
     "PROMPT_GROUP",
     "RESOURCES",

@@ -13,7 +13,15 @@ from typing import Any
 
 from quiesce.fsm import Table, Value, on
 
-__all__ = ["ARG_EXAMPLES", "ROLLOUT_ATTEMPT", "AttemptData", "AttemptInput", "AttemptState"]
+__all__ = [
+    "ARG_EXAMPLES",
+    "DONE_ATTEMPT_STATES",
+    "LIVE_ATTEMPT_STATES",
+    "ROLLOUT_ATTEMPT",
+    "AttemptData",
+    "AttemptInput",
+    "AttemptState",
+]
 
 
 # ============================================================================ rollout_attempt
@@ -81,8 +89,8 @@ def _mark_superseded(data: AttemptData, _arg: object) -> AttemptData:
     return replace(data, superseded=True)
 
 
-_LIVE_ATTEMPT = (AttemptState.RESERVED, AttemptState.DISPATCHED)
-_DONE_ATTEMPT = (AttemptState.FAILED, AttemptState.ABANDONED)
+LIVE_ATTEMPT_STATES = (AttemptState.RESERVED, AttemptState.DISPATCHED)
+DONE_ATTEMPT_STATES = (AttemptState.FAILED, AttemptState.ABANDONED)
 
 ROLLOUT_ATTEMPT: Table[AttemptState, AttemptInput] = Table(
     "rollout_attempt",
@@ -103,16 +111,16 @@ ROLLOUT_ATTEMPT: Table[AttemptState, AttemptInput] = Table(
             effects="owe_ack",
         ),
         on(AttemptState.DISPATCHED, AttemptInput.ATTEMPT_FAILED, AttemptState.FAILED),
-        on(_LIVE_ATTEMPT, AttemptInput.ABANDON, AttemptState.ABANDONED),
+        on(LIVE_ATTEMPT_STATES, AttemptInput.ABANDON, AttemptState.ABANDONED),
         on(
-            (AttemptState.SEALED, *_DONE_ATTEMPT),
+            (AttemptState.SEALED, *DONE_ATTEMPT_STATES),
             AttemptInput.ROLLOUT_COMPLETED,
             None,
             guard="same_receipt",
         ),
         # A late completion of a retired attempt: ACK it (the agent holds it until then), drop it.
         on(
-            _DONE_ATTEMPT,
+            DONE_ATTEMPT_STATES,
             AttemptInput.ROLLOUT_COMPLETED,
             None,
             update="owe_ack",
@@ -120,14 +128,14 @@ ROLLOUT_ATTEMPT: Table[AttemptState, AttemptInput] = Table(
         ),
         # Only a failed or abandoned attempt may be replaced, and only once (I2).
         on(
-            _DONE_ATTEMPT,
+            DONE_ATTEMPT_STATES,
             AttemptInput.SUPERSEDE,
             None,
             guard="not_superseded",
             update="mark_superseded",
         ),
         on(
-            (AttemptState.SEALED, *_DONE_ATTEMPT),
+            (AttemptState.SEALED, *DONE_ATTEMPT_STATES),
             AttemptInput.ACK_FLUSHED,
             None,
             guard="receipt_matches",
@@ -146,7 +154,9 @@ ROLLOUT_ATTEMPT: Table[AttemptState, AttemptInput] = Table(
         "sealed_has_receipt": lambda v: (
             v.state is not AttemptState.SEALED or v.data.receipt is not None
         ),
-        "only_finished_superseded": lambda v: not v.data.superseded or v.state in _DONE_ATTEMPT,
+        "only_finished_superseded": lambda v: (
+            not v.data.superseded or v.state in DONE_ATTEMPT_STATES
+        ),
     },
 )
 """M8 `rollout_attempt`: reserved -> dispatched -> sealed | failed; live -> abandoned."""

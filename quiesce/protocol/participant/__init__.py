@@ -10,6 +10,7 @@ from quiesce.protocol.participant._agent_role import (
     Readiness,
     RefusalKey,
     SavedTurn,
+    canonical_json,
     receipt_for,
 )
 from quiesce.protocol.participant._control_ops import (
@@ -83,6 +84,7 @@ __all__ = [
     "agent_policy_call_held",
     "agent_policy_call_resumed",
     "artifact_digest",
+    "canonical_json",
     "capabilities",
     "fresh_role",
     "from_journal",

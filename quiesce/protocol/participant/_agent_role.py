@@ -33,7 +33,7 @@ from quiesce.protocol._errors import (
     UnknownExecution,
 )
 from quiesce.protocol._messages import Continuation, Receipt
-from quiesce.protocol.machines._agent_execution import (
+from quiesce.protocol.machines import (
     AGENT_EXECUTION,
     Admission,
     AgentInput,

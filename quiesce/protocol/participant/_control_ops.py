@@ -38,7 +38,7 @@ from quiesce.protocol._messages import (
     RestoreRequest,
     ResumeReply,
 )
-from quiesce.protocol.machines._control_fence import (
+from quiesce.protocol.machines import (
     CONTROL_FENCE,
     FenceCall,
     FenceInput,

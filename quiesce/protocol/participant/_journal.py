@@ -23,8 +23,7 @@ from quiesce.protocol._messages import (
     RestoreReply,
     ResumeReply,
 )
-from quiesce.protocol.machines._agent_execution import ExecState, ExecutionData
-from quiesce.protocol.machines._control_fence import FenceData, FenceOp, FenceState
+from quiesce.protocol.machines import ExecState, ExecutionData, FenceData, FenceOp, FenceState
 from quiesce.protocol.participant._agent_role import AgentRole, SavedTurn
 from quiesce.protocol.participant._state import ParticipantConfig, ParticipantState, fresh_role
 

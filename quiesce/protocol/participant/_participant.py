@@ -54,8 +54,7 @@ from quiesce.protocol._messages import (
     RetireRequest,
     StatusReply,
 )
-from quiesce.protocol.machines._agent_execution import ExecState, ExecutionData
-from quiesce.protocol.machines._control_fence import FenceState
+from quiesce.protocol.machines import ExecState, ExecutionData, FenceState
 from quiesce.protocol.participant._agent_role import AgentRole
 from quiesce.protocol.participant._control_ops import CONTROL_HANDLERS, artifact_digest
 from quiesce.protocol.participant._journal import Journal, JournalWrite, from_journal, journal_of
@@ -121,6 +120,12 @@ class ParticipantOp(Enum):
     BOUNDARY = "boundary"
     FINISH = "finish"
 
+    @classmethod
+    def named(cls, name: str) -> ParticipantOp | None:
+        """The operation whose route is `name`, or None (`"prepare"` -> `PREPARE`)."""
+        member = cls._value2member_map_.get(name)
+        return member if isinstance(member, ParticipantOp) else None
+
 
 P = ParticipantOp
 _REQUESTS: dict[ParticipantOp, type[Message] | None] = {
@@ -137,7 +142,6 @@ _REQUESTS: dict[ParticipantOp, type[Message] | None] = {
     P.BOUNDARY: BoundaryRequest,
     P.FINISH: FinishRequest,
 }
-_OPS: dict[str, ParticipantOp] = {o.value: o for o in ParticipantOp}
 _CONTROL = (P.PREPARE, P.COMMIT, P.RESUME, P.RESTORE, P.DISCARD)
 _AGENT_ONLY = (P.ACK, P.RETIRE, P.BEGIN, P.BOUNDARY, P.FINISH)
 
@@ -161,10 +165,10 @@ def handle(
     'ready'
     """
     name = op.value if isinstance(op, Enum) else op
-    if name not in _OPS:
-        ops = ", ".join(_OPS)
+    parsed_op = ParticipantOp.named(name)
+    if parsed_op is None:
+        ops = ", ".join(o.value for o in ParticipantOp)
         return state, _error(state, MalformedRequest(str(name), "op", f"expected one of {ops}")), ()
-    parsed_op = _OPS[name]
     try:
         model = _parse(parsed_op, request)
         _check_role(state.config, parsed_op)

@@ -14,15 +14,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from quiesce.fsm import Value
-from quiesce.protocol.machines._policy_admission import (
+from quiesce.protocol.machines import (
     POLICY_ADMISSION,
+    RESOURCES,
     AdmissionData,
+    Mutation,
     PolicyInput,
     PolicyState,
-)
-from quiesce.protocol.machines._resources import (
-    RESOURCES,
-    Mutation,
     RecoveryMode,
     ResourcesData,
     ResourcesInput,

@@ -20,8 +20,7 @@ from quiesce.protocol._messages import (
     Message,
     Role,
 )
-from quiesce.protocol.machines._control_fence import CONTROL_FENCE, FenceData, FenceState
-from quiesce.protocol.machines._resources import RecoveryMode
+from quiesce.protocol.machines import CONTROL_FENCE, FenceData, FenceState, RecoveryMode
 from quiesce.protocol.participant._agent_role import AgentRole
 from quiesce.protocol.participant._service_roles import PolicyRole, ResourcesRole
 
