@@ -1,5 +1,5 @@
 """The generic engine: transition tables as data, checked at definition, compiled to a
-pure step, exported to `transitions`, and drawn.
+pure step, exported to `transitions`, drawn, and laid out as state x input grids.
 
 >>> from quiesce.fsm import Table, on
 """
@@ -19,6 +19,15 @@ from quiesce.fsm._diagram import (
     write_diagrams,
 )
 from quiesce.fsm._errors import DefinitionError, GuardRejected, QuiesceError, TransitionNotAllowed
+from quiesce.fsm._matrix import (
+    MATRIX_REGENERATE_COMMAND,
+    Matrix,
+    MatrixCell,
+    MatrixMove,
+    matrix,
+    render_matrix,
+    write_matrices,
+)
 from quiesce.fsm._table import (
     Effect,
     EffectFn,
@@ -39,6 +48,7 @@ from quiesce.fsm._transitions_bridge import (
 )
 
 __all__ = [
+    "MATRIX_REGENERATE_COMMAND",
     "REGENERATE_COMMAND",
     "DefinitionError",
     "DiagramError",
@@ -49,6 +59,9 @@ __all__ = [
     "GuardFn",
     "GuardRejected",
     "Invariant",
+    "Matrix",
+    "MatrixCell",
+    "MatrixMove",
     "QuiesceError",
     "Row",
     "Table",
@@ -62,11 +75,14 @@ __all__ = [
     "each",
     "label",
     "load_trace",
+    "matrix",
     "on",
     "render",
     "render_dot",
+    "render_matrix",
     "render_mermaid",
     "render_svg",
     "transitions_config",
     "write_diagrams",
+    "write_matrices",
 ]

@@ -36,9 +36,28 @@ class GateInput(Enum):
     RELEASE = "release"  # an owner stops holding
 
 
+# ----------------------------------------------------------------------------- the rows
+
+_S = GateState
+_I = GateInput
+
+# fmt: off
+# ruff: disable[E501] one row per line: the table reads across
+_ROWS = (
+    on(_S.OPEN, _I.HOLD, _S.CLOSED, update="add_holder", effects="close_admission"),
+    on(_S.OPEN, _I.RELEASE, None),  # nothing held: a stray release is a no-op
+    on(_S.CLOSED, _I.HOLD, None, update="add_holder"),
+    on(_S.CLOSED, _I.RELEASE, _S.OPEN, guard="last_holder", update="remove_holder", effects="open_admission"),
+    on(_S.CLOSED, _I.RELEASE, None, update="remove_holder"),
+)
+# ruff: enable[E501]
+# fmt: on
+
+
+# ----------------------------------------------------------------------------- the table
+
 # The gate's data *is* its holder set; the input's argument names the owner.
 _OWNERS: HolderSet[Holders] = HolderSet(holders=lambda held: held, replace=lambda _, held: held)
-
 
 ADMISSION_GATE: Table[GateState, GateInput] = Table(
     "admission_gate",
@@ -47,26 +66,7 @@ ADMISSION_GATE: Table[GateState, GateInput] = Table(
     inputs=GateInput,
     initial=GateState.OPEN,
     initial_data=frozenset(),
-    rows=[
-        on(
-            GateState.OPEN,
-            GateInput.HOLD,
-            GateState.CLOSED,
-            update="add_holder",
-            effects="close_admission",
-        ),
-        on(GateState.OPEN, GateInput.RELEASE, None),  # nothing held: a stray release is a no-op
-        on(GateState.CLOSED, GateInput.HOLD, None, update="add_holder"),
-        on(
-            GateState.CLOSED,
-            GateInput.RELEASE,
-            GateState.OPEN,
-            guard="last_holder",
-            update="remove_holder",
-            effects="open_admission",
-        ),
-        on(GateState.CLOSED, GateInput.RELEASE, None, update="remove_holder"),
-    ],
+    rows=_ROWS,
     guards={"last_holder": _OWNERS.is_last},
     updates={"add_holder": _OWNERS.add, "remove_holder": _OWNERS.remove},
     invariants={

@@ -113,6 +113,51 @@ class Completion:
 Execution = Value[ExecState, ExecutionData]
 
 
+# ----------------------------------------------------------------------------- the rows
+
+S = ExecState
+I = AgentInput  # noqa: E741  (h2's StreamInputs)
+LIVE = (S.RUNNING, S.PARK_REQUESTED, S.PARKED, S.FROZEN)  # can still be tombstoned
+WORKING = (S.RUNNING, S.PARK_REQUESTED)  # between boundaries, may finish or call
+ENDED = (S.ACKED, S.TOMBSTONED)
+
+# fmt: off
+_ROWS = (
+    on(S.NEW, I.BEGIN, None, guard="admission_closed", effects="refuse_admission_closed"),
+    on(S.NEW, I.BEGIN, None, guard="retired_key", effects="refuse_stale_attempt"),
+    on(S.NEW, I.BEGIN, S.RUNNING, effects="start_execution"),
+    on((*LIVE, S.COMPLETED), I.BEGIN, None, effects="refuse_duplicate_execution"),
+    on(ENDED, I.BEGIN, None, effects="refuse_stale_attempt"),
+    # A checkpoint's prepare: a running execution parks at its next boundary.
+    on(S.RUNNING, I.FENCE_PREPARE, S.PARK_REQUESTED),
+    on((S.PARK_REQUESTED, S.PARKED, S.FROZEN, S.COMPLETED), I.FENCE_PREPARE, None),
+    on(S.RUNNING, I.TURN_BOUNDARY, None, update="boundary"),
+    on(S.PARK_REQUESTED, I.TURN_BOUNDARY, S.PARKED, update="boundary", effects="parked"),
+    on(S.TOMBSTONED, I.TURN_BOUNDARY, None, effects="drop_late_event"),
+    # Only a policy call held as a waiter freezes: it sits exactly at its last boundary.
+    on(WORKING, I.POLICY_CALL_HELD, S.FROZEN),
+    on(S.TOMBSTONED, I.POLICY_CALL_HELD, None, effects="drop_late_event"),
+    on(S.FROZEN, I.POLICY_RESUMED, S.PARK_REQUESTED, guard="fence_closed"),
+    on(S.FROZEN, I.POLICY_RESUMED, S.RUNNING),
+    on(S.TOMBSTONED, I.POLICY_RESUMED, None, effects="drop_late_event"),
+    on((S.PARKED, S.PARK_REQUESTED), I.FENCE_RESUME, S.RUNNING, effects="wake"),
+    on((S.RUNNING, S.FROZEN, S.COMPLETED), I.FENCE_RESUME, None),
+    on(WORKING, I.RUN_FINISHED, S.COMPLETED, update="complete", effects="hold_result"),
+    on(S.TOMBSTONED, I.RUN_FINISHED, None, effects="drop_late_finish"),
+    on(S.COMPLETED, I.RECV_ACK, S.ACKED, guard="exact_receipt", effects="release_result"),
+    on(S.COMPLETED, I.RECV_ACK, None, effects="unknown_receipt"),
+    on(S.ACKED, I.RECV_ACK, None, guard="exact_receipt", effects="already_acked"),
+    on(S.ACKED, I.RECV_ACK, None, effects="unknown_receipt"),
+    on((S.NEW, *LIVE), I.RETIRE, S.TOMBSTONED, effects="tombstone"),
+    on(S.COMPLETED, I.RETIRE, None, effects="answer_completed_unacknowledged"),
+    on(ENDED, I.RETIRE, None, effects="already_retired"),
+)
+# fmt: on
+
+
+# ----------------------------------------------------------------------------- updates
+
+
 def _boundary(data: ExecutionData, turn: int) -> ExecutionData:
     return replace(data, turn=max(data.turn, turn))
 
@@ -121,11 +166,7 @@ def _complete(data: ExecutionData, done: Completion) -> ExecutionData:
     return replace(data, receipt=done.receipt, result=done.result)
 
 
-S = ExecState
-I = AgentInput  # noqa: E741  (h2's StreamInputs)
-LIVE = (S.RUNNING, S.PARK_REQUESTED, S.PARKED, S.FROZEN)  # can still be tombstoned
-WORKING = (S.RUNNING, S.PARK_REQUESTED)  # between boundaries, may finish or call
-ENDED = (S.ACKED, S.TOMBSTONED)
+# ----------------------------------------------------------------------------- the table
 
 AGENT_EXECUTION: Table[ExecState, AgentInput] = Table(
     "agent_execution",
@@ -136,36 +177,7 @@ AGENT_EXECUTION: Table[ExecState, AgentInput] = Table(
     initial_data=ExecutionData("", 0),  # the agent role starts each value with its own key
     finals=ENDED,
     unmapped="forbidden",
-    rows=[
-        on(S.NEW, I.BEGIN, None, guard="admission_closed", effects="refuse_admission_closed"),
-        on(S.NEW, I.BEGIN, None, guard="retired_key", effects="refuse_stale_attempt"),
-        on(S.NEW, I.BEGIN, S.RUNNING, effects="start_execution"),
-        on((*LIVE, S.COMPLETED), I.BEGIN, None, effects="refuse_duplicate_execution"),
-        on(ENDED, I.BEGIN, None, effects="refuse_stale_attempt"),
-        # A checkpoint's prepare: a running execution parks at its next boundary.
-        on(S.RUNNING, I.FENCE_PREPARE, S.PARK_REQUESTED),
-        on((S.PARK_REQUESTED, S.PARKED, S.FROZEN, S.COMPLETED), I.FENCE_PREPARE, None),
-        on(S.RUNNING, I.TURN_BOUNDARY, None, update="boundary"),
-        on(S.PARK_REQUESTED, I.TURN_BOUNDARY, S.PARKED, update="boundary", effects="parked"),
-        on(S.TOMBSTONED, I.TURN_BOUNDARY, None, effects="drop_late_event"),
-        # Only a policy call held as a waiter freezes: it sits exactly at its last boundary.
-        on(WORKING, I.POLICY_CALL_HELD, S.FROZEN),
-        on(S.TOMBSTONED, I.POLICY_CALL_HELD, None, effects="drop_late_event"),
-        on(S.FROZEN, I.POLICY_RESUMED, S.PARK_REQUESTED, guard="fence_closed"),
-        on(S.FROZEN, I.POLICY_RESUMED, S.RUNNING),
-        on(S.TOMBSTONED, I.POLICY_RESUMED, None, effects="drop_late_event"),
-        on((S.PARKED, S.PARK_REQUESTED), I.FENCE_RESUME, S.RUNNING, effects="wake"),
-        on((S.RUNNING, S.FROZEN, S.COMPLETED), I.FENCE_RESUME, None),
-        on(WORKING, I.RUN_FINISHED, S.COMPLETED, update="complete", effects="hold_result"),
-        on(S.TOMBSTONED, I.RUN_FINISHED, None, effects="drop_late_finish"),
-        on(S.COMPLETED, I.RECV_ACK, S.ACKED, guard="exact_receipt", effects="release_result"),
-        on(S.COMPLETED, I.RECV_ACK, None, effects="unknown_receipt"),
-        on(S.ACKED, I.RECV_ACK, None, guard="exact_receipt", effects="already_acked"),
-        on(S.ACKED, I.RECV_ACK, None, effects="unknown_receipt"),
-        on((S.NEW, *LIVE), I.RETIRE, S.TOMBSTONED, effects="tombstone"),
-        on(S.COMPLETED, I.RETIRE, None, effects="answer_completed_unacknowledged"),
-        on(ENDED, I.RETIRE, None, effects="already_retired"),
-    ],
+    rows=_ROWS,
     guards={
         "admission_closed": lambda v, adm: not adm.fence_idle,
         "retired_key": lambda v, adm: adm.retired,

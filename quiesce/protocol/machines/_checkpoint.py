@@ -144,6 +144,68 @@ class Trigger:
     skip: Classification | None = None
 
 
+# ----------------------------------------------------------------------------- the rows
+
+_S = CheckpointState
+_I = CheckpointInput
+
+ATTEMPT_STATES = tuple(s for s in _S if s not in (_S.IDLE, _S.STOPPED))
+"""Every state with an attempt in flight."""
+_BEFORE_PARTICIPANTS = (_S.CLOSING_ADMISSION, _S.FLUSHING_ACKS)
+_PARTICIPANTS_TOUCHED = (_S.PREPARING, _S.COMMITTING, _S.CAPTURING, _S.VALIDATING)
+_PENDING = (_S.ABORT_PENDING, _S.RELEASE_PENDING)
+_BUSY = tuple(s for s in ATTEMPT_STATES if s not in _PENDING)
+
+# fmt: off
+# ruff: disable[E501] one row per line: the table reads across
+_ROWS = (
+    # --- start: skip preconditions first; a new id only from idle.
+    on(_S.IDLE, _I.TRIGGER, None, guard="skip", update="skipped", effects="outcome"),
+    on(_S.IDLE, _I.TRIGGER, _S.CLOSING_ADMISSION, update="begin", effects=("write_intent", "hold")),
+    on(_S.IDLE, _I.RECOVERED, _S.PUBLISHING, update="adopt", effects=("hold", "inspect_published")),
+    # --- the happy path.
+    on(_S.CLOSING_ADMISSION, _I.INTENT_WRITTEN, _S.FLUSHING_ACKS, effects="flush_acks"),
+    on(_S.FLUSHING_ACKS, _I.ACKS_FLUSHED, _S.PREPARING, effects=("arm_prepare_deadline", "call_prepare")),
+    on(_S.PREPARING, _I.ROLES_DONE, _S.COMMITTING, effects=("cancel_prepare_timers", "call_commit")),
+    on(_S.COMMITTING, _I.ROLES_DONE, _S.CAPTURING, effects="capture_cut"),
+    on(_S.CAPTURING, _I.CUT_CAPTURED, _S.VALIDATING, effects="validate"),
+    on(_S.VALIDATING, _I.VALIDATED, _S.PUBLISHING, effects="publish"),
+    on(_S.PUBLISHING, _I.PUBLISHED, _S.RELEASING, update="published", effects=("update_intent", "call_release")),
+    on(_S.RELEASING, _I.ROLES_DONE, _S.IDLE, update="completed", effects=("clear_intent", "drop_holds", "outcome")),
+    # --- the ambiguous-publish rule (after a failed rename, and at restart).
+    on(_S.PUBLISHING, _I.PUBLISH_FAILED, None, effects="inspect_published"),
+    on(_S.PUBLISHING, _I.INSPECTED_VERIFIED, _S.RELEASING, update="published", effects=("update_intent", "call_release")),
+    on(_S.PUBLISHING, _I.INSPECTED_UNVERIFIABLE, _S.ABORTING, update="unverifiable", effects=("quarantine", "call_abort")),
+    on(_S.PUBLISHING, _I.INSPECTED_ABSENT, _S.ABORTING, update="unverifiable", effects="call_abort"),
+    # --- failures. A fatal cause stops at once, keeping the intent for the next start.
+    on(ATTEMPT_STATES, _I.FAILED, _S.STOPPED, guard="fatal", effects=("outcome", "stop")),
+    on(_BEFORE_PARTICIPANTS, _I.FAILED, _S.STOPPED, guard="exhausted", update="note_cause", effects=("clear_intent", "outcome", "stop")),
+    on(_BEFORE_PARTICIPANTS, _I.FAILED, _S.IDLE, update="abandon", effects=("clear_intent", "drop_holds", "outcome")),
+    on(_PARTICIPANTS_TOUCHED, _I.FAILED, _S.ABORTING, update="note_cause", effects=("cancel_prepare_timers", "call_abort")),
+    on(_S.ABORTING, _I.ROLES_DONE, _S.STOPPED, guard="over_budget", update="finished", effects=("discard_staging", "clear_intent", "outcome", "stop")),
+    on(_S.ABORTING, _I.ROLES_DONE, _S.IDLE, update="finished", effects=("discard_staging", "clear_intent", "drop_holds", "outcome")),
+    on((_S.ABORTING, _S.RELEASING), _I.FAILED, _S.STOPPED, guard="exhausted", update="note_cause", effects=("outcome", "stop")),
+    on(_S.ABORTING, _I.FAILED, _S.ABORT_PENDING, update="note_cause", effects=("outcome", "arm_retry")),
+    on(_S.RELEASING, _I.FAILED, _S.RELEASE_PENDING, update="note_cause", effects=("outcome", "arm_retry")),
+    # --- pending work comes before anything else, with the same id.
+    on(_S.ABORT_PENDING, _I.RETRY_DUE, _S.ABORTING, effects="call_abort"),
+    on(_S.ABORT_PENDING, _I.TRIGGER, _S.ABORTING, effects=("cancel_retry", "call_abort")),
+    on(_S.RELEASE_PENDING, _I.RETRY_DUE, _S.RELEASING, effects="call_release"),
+    on(_S.RELEASE_PENDING, _I.TRIGGER, _S.RELEASING, effects=("cancel_retry", "call_release")),
+)
+# ruff: enable[E501]
+# fmt: on
+
+# A trigger during an attempt is coalesced into it; a retry timer outside a pending state is
+# stale (the retry already ran); a stopped controller does nothing more. Every other pair no
+# row maps is refused (`unmapped="forbidden"` below).
+_IGNORED = (
+    *each(_BUSY, _I.TRIGGER),
+    *each((_S.IDLE, *_BUSY), _I.RETRY_DUE),
+    *each(_S.STOPPED, (_I.TRIGGER, _I.RETRY_DUE)),
+)
+
+
 # ----------------------------------------------------------------------------- guards
 
 
@@ -232,16 +294,6 @@ def _attempt_matches_state(value: Value[CheckpointState, CheckpointData]) -> boo
 
 # ----------------------------------------------------------------------------- the table
 
-_S = CheckpointState
-_I = CheckpointInput
-
-ATTEMPT_STATES = tuple(s for s in _S if s not in (_S.IDLE, _S.STOPPED))
-"""Every state with an attempt in flight."""
-_BEFORE_PARTICIPANTS = (_S.CLOSING_ADMISSION, _S.FLUSHING_ACKS)
-_PARTICIPANTS_TOUCHED = (_S.PREPARING, _S.COMMITTING, _S.CAPTURING, _S.VALIDATING)
-_PENDING = (_S.ABORT_PENDING, _S.RELEASE_PENDING)
-_BUSY = tuple(s for s in ATTEMPT_STATES if s not in _PENDING)
-
 # Publication of an unverifiable snapshot is treated as a failure to publish: io_error.
 _UNVERIFIABLE = classify(Cause.IO_ERROR)
 
@@ -253,156 +305,8 @@ CHECKPOINT: Table[CheckpointState, CheckpointInput] = Table(
     initial=_S.IDLE,
     initial_data=CheckpointData(),
     finals=(_S.STOPPED,),
-    rows=[
-        # --- start: skip preconditions first; a new id only from idle.
-        on(_S.IDLE, _I.TRIGGER, None, guard="skip", update="skipped", effects="outcome"),
-        on(
-            _S.IDLE,
-            _I.TRIGGER,
-            _S.CLOSING_ADMISSION,
-            update="begin",
-            effects=("write_intent", "hold"),
-        ),
-        on(
-            _S.IDLE,
-            _I.RECOVERED,
-            _S.PUBLISHING,
-            update="adopt",
-            effects=("hold", "inspect_published"),
-        ),
-        # --- the happy path.
-        on(_S.CLOSING_ADMISSION, _I.INTENT_WRITTEN, _S.FLUSHING_ACKS, effects="flush_acks"),
-        on(
-            _S.FLUSHING_ACKS,
-            _I.ACKS_FLUSHED,
-            _S.PREPARING,
-            effects=("arm_prepare_deadline", "call_prepare"),
-        ),
-        on(
-            _S.PREPARING,
-            _I.ROLES_DONE,
-            _S.COMMITTING,
-            effects=("cancel_prepare_timers", "call_commit"),
-        ),
-        on(_S.COMMITTING, _I.ROLES_DONE, _S.CAPTURING, effects="capture_cut"),
-        on(_S.CAPTURING, _I.CUT_CAPTURED, _S.VALIDATING, effects="validate"),
-        on(_S.VALIDATING, _I.VALIDATED, _S.PUBLISHING, effects="publish"),
-        on(
-            _S.PUBLISHING,
-            _I.PUBLISHED,
-            _S.RELEASING,
-            update="published",
-            effects=("update_intent", "call_release"),
-        ),
-        on(
-            _S.RELEASING,
-            _I.ROLES_DONE,
-            _S.IDLE,
-            update="completed",
-            effects=("clear_intent", "drop_holds", "outcome"),
-        ),
-        # --- the ambiguous-publish rule (after a failed rename, and at restart).
-        on(_S.PUBLISHING, _I.PUBLISH_FAILED, None, effects="inspect_published"),
-        on(
-            _S.PUBLISHING,
-            _I.INSPECTED_VERIFIED,
-            _S.RELEASING,
-            update="published",
-            effects=("update_intent", "call_release"),
-        ),
-        on(
-            _S.PUBLISHING,
-            _I.INSPECTED_UNVERIFIABLE,
-            _S.ABORTING,
-            update="unverifiable",
-            effects=("quarantine", "call_abort"),
-        ),
-        on(
-            _S.PUBLISHING,
-            _I.INSPECTED_ABSENT,
-            _S.ABORTING,
-            update="unverifiable",
-            effects="call_abort",
-        ),
-        # --- failures. A fatal cause stops at once, keeping the intent for the next start.
-        on(ATTEMPT_STATES, _I.FAILED, _S.STOPPED, guard="fatal", effects=("outcome", "stop")),
-        on(
-            _BEFORE_PARTICIPANTS,
-            _I.FAILED,
-            _S.STOPPED,
-            guard="exhausted",
-            update="note_cause",
-            effects=("clear_intent", "outcome", "stop"),
-        ),
-        on(
-            _BEFORE_PARTICIPANTS,
-            _I.FAILED,
-            _S.IDLE,
-            update="abandon",
-            effects=("clear_intent", "drop_holds", "outcome"),
-        ),
-        on(
-            _PARTICIPANTS_TOUCHED,
-            _I.FAILED,
-            _S.ABORTING,
-            update="note_cause",
-            effects=("cancel_prepare_timers", "call_abort"),
-        ),
-        on(
-            _S.ABORTING,
-            _I.ROLES_DONE,
-            _S.STOPPED,
-            guard="over_budget",
-            update="finished",
-            effects=("discard_staging", "clear_intent", "outcome", "stop"),
-        ),
-        on(
-            _S.ABORTING,
-            _I.ROLES_DONE,
-            _S.IDLE,
-            update="finished",
-            effects=("discard_staging", "clear_intent", "drop_holds", "outcome"),
-        ),
-        on(
-            (_S.ABORTING, _S.RELEASING),
-            _I.FAILED,
-            _S.STOPPED,
-            guard="exhausted",
-            update="note_cause",
-            effects=("outcome", "stop"),
-        ),
-        on(
-            _S.ABORTING,
-            _I.FAILED,
-            _S.ABORT_PENDING,
-            update="note_cause",
-            effects=("outcome", "arm_retry"),
-        ),
-        on(
-            _S.RELEASING,
-            _I.FAILED,
-            _S.RELEASE_PENDING,
-            update="note_cause",
-            effects=("outcome", "arm_retry"),
-        ),
-        # --- pending work comes before anything else, with the same id.
-        on(_S.ABORT_PENDING, _I.RETRY_DUE, _S.ABORTING, effects="call_abort"),
-        on(_S.ABORT_PENDING, _I.TRIGGER, _S.ABORTING, effects=("cancel_retry", "call_abort")),
-        on(_S.RELEASE_PENDING, _I.RETRY_DUE, _S.RELEASING, effects="call_release"),
-        on(
-            _S.RELEASE_PENDING,
-            _I.TRIGGER,
-            _S.RELEASING,
-            effects=("cancel_retry", "call_release"),
-        ),
-    ],
-    # A trigger during an attempt is coalesced into it; a retry timer outside a pending
-    # state is stale (the retry already ran); a stopped controller does nothing more.
-    ignored=[
-        *each(_BUSY, _I.TRIGGER),
-        *each((_S.IDLE, *_BUSY), _I.RETRY_DUE),
-        *each(_S.STOPPED, (_I.TRIGGER, _I.RETRY_DUE)),
-    ],
+    rows=_ROWS,
+    ignored=_IGNORED,
     unmapped="forbidden",
     guards={
         "skip": _skip,

@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-from quiesce.fsm import Row, Table, Value, on
+from quiesce.fsm import Table, Value, on
 from quiesce.protocol._errors import CheckpointConflict, InvalidPhase, Refusal, StaleCheckpoint
 from quiesce.protocol._ids import OpId
 
@@ -128,6 +128,72 @@ class FenceData:
             if recorded_id == op_id and recorded_op is op:
                 return result
         return None
+
+
+# ----------------------------------------------------------------------------- the rows
+
+S = FenceState
+I = FenceInput  # noqa: E741  (h2's StreamInputs)
+ALL = tuple(FenceState)
+BUSY = tuple(s for s in FenceState if s is not S.IDLE)  # states with an active id
+IN_PREPARE = (S.PREPARING, S.PREPARED, S.COMMITTING, S.COMMITTED_PAUSED)
+READY_SEEN = (S.PREPARED, S.COMMITTING, S.COMMITTED_PAUSED)  # prepare(X) ready is recorded
+STALE, CONFLICT, INVALID = "refuse_stale", "refuse_conflict", "refuse_invalid_phase"
+
+# fmt: off
+# ruff: disable[E501] one row per line: the table reads across
+_ROWS = (
+    # prepare(X): from idle, or again from preparing with the same X.
+    on(READY_SEEN, I.RECV_PREPARE, None, guard="same_id", effects="replay"),
+    on(ALL, I.RECV_PREPARE, None, guard="stale_id", effects=STALE),
+    on(BUSY, I.RECV_PREPARE, None, guard="other_id_active", effects=CONFLICT),
+    on(S.IDLE, I.RECV_PREPARE, S.PREPARING, update="activate", effects="start"),
+    on(S.PREPARING, I.RECV_PREPARE, S.PREPARING, guard="same_id", effects="start"),
+    on(BUSY, I.RECV_PREPARE, None, effects=INVALID),
+    # Each op's outcomes: a success records its result, a failure records nothing, and an
+    # outcome for an op no longer in progress is dropped.
+    on(S.PREPARING, I.PREPARE_READY, S.PREPARED, guard="same_id", update="record", effects="answer"),
+    on(ALL, I.PREPARE_READY, None, effects="drop_late_outcome"),
+    on(S.PREPARING, I.PREPARE_NOT_READY, None, guard="same_id", effects="answer"),
+    on(ALL, I.PREPARE_NOT_READY, None, effects="drop_late_outcome"),
+    # commit(X): from prepared with the same X; a failure returns to prepared.
+    on(S.COMMITTED_PAUSED, I.RECV_COMMIT, None, guard="same_id", effects="replay"),
+    on(ALL, I.RECV_COMMIT, None, guard="stale_id", effects=STALE),
+    on(BUSY, I.RECV_COMMIT, None, guard="other_id_active", effects=CONFLICT),
+    on(S.PREPARED, I.RECV_COMMIT, S.COMMITTING, guard="same_id", effects="start"),
+    on(S.COMMITTING, I.RECV_COMMIT, None, guard="same_id", effects="join_in_flight"),
+    on(ALL, I.RECV_COMMIT, None, effects=INVALID),
+    on(S.COMMITTING, I.COMMIT_DONE, S.COMMITTED_PAUSED, guard="same_id", update="record", effects="answer"),
+    on(ALL, I.COMMIT_DONE, None, effects="drop_late_outcome"),
+    on(S.COMMITTING, I.COMMIT_FAILED, S.PREPARED, guard="same_id", effects="answer"),
+    on(ALL, I.COMMIT_FAILED, None, effects="drop_late_outcome"),
+    # resume(X) = abort = release: from any state whose active id is X, or from idle with
+    # an id above the watermark (an unknown id is retired, so its delayed prepare is stale).
+    on(S.IDLE, I.RECV_RESUME, None, guard="watermark_id", effects="replay"),
+    on(ALL, I.RECV_RESUME, None, guard="stale_id", effects=STALE),
+    on(BUSY, I.RECV_RESUME, None, guard="other_id_active", effects=CONFLICT),
+    on(ALL, I.RECV_RESUME, S.IDLE, update="retire", effects="retire"),
+    # restore(R, snapshot): under its own op id; a failed restore may be retried with R.
+    on(S.RESTORED_PAUSED, I.RECV_RESTORE, None, guard="same_id", effects="replay"),
+    on(ALL, I.RECV_RESTORE, None, guard="stale_id", effects=STALE),
+    on(BUSY, I.RECV_RESTORE, None, guard="other_id_active", effects=CONFLICT),
+    on(S.IDLE, I.RECV_RESTORE, S.RESTORING, update="activate", effects="start"),
+    on(S.RESTORE_FAILED_PAUSED, I.RECV_RESTORE, S.RESTORING, guard="same_id", effects="start"),
+    on(S.RESTORING, I.RECV_RESTORE, None, guard="same_id", effects="join_in_flight"),
+    on(IN_PREPARE, I.RECV_RESTORE, None, effects=INVALID),
+    on(S.RESTORING, I.RESTORE_DONE, S.RESTORED_PAUSED, guard="same_id", update="record", effects="answer"),
+    on(ALL, I.RESTORE_DONE, None, effects="drop_late_outcome"),
+    on(S.RESTORING, I.RESTORE_FAILED, S.RESTORE_FAILED_PAUSED, guard="same_id", effects="answer"),
+    on(ALL, I.RESTORE_FAILED, None, effects="drop_late_outcome"),
+    # discard_restored_continuation(R, rollout): only in restored_paused under R.
+    on(ALL, I.RECV_DISCARD, None, guard="stale_id", effects=STALE),
+    on(BUSY, I.RECV_DISCARD, None, guard="other_id_active", effects=CONFLICT),
+    on(S.RESTORED_PAUSED, I.RECV_DISCARD, None, guard="same_id", effects="start"),
+    on(ALL, I.RECV_DISCARD, None, effects=INVALID),
+    on(ALL, I.RECV_STATUS, None, effects="report_status"),
+)
+# ruff: enable[E501]
+# fmt: on
 
 
 # ----------------------------------------------------------------------------- effects
@@ -252,32 +318,7 @@ def _refusal(code: str) -> Any:
     return effect
 
 
-# ------------------------------------------------------------------------------ table
-
-S = FenceState
-I = FenceInput  # noqa: E741  (h2's StreamInputs)
-ALL = tuple(FenceState)
-BUSY = tuple(s for s in FenceState if s is not S.IDLE)  # states with an active id
-IN_PREPARE = (S.PREPARING, S.PREPARED, S.COMMITTING, S.COMMITTED_PAUSED)
-READY_SEEN = (S.PREPARED, S.COMMITTING, S.COMMITTED_PAUSED)  # prepare(X) ready is recorded
-STALE, CONFLICT, INVALID = "refuse_stale", "refuse_conflict", "refuse_invalid_phase"
-
-
-def _outcome(
-    state: FenceState,
-    ok: FenceInput,
-    ok_target: FenceState,
-    failed: FenceInput,
-    failed_target: FenceState | None,
-) -> list[Row]:
-    """Rows of one op's outcomes: success records, failure records nothing, late is dropped."""
-    return [
-        on(state, ok, ok_target, guard="same_id", update="record", effects="answer"),
-        on(ALL, ok, None, effects="drop_late_outcome"),
-        on(state, failed, failed_target, guard="same_id", effects="answer"),
-        on(ALL, failed, None, effects="drop_late_outcome"),
-    ]
-
+# ----------------------------------------------------------------------------- the table
 
 CONTROL_FENCE: Table[FenceState, FenceInput] = Table(
     "control_fence",
@@ -286,51 +327,7 @@ CONTROL_FENCE: Table[FenceState, FenceInput] = Table(
     inputs=FenceInput,
     initial=S.IDLE,
     initial_data=FenceData(),
-    rows=[
-        # prepare(X): from idle, or again from preparing with the same X.
-        on(READY_SEEN, I.RECV_PREPARE, None, guard="same_id", effects="replay"),
-        on(ALL, I.RECV_PREPARE, None, guard="stale_id", effects=STALE),
-        on(BUSY, I.RECV_PREPARE, None, guard="other_id_active", effects=CONFLICT),
-        on(S.IDLE, I.RECV_PREPARE, S.PREPARING, update="activate", effects="start"),
-        on(S.PREPARING, I.RECV_PREPARE, S.PREPARING, guard="same_id", effects="start"),
-        on(BUSY, I.RECV_PREPARE, None, effects=INVALID),
-        *_outcome(S.PREPARING, I.PREPARE_READY, S.PREPARED, I.PREPARE_NOT_READY, None),
-        # commit(X): from prepared with the same X; a failure returns to prepared.
-        on(S.COMMITTED_PAUSED, I.RECV_COMMIT, None, guard="same_id", effects="replay"),
-        on(ALL, I.RECV_COMMIT, None, guard="stale_id", effects=STALE),
-        on(BUSY, I.RECV_COMMIT, None, guard="other_id_active", effects=CONFLICT),
-        on(S.PREPARED, I.RECV_COMMIT, S.COMMITTING, guard="same_id", effects="start"),
-        on(S.COMMITTING, I.RECV_COMMIT, None, guard="same_id", effects="join_in_flight"),
-        on(ALL, I.RECV_COMMIT, None, effects=INVALID),
-        *_outcome(S.COMMITTING, I.COMMIT_DONE, S.COMMITTED_PAUSED, I.COMMIT_FAILED, S.PREPARED),
-        # resume(X) = abort = release: from any state whose active id is X, or from idle with
-        # an id above the watermark (an unknown id is retired, so its delayed prepare is stale).
-        on(S.IDLE, I.RECV_RESUME, None, guard="watermark_id", effects="replay"),
-        on(ALL, I.RECV_RESUME, None, guard="stale_id", effects=STALE),
-        on(BUSY, I.RECV_RESUME, None, guard="other_id_active", effects=CONFLICT),
-        on(ALL, I.RECV_RESUME, S.IDLE, update="retire", effects="retire"),
-        # restore(R, snapshot): under its own op id; a failed restore may be retried with R.
-        on(S.RESTORED_PAUSED, I.RECV_RESTORE, None, guard="same_id", effects="replay"),
-        on(ALL, I.RECV_RESTORE, None, guard="stale_id", effects=STALE),
-        on(BUSY, I.RECV_RESTORE, None, guard="other_id_active", effects=CONFLICT),
-        on(S.IDLE, I.RECV_RESTORE, S.RESTORING, update="activate", effects="start"),
-        on(S.RESTORE_FAILED_PAUSED, I.RECV_RESTORE, S.RESTORING, guard="same_id", effects="start"),
-        on(S.RESTORING, I.RECV_RESTORE, None, guard="same_id", effects="join_in_flight"),
-        on(IN_PREPARE, I.RECV_RESTORE, None, effects=INVALID),
-        *_outcome(
-            S.RESTORING,
-            I.RESTORE_DONE,
-            S.RESTORED_PAUSED,
-            I.RESTORE_FAILED,
-            S.RESTORE_FAILED_PAUSED,
-        ),
-        # discard_restored_continuation(R, rollout): only in restored_paused under R.
-        on(ALL, I.RECV_DISCARD, None, guard="stale_id", effects=STALE),
-        on(BUSY, I.RECV_DISCARD, None, guard="other_id_active", effects=CONFLICT),
-        on(S.RESTORED_PAUSED, I.RECV_DISCARD, None, guard="same_id", effects="start"),
-        on(ALL, I.RECV_DISCARD, None, effects=INVALID),
-        on(ALL, I.RECV_STATUS, None, effects="report_status"),
-    ],
+    rows=_ROWS,
     guards={
         "same_id": _same_id,
         "other_id_active": _other_id_active,

@@ -92,6 +92,37 @@ class Deadlines:
         return None
 
 
+# ----------------------------------------------------------------------------- the rows
+
+_R, _S = RegistryState.RUNNING, RegistryState.SUSPENDED
+_IN = RegistryInput
+
+# fmt: off
+# ruff: disable[E501] one row per line: the table reads across
+_ROWS = (
+    # The holder set (same rule as M6).
+    on(_R, _IN.SUSPEND, _S, update="suspend_first", effects=("suspended", "cancel_all")),
+    on(_R, _IN.RESUME, None),  # nothing held: a stray resume is a no-op
+    on(_S, _IN.SUSPEND, None, update="add_holder"),
+    on(_S, _IN.RESUME, _R, guard="last_holder", update="resume_last", effects=("resumed", "arm_all")),
+    on(_S, _IN.RESUME, None, update="remove_holder"),
+    # Per-group deadlines.
+    on(_R, _IN.START, None, update="start_running", effects="arm_one"),
+    on(_S, _IN.START, None, update="start_suspended"),
+    on((_R, _S), _IN.STOP, None, update="forget", effects="cancel_one"),
+    on(_R, _IN.TIMER_DUE, None, guard="known_group", update="forget", effects="expired"),
+    on(_R, _IN.TIMER_DUE, None),  # the group already finished: a stale timer
+)
+# ruff: enable[E501]
+# fmt: on
+
+# S1: no clock runs while suspended, so nothing expires.
+_IGNORED = each(_S, _IN.TIMER_DUE)
+
+
+# ----------------------------------------------------------- effect values and helpers
+
+
 @dataclass(frozen=True, slots=True)
 class SuspendDeadlines:
     """`holder` stopped the rollout deadline clocks (M7)."""
@@ -209,8 +240,7 @@ def _resumed(_value: Value[Any, Deadlines], arg: DeadlineArg) -> tuple[Any, ...]
     return (ResumeDeadlines(arg.key),)
 
 
-_R, _S = RegistryState.RUNNING, RegistryState.SUSPENDED
-_IN = RegistryInput
+# ----------------------------------------------------------------------------- the table
 
 DEADLINE_REGISTRY: Table[RegistryState, RegistryInput] = Table(
     "deadline_registry",
@@ -219,29 +249,8 @@ DEADLINE_REGISTRY: Table[RegistryState, RegistryInput] = Table(
     inputs=RegistryInput,
     initial=_R,
     initial_data=Deadlines(),
-    rows=[
-        # The holder set (same rule as M6).
-        on(_R, _IN.SUSPEND, _S, update="suspend_first", effects=("suspended", "cancel_all")),
-        on(_R, _IN.RESUME, None),  # nothing held: a stray resume is a no-op
-        on(_S, _IN.SUSPEND, None, update="add_holder"),
-        on(
-            _S,
-            _IN.RESUME,
-            _R,
-            guard="last_holder",
-            update="resume_last",
-            effects=("resumed", "arm_all"),
-        ),
-        on(_S, _IN.RESUME, None, update="remove_holder"),
-        # Per-group deadlines.
-        on(_R, _IN.START, None, update="start_running", effects="arm_one"),
-        on(_S, _IN.START, None, update="start_suspended"),
-        on((_R, _S), _IN.STOP, None, update="forget", effects="cancel_one"),
-        on(_R, _IN.TIMER_DUE, None, guard="known_group", update="forget", effects="expired"),
-        on(_R, _IN.TIMER_DUE, None),  # the group already finished: a stale timer
-    ],
-    # S1: no clock runs while suspended, so nothing expires.
-    ignored=each(_S, _IN.TIMER_DUE),
+    rows=_ROWS,
+    ignored=_IGNORED,
     guards={"last_holder": _HOLDERS.is_last, "known_group": _known_group},
     updates={
         "add_holder": _HOLDERS.add,

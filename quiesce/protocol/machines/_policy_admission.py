@@ -57,6 +57,32 @@ class AdmissionData:
     waiters: tuple[str, ...] = ()
 
 
+# ----------------------------------------------------------------------------- the rows
+
+S = PolicyState
+I = PolicyInput  # noqa: E741  (h2's StreamInputs)
+
+# fmt: off
+# ruff: disable[E501] one row per line: the table reads across
+_ROWS = (
+    on(S.ACCEPTING, I.CALL_STARTED, None, update="admit", effects="admit_call"),
+    on((S.DRAINING, S.PAUSED), I.CALL_STARTED, None, update="wait", effects="hold_as_waiter"),
+    on(S.ACCEPTING, I.CALL_FINISHED, None, guard="in_flight", update="finish"),
+    on(S.DRAINING, I.CALL_FINISHED, S.PAUSED, guard="last_call", update="finish"),
+    on(S.DRAINING, I.CALL_FINISHED, None, guard="in_flight", update="finish"),
+    on(S.ACCEPTING, I.FENCE_PREPARE, S.PAUSED, guard="nothing_in_flight"),
+    on(S.ACCEPTING, I.FENCE_PREPARE, S.DRAINING),
+    on((S.DRAINING, S.PAUSED), I.FENCE_PREPARE, None),  # a retried prepare: nothing new
+    on((S.DRAINING, S.PAUSED), I.FENCE_RESUME, S.ACCEPTING, update="admit_waiters", effects="release_waiters"),
+    on(S.ACCEPTING, I.FENCE_RESUME, None),  # resume of an op that never closed it
+)
+# ruff: enable[E501]
+# fmt: on
+
+
+# ----------------------------------------------------------------------------- updates
+
+
 def _admit(data: AdmissionData, call_id: str) -> AdmissionData:
     return AdmissionData(data.in_flight + 1, data.waiters)
 
@@ -73,8 +99,7 @@ def _admit_waiters(data: AdmissionData, _: Any) -> AdmissionData:
     return AdmissionData(data.in_flight + len(data.waiters), ())
 
 
-S = PolicyState
-I = PolicyInput  # noqa: E741  (h2's StreamInputs)
+# ----------------------------------------------------------------------------- the table
 
 POLICY_ADMISSION: Table[PolicyState, PolicyInput] = Table(
     "policy_admission",
@@ -84,24 +109,7 @@ POLICY_ADMISSION: Table[PolicyState, PolicyInput] = Table(
     initial=S.ACCEPTING,
     initial_data=AdmissionData(),
     unmapped="forbidden",
-    rows=[
-        on(S.ACCEPTING, I.CALL_STARTED, None, update="admit", effects="admit_call"),
-        on((S.DRAINING, S.PAUSED), I.CALL_STARTED, None, update="wait", effects="hold_as_waiter"),
-        on(S.ACCEPTING, I.CALL_FINISHED, None, guard="in_flight", update="finish"),
-        on(S.DRAINING, I.CALL_FINISHED, S.PAUSED, guard="last_call", update="finish"),
-        on(S.DRAINING, I.CALL_FINISHED, None, guard="in_flight", update="finish"),
-        on(S.ACCEPTING, I.FENCE_PREPARE, S.PAUSED, guard="nothing_in_flight"),
-        on(S.ACCEPTING, I.FENCE_PREPARE, S.DRAINING),
-        on((S.DRAINING, S.PAUSED), I.FENCE_PREPARE, None),  # a retried prepare: nothing new
-        on(
-            (S.DRAINING, S.PAUSED),
-            I.FENCE_RESUME,
-            S.ACCEPTING,
-            update="admit_waiters",
-            effects="release_waiters",
-        ),
-        on(S.ACCEPTING, I.FENCE_RESUME, None),  # resume of an op that never closed it
-    ],
+    rows=_ROWS,
     guards={
         "in_flight": lambda v, _: v.data.in_flight > 0,
         "last_call": lambda v, _: v.data.in_flight == 1,

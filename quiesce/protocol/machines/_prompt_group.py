@@ -56,6 +56,40 @@ class GroupData:
     reopened: bool = False
 
 
+# ----------------------------------------------------------------------------- the rows
+
+_S = GroupState
+_I = GroupInput
+
+# fmt: off
+# ruff: disable[E501] one row per line: the table reads across
+_ROWS = (
+    on(_S.GENERATING, _I.SIBLING_SEALED, _S.READY_TO_FINALIZE, guard="completes_group", update="add_sealed", effects="group_ready"),
+    on(_S.GENERATING, _I.SIBLING_SEALED, None, guard="new_sibling", update="add_sealed"),
+    on(_S.READY_TO_FINALIZE, _I.FINALIZE_BEGIN, _S.FINALIZING),
+    on(_S.FINALIZING, _I.TRAINER_ACCEPTED, _S.FINALIZED),
+    on(_S.FINALIZING, _I.CONTROLLER_RESTARTED, _S.FINALIZATION_UNKNOWN),
+    on(_S.FINALIZATION_UNKNOWN, _I.TRAINER_HAS_GROUP, _S.FINALIZED),
+    on(_S.FINALIZATION_UNKNOWN, _I.TRAINER_LACKS_GROUP, _S.GENERATING, update="reopen"),
+    on(_S.GENERATING, _I.RERUN_WHOLE, _S.ABANDONED, effects="discard_sealed_siblings"),
+)
+# ruff: enable[E501]
+# fmt: on
+
+# A controller restart matters only while finalizing: did the trainer get the group?
+_RESTART_CHANGES_NOTHING = (
+    GroupState.GENERATING,
+    GroupState.READY_TO_FINALIZE,
+    GroupState.FINALIZATION_UNKNOWN,  # a second crash before the first was resolved
+    GroupState.FINALIZED,
+    GroupState.ABANDONED,
+)
+_IGNORED = each(_RESTART_CHANGES_NOTHING, GroupInput.CONTROLLER_RESTARTED)
+
+
+# --------------------------------------------------- guards, updates and the invariant
+
+
 def _new_sibling(value: Value[Any, GroupData], sibling: int) -> bool:
     return 0 <= sibling < value.data.size and sibling not in value.data.sealed
 
@@ -81,13 +115,7 @@ def _group_consistent(value: Value[GroupState, GroupData]) -> bool:
     return complete
 
 
-_RESTART_CHANGES_NOTHING = (
-    GroupState.GENERATING,
-    GroupState.READY_TO_FINALIZE,
-    GroupState.FINALIZATION_UNKNOWN,  # a second crash before the first was resolved
-    GroupState.FINALIZED,
-    GroupState.ABANDONED,
-)
+# ----------------------------------------------------------------------------- the table
 
 PROMPT_GROUP: Table[GroupState, GroupInput] = Table(
     "prompt_group",
@@ -97,44 +125,8 @@ PROMPT_GROUP: Table[GroupState, GroupInput] = Table(
     initial=GroupState.GENERATING,
     initial_data=GroupData(size=1),
     finals=(GroupState.FINALIZED, GroupState.ABANDONED),
-    rows=[
-        on(
-            GroupState.GENERATING,
-            GroupInput.SIBLING_SEALED,
-            GroupState.READY_TO_FINALIZE,
-            guard="completes_group",
-            update="add_sealed",
-            effects="group_ready",
-        ),
-        on(
-            GroupState.GENERATING,
-            GroupInput.SIBLING_SEALED,
-            None,
-            guard="new_sibling",
-            update="add_sealed",
-        ),
-        on(GroupState.READY_TO_FINALIZE, GroupInput.FINALIZE_BEGIN, GroupState.FINALIZING),
-        on(GroupState.FINALIZING, GroupInput.TRAINER_ACCEPTED, GroupState.FINALIZED),
-        on(
-            GroupState.FINALIZING,
-            GroupInput.CONTROLLER_RESTARTED,
-            GroupState.FINALIZATION_UNKNOWN,
-        ),
-        on(GroupState.FINALIZATION_UNKNOWN, GroupInput.TRAINER_HAS_GROUP, GroupState.FINALIZED),
-        on(
-            GroupState.FINALIZATION_UNKNOWN,
-            GroupInput.TRAINER_LACKS_GROUP,
-            GroupState.GENERATING,
-            update="reopen",
-        ),
-        on(
-            GroupState.GENERATING,
-            GroupInput.RERUN_WHOLE,
-            GroupState.ABANDONED,
-            effects="discard_sealed_siblings",
-        ),
-    ],
-    ignored=each(_RESTART_CHANGES_NOTHING, GroupInput.CONTROLLER_RESTARTED),
+    rows=_ROWS,
+    ignored=_IGNORED,
     unmapped="forbidden",
     guards={"new_sibling": _new_sibling, "completes_group": _completes_group},
     updates={"add_sealed": _add_sealed, "reopen": _reopen},

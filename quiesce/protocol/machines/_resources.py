@@ -86,6 +86,32 @@ class ResourcesData:
         return dict(self.revisions).get(rollout_id, 0)
 
 
+# ----------------------------------------------------------------------------- the rows
+
+S = ResourcesState
+I = ResourcesInput  # noqa: E741  (h2's StreamInputs)
+CLOSED = (S.DRAINING, S.FROZEN)
+
+# fmt: off
+_ROWS = (
+    on(S.ACCEPTING, I.MUTATION_STARTED, None, update="admit", effects="admit_mutation"),
+    on(CLOSED, I.MUTATION_STARTED, None, update="wait", effects="hold_as_waiter"),
+    on(S.ACCEPTING, I.MUTATION_FINISHED, None, guard="in_flight", update="finish"),
+    on(S.DRAINING, I.MUTATION_FINISHED, S.FROZEN, guard="last_mutation", update="finish"),
+    on(S.DRAINING, I.MUTATION_FINISHED, None, guard="in_flight", update="finish"),
+    on(S.ACCEPTING, I.FENCE_PREPARE, S.FROZEN, guard="nothing_in_flight"),
+    on(S.ACCEPTING, I.FENCE_PREPARE, S.DRAINING),
+    on(CLOSED, I.FENCE_PREPARE, None),  # a retried prepare: nothing new
+    on(CLOSED, I.FENCE_RESUME, S.ACCEPTING, update="admit_waiters", effects="release_waiters"),
+    on(S.ACCEPTING, I.FENCE_RESUME, None),  # resume of an op that never closed it
+    on(S.FROZEN, I.IMPORT, None, update="import"),
+)
+# fmt: on
+
+
+# ----------------------------------------------------------------------------- updates
+
+
 def _admit(data: ResourcesData, m: Mutation) -> ResourcesData:
     return replace(data, in_flight=data.in_flight + 1)
 
@@ -108,9 +134,7 @@ def _import(data: ResourcesData, revisions: Revisions) -> ResourcesData:
     return replace(data, revisions=tuple(sorted(revisions)))
 
 
-S = ResourcesState
-I = ResourcesInput  # noqa: E741  (h2's StreamInputs)
-CLOSED = (S.DRAINING, S.FROZEN)
+# ----------------------------------------------------------------------------- the table
 
 RESOURCES: Table[ResourcesState, ResourcesInput] = Table(
     "resources",
@@ -120,19 +144,7 @@ RESOURCES: Table[ResourcesState, ResourcesInput] = Table(
     initial=S.ACCEPTING,
     initial_data=ResourcesData(),
     unmapped="forbidden",
-    rows=[
-        on(S.ACCEPTING, I.MUTATION_STARTED, None, update="admit", effects="admit_mutation"),
-        on(CLOSED, I.MUTATION_STARTED, None, update="wait", effects="hold_as_waiter"),
-        on(S.ACCEPTING, I.MUTATION_FINISHED, None, guard="in_flight", update="finish"),
-        on(S.DRAINING, I.MUTATION_FINISHED, S.FROZEN, guard="last_mutation", update="finish"),
-        on(S.DRAINING, I.MUTATION_FINISHED, None, guard="in_flight", update="finish"),
-        on(S.ACCEPTING, I.FENCE_PREPARE, S.FROZEN, guard="nothing_in_flight"),
-        on(S.ACCEPTING, I.FENCE_PREPARE, S.DRAINING),
-        on(CLOSED, I.FENCE_PREPARE, None),  # a retried prepare: nothing new
-        on(CLOSED, I.FENCE_RESUME, S.ACCEPTING, update="admit_waiters", effects="release_waiters"),
-        on(S.ACCEPTING, I.FENCE_RESUME, None),  # resume of an op that never closed it
-        on(S.FROZEN, I.IMPORT, None, update="import"),
-    ],
+    rows=_ROWS,
     guards={
         "in_flight": lambda v, _: v.data.in_flight > 0,
         "last_mutation": lambda v, _: v.data.in_flight == 1,

@@ -97,6 +97,42 @@ class RestoreData:
     rejected: tuple[tuple[str, str], ...] = ()  # (snapshot id, reason), oldest first
 
 
+# ----------------------------------------------------------------------------- the rows
+
+_S = RestoreState
+_I = RestoreInput
+_CALLS_RETRIED = (RestoreState.FINISHING_INTENT, RestoreState.DISCARDING, RestoreState.RESUMING)
+
+# fmt: off
+# ruff: disable[E501] one row per line: the table reads across
+_ROWS = (
+    on(_S.FINISHING_INTENT, _I.INTENT_READ, _S.SELECTING, guard="nothing_in_flight"),
+    # A checkpoint was in flight: finish it with the same id before restoring anything.
+    on(_S.FINISHING_INTENT, _I.INTENT_READ, None, effects="finish_in_flight"),
+    on(_S.FINISHING_INTENT, _I.INTENT_FINISHED, _S.SELECTING, effects="clear_intent"),
+    on((_S.FINISHING_INTENT, _S.SELECTING), _I.SOURCE_UNREADABLE, _S.RESTORE_FAILED, effects="report_candidates"),
+    on(_S.SELECTING, _I.SNAPSHOT_SELECTED, _S.RESTORING, update="choose", effects="send_restore"),
+    on(_S.SELECTING, _I.FRESH_START, _S.REDISPATCHING, effects="start_at_anchor"),
+    on(_S.RESTORING, _I.RECV_RESTORED, _S.RESTORED_PAUSED),
+    # S16 and friends: resume (= abort) the restore op, then try an older snapshot.
+    on(_S.RESTORING, _I.RESTORE_REJECTED, _S.SELECTING, update="reject", effects="abort_restore"),
+    on(_S.RESTORING, _I.CALL_FAILED, None, guard="retries_left", update="count_retry", effects="retry_same_op"),
+    on(_S.RESTORING, _I.CALL_FAILED, _S.SELECTING, update="exhausted", effects="abort_restore"),
+    on(_CALLS_RETRIED, _I.CALL_FAILED, None, effects="retry_same_op"),
+    # S12: discards are sent only here, while every participant is restored_paused.
+    on(_S.RESTORED_PAUSED, _I.DISCARD_BEGIN, _S.DISCARDING, guard="has_discards", effects="send_discards"),
+    on(_S.RESTORED_PAUSED, _I.DISCARD_BEGIN, _S.RESUMING, effects="send_resume"),
+    on(_S.DISCARDING, _I.RECV_DISCARDED, _S.RESUMING, effects="send_resume"),
+    on(_S.RESUMING, _I.RECV_RESUMED, _S.REDISPATCHING, effects=("drain_acks", "redispatch")),
+    on(_S.REDISPATCHING, _I.REDISPATCHED, _S.IDLE),
+)
+# ruff: enable[E501]
+# fmt: on
+
+
+# ------------------------------------------------------------------ guards and updates
+
+
 def _nothing_in_flight(_value: Value[Any, RestoreData], decision: IntentDecision) -> bool:
     return decision.action is IntentAction.NONE
 
@@ -126,7 +162,7 @@ def _exhausted(data: RestoreData, _arg: object) -> RestoreData:
     return _reject(data, "retries_exhausted")
 
 
-_CALLS_RETRIED = (RestoreState.FINISHING_INTENT, RestoreState.DISCARDING, RestoreState.RESUMING)
+# ----------------------------------------------------------------------------- the table
 
 RESTORE: Table[RestoreState, RestoreInput] = Table(
     "restore",
@@ -136,98 +172,7 @@ RESTORE: Table[RestoreState, RestoreInput] = Table(
     initial=RestoreState.FINISHING_INTENT,
     initial_data=RestoreData(),
     finals=(RestoreState.IDLE, RestoreState.RESTORE_FAILED),
-    rows=[
-        on(
-            RestoreState.FINISHING_INTENT,
-            RestoreInput.INTENT_READ,
-            RestoreState.SELECTING,
-            guard="nothing_in_flight",
-        ),
-        # A checkpoint was in flight: finish it with the same id before restoring anything.
-        on(
-            RestoreState.FINISHING_INTENT,
-            RestoreInput.INTENT_READ,
-            None,
-            effects="finish_in_flight",
-        ),
-        on(
-            RestoreState.FINISHING_INTENT,
-            RestoreInput.INTENT_FINISHED,
-            RestoreState.SELECTING,
-            effects="clear_intent",
-        ),
-        on(
-            (RestoreState.FINISHING_INTENT, RestoreState.SELECTING),
-            RestoreInput.SOURCE_UNREADABLE,
-            RestoreState.RESTORE_FAILED,
-            effects="report_candidates",
-        ),
-        on(
-            RestoreState.SELECTING,
-            RestoreInput.SNAPSHOT_SELECTED,
-            RestoreState.RESTORING,
-            update="choose",
-            effects="send_restore",
-        ),
-        on(
-            RestoreState.SELECTING,
-            RestoreInput.FRESH_START,
-            RestoreState.REDISPATCHING,
-            effects="start_at_anchor",
-        ),
-        on(RestoreState.RESTORING, RestoreInput.RECV_RESTORED, RestoreState.RESTORED_PAUSED),
-        # S16 and friends: resume (= abort) the restore op, then try an older snapshot.
-        on(
-            RestoreState.RESTORING,
-            RestoreInput.RESTORE_REJECTED,
-            RestoreState.SELECTING,
-            update="reject",
-            effects="abort_restore",
-        ),
-        on(
-            RestoreState.RESTORING,
-            RestoreInput.CALL_FAILED,
-            None,
-            guard="retries_left",
-            update="count_retry",
-            effects="retry_same_op",
-        ),
-        on(
-            RestoreState.RESTORING,
-            RestoreInput.CALL_FAILED,
-            RestoreState.SELECTING,
-            update="exhausted",
-            effects="abort_restore",
-        ),
-        on(_CALLS_RETRIED, RestoreInput.CALL_FAILED, None, effects="retry_same_op"),
-        # S12: discards are sent only here, while every participant is restored_paused.
-        on(
-            RestoreState.RESTORED_PAUSED,
-            RestoreInput.DISCARD_BEGIN,
-            RestoreState.DISCARDING,
-            guard="has_discards",
-            effects="send_discards",
-        ),
-        on(
-            RestoreState.RESTORED_PAUSED,
-            RestoreInput.DISCARD_BEGIN,
-            RestoreState.RESUMING,
-            effects="send_resume",
-        ),
-        on(
-            RestoreState.DISCARDING,
-            RestoreInput.RECV_DISCARDED,
-            RestoreState.RESUMING,
-            effects="send_resume",
-        ),
-        on(
-            RestoreState.RESUMING,
-            RestoreInput.RECV_RESUMED,
-            RestoreState.REDISPATCHING,
-            effects=("drain_acks", "redispatch"),
-        ),
-        on(RestoreState.REDISPATCHING, RestoreInput.REDISPATCHED, RestoreState.IDLE),
-    ],
+    rows=_ROWS,
     unmapped="forbidden",
     guards={
         "nothing_in_flight": _nothing_in_flight,

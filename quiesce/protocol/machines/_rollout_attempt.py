@@ -63,6 +63,35 @@ class AttemptData:
     superseded: bool = False
 
 
+# ----------------------------------------------------------------------------- the rows
+
+_S = AttemptState
+_I = AttemptInput
+LIVE_ATTEMPT_STATES = (AttemptState.RESERVED, AttemptState.DISPATCHED)
+DONE_ATTEMPT_STATES = (AttemptState.FAILED, AttemptState.ABANDONED)
+
+# fmt: off
+# ruff: disable[E501] one row per line: the table reads across
+_ROWS = (
+    # I2: the only way to dispatched is from reserved.
+    on(_S.RESERVED, _I.DISPATCH, _S.DISPATCHED),
+    on(_S.DISPATCHED, _I.ROLLOUT_COMPLETED, _S.SEALED, update="owe_ack", effects="owe_ack"),
+    on(_S.DISPATCHED, _I.ATTEMPT_FAILED, _S.FAILED),
+    on(LIVE_ATTEMPT_STATES, _I.ABANDON, _S.ABANDONED),
+    on((_S.SEALED, *DONE_ATTEMPT_STATES), _I.ROLLOUT_COMPLETED, None, guard="same_receipt"),
+    # A late completion of a retired attempt: ACK it (the agent holds it until then), drop it.
+    on(DONE_ATTEMPT_STATES, _I.ROLLOUT_COMPLETED, None, update="owe_ack", effects="drop_late_completion"),
+    # Only a failed or abandoned attempt may be replaced, and only once (I2).
+    on(DONE_ATTEMPT_STATES, _I.SUPERSEDE, None, guard="not_superseded", update="mark_superseded"),
+    on((_S.SEALED, *DONE_ATTEMPT_STATES), _I.ACK_FLUSHED, None, guard="receipt_matches", update="ack_done"),
+)
+# ruff: enable[E501]
+# fmt: on
+
+
+# ------------------------------------------------------------------ guards and updates
+
+
 def _same_receipt(value: Value[Any, AttemptData], receipt: str) -> bool:
     # The same completion reported twice (a duplicated reply): nothing to record again.
     return value.data.receipt == receipt
@@ -89,8 +118,7 @@ def _mark_superseded(data: AttemptData, _arg: object) -> AttemptData:
     return replace(data, superseded=True)
 
 
-LIVE_ATTEMPT_STATES = (AttemptState.RESERVED, AttemptState.DISPATCHED)
-DONE_ATTEMPT_STATES = (AttemptState.FAILED, AttemptState.ABANDONED)
+# ----------------------------------------------------------------------------- the table
 
 ROLLOUT_ATTEMPT: Table[AttemptState, AttemptInput] = Table(
     "rollout_attempt",
@@ -100,48 +128,7 @@ ROLLOUT_ATTEMPT: Table[AttemptState, AttemptInput] = Table(
     initial=AttemptState.RESERVED,
     initial_data=AttemptData(),
     finals=(AttemptState.SEALED, AttemptState.FAILED, AttemptState.ABANDONED),
-    rows=[
-        # I2: the only way to dispatched is from reserved.
-        on(AttemptState.RESERVED, AttemptInput.DISPATCH, AttemptState.DISPATCHED),
-        on(
-            AttemptState.DISPATCHED,
-            AttemptInput.ROLLOUT_COMPLETED,
-            AttemptState.SEALED,
-            update="owe_ack",
-            effects="owe_ack",
-        ),
-        on(AttemptState.DISPATCHED, AttemptInput.ATTEMPT_FAILED, AttemptState.FAILED),
-        on(LIVE_ATTEMPT_STATES, AttemptInput.ABANDON, AttemptState.ABANDONED),
-        on(
-            (AttemptState.SEALED, *DONE_ATTEMPT_STATES),
-            AttemptInput.ROLLOUT_COMPLETED,
-            None,
-            guard="same_receipt",
-        ),
-        # A late completion of a retired attempt: ACK it (the agent holds it until then), drop it.
-        on(
-            DONE_ATTEMPT_STATES,
-            AttemptInput.ROLLOUT_COMPLETED,
-            None,
-            update="owe_ack",
-            effects="drop_late_completion",
-        ),
-        # Only a failed or abandoned attempt may be replaced, and only once (I2).
-        on(
-            DONE_ATTEMPT_STATES,
-            AttemptInput.SUPERSEDE,
-            None,
-            guard="not_superseded",
-            update="mark_superseded",
-        ),
-        on(
-            (AttemptState.SEALED, *DONE_ATTEMPT_STATES),
-            AttemptInput.ACK_FLUSHED,
-            None,
-            guard="receipt_matches",
-            update="ack_done",
-        ),
-    ],
+    rows=_ROWS,
     unmapped="forbidden",
     guards={
         "same_receipt": _same_receipt,
