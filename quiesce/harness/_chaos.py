@@ -187,23 +187,29 @@ class _Children:
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def start(self, child: _Child, *, stdout: int | None = None) -> subprocess.Popen[bytes]:
-        with child.log.open("ab") as log:
-            proc = subprocess.Popen(
-                child.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=stdout if stdout is not None else subprocess.DEVNULL,
-                stderr=log,
-                env=self.env,
-                start_new_session=True,
-            )
-        self.started.append(proc)
-        child.proc = proc
-        child.generation += 1
+        # Spawning and recording are one step as far as SIGINT/SIGTERM go: a `ChaosInterrupted`
+        # raised in between -- inside `Popen` after the fork (its wait for the exec), or after
+        # `Popen` returned but before the append -- would leave a child nobody stops.
+        with _held_signals():
+            with child.log.open("ab") as log:
+                proc = subprocess.Popen(
+                    child.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=stdout if stdout is not None else subprocess.DEVNULL,
+                    stderr=log,
+                    env=self.env,
+                    start_new_session=True,
+                )
+            self.started.append(proc)
+            child.proc = proc
+            child.generation += 1
         return proc
 
     @staticmethod
     def kill(child: _Child) -> None:
         """SIGKILL the child's process group and reap it."""
+        # Nothing to hold here: the process is in `started` already, so an interrupt between
+        # the SIGKILL and the wait leaves it to `stop_all`.
         if child.proc is None:
             return
         _signal_group(child.proc, signal.SIGKILL)
@@ -211,31 +217,86 @@ class _Children:
 
     def stop_all(self, grace_s: float = 5.0) -> None:
         """SIGTERM every live child's group, then SIGKILL what is left after `grace_s`."""
-        live = [proc for proc in self.started if proc.poll() is None]
-        for proc in live:
-            _signal_group(proc, signal.SIGTERM)
-        deadline = time.monotonic() + grace_s
-        for proc in live:
-            with suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        for proc in self.started:
-            # Also groups whose leader is gone: nothing of this run may outlive it.
-            _signal_group(proc, signal.SIGKILL)
-            if proc.poll() is None:
-                proc.wait()
+        # A signal here (a second Ctrl-C during the grace period, or a first one as a finished
+        # run stops its children) must not cut the loop short: it is held to the end. One that
+        # lands before the hold begins is caught by `run_chaos`, which stops them again.
+        with _held_signals():
+            live = [proc for proc in self.started if proc.poll() is None]
+            for proc in live:
+                _signal_group(proc, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            for proc in live:
+                with suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            for proc in self.started:
+                # Also groups whose leader is gone: nothing of this run may outlive it.
+                _signal_group(proc, signal.SIGKILL)
+                if proc.poll() is None:
+                    proc.wait()
+
+
+class _Signals(threading.local):
+    """Per thread: Python runs signal handlers in the main thread only, so the handler reads
+    the main thread's copy, and `_Children` used in another thread cannot hold its signals."""
+
+    held = 0
+    """Depth of `_held_signals` sections: the handler only records the signal meanwhile."""
+    pending: int | None = None
+
+
+_signals = _Signals()
+
+
+def _interrupt_under_way() -> bool:
+    # A `ChaosInterrupted` is being handled: a `finally` or `__exit__` on its way out to the
+    # `finally` that stops the children runs. A second signal must not replace it there, nor
+    # cut that cleanup short. (Not a flag set when raising: an exception raised inside a
+    # finalizer, such as a generator closed by the garbage collector, is dropped, and the
+    # next Ctrl-C must still work.)
+    return isinstance(sys.exc_info()[1], ChaosInterrupted)
+
+
+@contextmanager
+def _held_signals() -> Iterator[None]:
+    """No `ChaosInterrupted` fires inside; a signal that arrived meanwhile is raised on the
+    normal way out (after an exception, at the next section's end, e.g. `stop_all`'s), or
+    dropped if an interrupt is under way already.
+
+    Not `signal.pthread_sigmask`: it blocks a signal for the calling thread only, the kernel
+    hands a process-directed SIGINT to any thread not blocking it (the controller's event
+    reader), and Python runs the handler in the main thread all the same."""
+    # The handler may run between any two bytecodes here too: before `held` is stored it
+    # raises with nothing done yet; after the decrement it raises with everything done.
+    _signals.held += 1
+    try:
+        yield
+    finally:
+        _signals.held -= 1
+    if not _signals.held and _signals.pending is not None:
+        signum, _signals.pending = _signals.pending, None
+        if not _interrupt_under_way():
+            raise ChaosInterrupted(signum)
 
 
 @contextmanager
 def _interruptible() -> Iterator[None]:
     """Turn SIGINT/SIGTERM into `ChaosInterrupted` (main thread only), so `finally`
-    blocks stop the children before the process goes."""
+    blocks stop the children before the process goes; never inside a `_held_signals`
+    section, and not while one is handled already."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum: int, frame: FrameType | None) -> None:
+        if _interrupt_under_way():
+            return
+        if _signals.held:
+            if _signals.pending is None:
+                _signals.pending = signum
+            return
         raise ChaosInterrupted(signum)
 
+    _signals.pending = None
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
@@ -664,7 +725,16 @@ def run_chaos(
             try:
                 chaos.run()
             finally:
-                chaos.children.stop_all()
+                # Inline, not a helper: a signal lands at a call, so the first one this
+                # `finally` can meet is inside `stop_all`, under the `try`.
+                try:
+                    chaos.children.stop_all()
+                except ChaosInterrupted:
+                    # It landed before `stop_all`'s hold began, so nothing was stopped.
+                    # While this interrupt is handled every further signal is dropped
+                    # (`_interrupt_under_way`): this call cannot be cut short.
+                    chaos.children.stop_all()
+                    raise
         lost, duplicated = chaos.final_checks()
         ok = not chaos.violations
         controller_kills = sum(1 for k in chaos.kills if k.victim == CONTROLLER)
