@@ -1,9 +1,18 @@
 """`quiesce simulate`: a simulated training run on the embedded in-memory fleet.
 
 Virtual clock, seeded: the same options and seed print the same result. Default output: a
-progress bar per training step (stderr) and a summary table (stdout); `--json` prints the
-one result document instead. Exit 0 when every invariant held, 1 otherwise, 2 on a usage
-error.
+progress bar per training step (stderr) and a summary table (stdout), then why the
+controller stopped and which prompt groups ended untrained, if any; `--json` prints the one
+result document instead (`verdict`, `stop`, `untrained` included).
+
+Exit codes (`EXIT_CODES`):
+- 0: the run finished and every invariant held;
+- 1: an invariant was violated (`violations` says which; an unfinished run is one: I7,
+  and so is work left untrained without a counted reason: I9);
+- 2: a usage error (an option out of range, `--crash-at-step` beyond `--steps`): one line;
+- 3: the controller stopped before the run ended (a fatal cause, or more than
+  `max_consecutive_failures` failed checkpoints): `stop` says which participant, which
+  cause, after how many failures. A stopped run is never "ok".
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table as RichTable
@@ -23,6 +33,12 @@ from quiesce.harness import SimulationConfig, SimulationResult
 from quiesce.harness import simulate as run
 
 LEVELS = ("turn", "sibling", "prompt_group")
+
+EXIT_CODES = {"ok": 0, "violated": 1, "stopped": 3}
+"""The exit code of each `SimulationResult.verdict` (2 is a usage error)."""
+
+# How many untrained groups the summary lists (the JSON has them all).
+_LISTED = 10
 
 
 def _summary(result: SimulationResult) -> RichTable:
@@ -40,6 +56,7 @@ def _summary(result: SimulationResult) -> RichTable:
         ("rollouts dispatched / completed", f"{r.dispatched} / {r.completed}"),
         ("items trained", r.trained),
         ("lost / duplicated", f"{r.lost} / {r.duplicated}"),
+        ("untrained prompt groups", result.untrained.count),
         (
             "redispatched (resumed at turn / rerun)",
             f"{r.redispatched} ({r.resumed_from_turn} / {r.rerun_from_scratch})",
@@ -56,33 +73,60 @@ def _summary(result: SimulationResult) -> RichTable:
         ("virtual seconds", f"{result.virtual_seconds:.2f}"),
         ("stopped", f"yes ({result.stop_reason})" if result.stopped else "no"),
         ("invariants", "ok" if result.invariants_ok else "VIOLATED"),
+        ("verdict", f"{result.verdict} (exit {EXIT_CODES[result.verdict]})"),
     ]
     for name, value in rows:
         table.add_row(name, str(value))
     return table
 
 
+def _explanations(result: SimulationResult, steps: int) -> list[str]:
+    """The lines under the table: why the controller stopped, what ended untrained."""
+    lines: list[str] = []
+    if result.stop is not None:
+        lines.append(f"stopped at step {result.steps} of {steps}: {result.stop.describe()}")
+    for group in result.untrained.groups[:_LISTED]:
+        lines.append(f"untrained {group.group} ({group.kind}): {group.reason}")
+    if result.untrained.count > _LISTED:
+        lines.append(f"... and {result.untrained.count - _LISTED} more untrained groups (--json)")
+    return lines
+
+
+def _one_line(error: ValidationError) -> str:
+    """A config refusal on one line, each bad value named by its option."""
+    problems = []
+    for detail in error.errors():
+        message = detail["msg"].removeprefix("Value error, ")
+        if detail["loc"]:
+            option = "--" + str(detail["loc"][0]).replace("_", "-")
+            message = f"{option} {detail['input']!r}: {message[:1].lower()}{message[1:]}"
+        problems.append(message)
+    return "; ".join(problems)
+
+
 @click.command()
-@click.option(
-    "--steps", type=click.IntRange(min=1), default=8, show_default=True, help="Training steps."
-)
+# Numbers are parsed here and range-checked by `SimulationConfig`, which the library shares:
+# a bad value is refused on one line naming the option (click's range types print four).
+@click.option("--steps", type=int, default=8, show_default=True, help="Training steps (>= 1).")
 @click.option(
     "--groups-per-step",
-    type=click.IntRange(min=1),
+    type=int,
     default=4,
     show_default=True,
-    help="Prompt groups per training step.",
+    help="Prompt groups per training step (>= 1).",
 )
 @click.option(
     "--group-size",
-    type=click.IntRange(min=1),
+    type=int,
     default=4,
     show_default=True,
-    help="Siblings per prompt group (G).",
+    help="Siblings per prompt group, G (>= 1).",
 )
-@click.option("--agents", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--policies", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--resources", type=click.IntRange(min=0), default=1, show_default=True)
+@click.option("--agents", type=int, default=2, show_default=True, help="Agent servers (>= 1).")
+@click.option("--policies", type=int, default=1, show_default=True, help="Policy servers (>= 1).")
+@click.option(
+    "--resources", type=int, default=1, show_default=True, help="Resources servers (>= 0)."
+)
 @click.option(
     "--resources-mode",
     type=click.Choice(["export_restore", "stateless", "restart_only"]),
@@ -92,16 +136,16 @@ def _summary(result: SimulationResult) -> RichTable:
 )
 @click.option(
     "--fault-rate",
-    type=click.FloatRange(0.0, 1.0),
+    type=float,
     default=0.0,
     show_default=True,
-    help="Probability that any one control call suffers a fault.",
+    help="Probability, in [0, 1], that any one control call suffers a fault.",
 )
 @click.option(
     "--crash-at-step",
-    type=click.IntRange(min=1),
+    type=int,
     default=None,
-    help="Crash the controller after the first checkpoint at or after this step.",
+    help="Crash the controller after the first checkpoint at or after this step (1 to --steps).",
 )
 @click.option(
     "--target-level",
@@ -137,8 +181,25 @@ def simulate(
     log_level: str,
     as_json: bool,
 ) -> None:
-    """Run a simulated training run with checkpoints, faults and a crash (virtual clock)."""
+    """Run a simulated training run with checkpoints, faults and a crash (virtual clock).
+
+    \b
+    Exit codes:
+      0  the run finished and every invariant held
+      1  an invariant was violated (lost or duplicated items, work left untrained
+         without a counted reason, an unfinished run, ...)
+      2  usage error (an option out of range, --crash-at-step beyond --steps)
+      3  the controller stopped before the run ended (the summary says which participant,
+         which cause, after how many failures)
+    """
     configure_logging(log_level)
+    if crash_at_step is not None and 1 <= steps < crash_at_step:
+        # SimulationConfig refuses it too (and a bad --steps first); here the message names
+        # the options.
+        fail(
+            f"--crash-at-step {crash_at_step} is beyond --steps {steps}: "
+            f"crash at a step from 1 to {steps}"
+        )
     try:
         config = SimulationConfig(
             steps=steps,
@@ -155,8 +216,8 @@ def simulate(
             seed=seed,
             snapshot_dir=snapshot_dir,
         )
-    except ValueError as error:
-        fail(str(error))
+    except ValidationError as error:
+        fail(_one_line(error))
     try:
         if as_json:
             result = run(config)
@@ -177,6 +238,8 @@ def simulate(
         print_json(result.model_dump(mode="json"))
     else:
         Console().print(_summary(result))
+        for line in _explanations(result, steps):
+            click.echo(line)
         for violation in result.violations:
             click.echo(f"violation: {violation}", err=True)
-    raise SystemExit(0 if result.invariants_ok else 1)
+    raise SystemExit(EXIT_CODES[result.verdict])

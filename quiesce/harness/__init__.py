@@ -1,9 +1,11 @@
 """Harnesses: whole training runs over the adapters, for people and for CI.
 
 `simulate` runs a simulated training run on the in-memory fleet and a virtual clock, and
-judges it with oracles independent of the coordinator; `run_chaos` runs real participant
-processes and a real controller and SIGKILLs them. Both are thin: every protocol decision
-is the coordinator's, every I/O the adapters'.
+judges it with oracles independent of the coordinator (nothing lost or duplicated, every
+consumed prompt group trained or counted, nothing left on an agent; why a stopped
+controller stopped); `run_chaos` runs real participant processes and a real controller
+and SIGKILLs them. Both are thin: every protocol decision is the coordinator's, every I/O
+the adapters'.
 """
 
 from quiesce.harness._chaos import ChaosConfig, ChaosError, ChaosInterrupted, ChaosResult, run_chaos
@@ -13,14 +15,17 @@ from quiesce.harness._chaos_controller import (
     read_consumed,
     read_trained,
 )
+from quiesce.harness._progress import Untrained, UntrainedGroup
 from quiesce.harness._simulate import (
     CheckpointCounts,
+    CoordinatorFactory,
     RolloutCounts,
     SimulationConfig,
     SimulationResult,
     run_simulation,
     simulate,
 )
+from quiesce.harness._stop_cause import StopCause
 
 __all__ = [
     "ChaosConfig",
@@ -28,11 +33,15 @@ __all__ = [
     "ChaosInterrupted",
     "ChaosResult",
     "CheckpointCounts",
+    "CoordinatorFactory",
     "DurableTrainer",
     "LoggedDataPlane",
     "RolloutCounts",
     "SimulationConfig",
     "SimulationResult",
+    "StopCause",
+    "Untrained",
+    "UntrainedGroup",
     "read_consumed",
     "read_trained",
     "run_chaos",

@@ -21,13 +21,28 @@ The run:
    in flight (so the snapshot holds unfinished work); the next controller starts from the
    durable store alone: intent, restore, redispatch;
 5. after the last prompt is consumed, the run drains: every group still in flight
-   finishes and is trained, so the oracle sees the whole data.
+   finishes and is trained, so the oracle sees the whole data;
+6. once the data is used up, the faults stop and the controller gets a bounded while to
+   settle (a lost ACK sent again, an orphan retired), because I9 is a goal "with no further
+   faults"; a run that has settled already does not wait, so its figures are the run's.
 
-The oracle (PROTOCOL.md §8), independent of the coordinator: the trainer's final lineage
-(after rollbacks to the restored anchor) and the dataloader's consumption. `duplicated`
-counts `(prompt, sibling)` items trained more than once; `lost` counts items of consumed
-prompts that are neither trained nor still in flight (a prompt is in flight when it is
-consumed in the final timeline and not yet trained: only a stopped run leaves any).
+The oracle (PROTOCOL.md §8 and §5 I9), independent of the coordinator: the trainer's final
+lineage (after rollbacks to the restored anchor) and the dataloader's consumption.
+`duplicated` counts `(prompt, sibling)` items trained more than once; `lost` counts items
+of consumed prompts that are neither trained nor still in flight (a prompt is in flight when
+it is consumed in the final timeline and not yet trained: only a run that ended early
+leaves any); `untrained` names every consumed prompt group the trainer does not have in
+full, with its reason (`_progress`). I9 is violated when a group ended untrained without a
+counted reason, when any group did although no fault was injected, or when an agent still
+holds an execution after the run finished.
+
+The verdict: `violated` if any invariant was (an unfinished run within the time limit is
+one: I7), else `stopped` if the controller stopped before the data was used up (`stop`
+says why: `_stop_cause`), else `ok`. `quiesce simulate` exits 1, 3 and 0 for them.
+
+A controller with a planted bug runs through the same world: `coordinator_factory` builds
+each controller process's `Coordinator` (a subclass, or one built with derived tables), so
+a test can check that the oracle catches it.
 
 The result is a `SimulationResult` (pydantic); the same seed gives the same JSON (virtual
 time only: no wall-clock figure is in it).
@@ -35,6 +50,7 @@ time only: no wall-clock figure is in it).
 
 from __future__ import annotations
 
+import functools
 import statistics
 import tempfile
 import zlib
@@ -45,7 +61,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from quiesce.adapters import (
     Clock,
@@ -64,6 +80,15 @@ from quiesce.adapters import (
     VirtualClock,
     WorkConfig,
 )
+from quiesce.harness._progress import (
+    HeldExecution,
+    Untrained,
+    group_id,
+    live_execution_violations,
+    progress_violations,
+    untrained_groups,
+)
+from quiesce.harness._stop_cause import StopCause, StopWitness
 from quiesce.protocol import QuiesceConfig, RecoveryLevel
 from quiesce.protocol.controller import (
     ControllerEffect,
@@ -74,6 +99,7 @@ from quiesce.protocol.controller import (
     GroupOpened,
     GroupRecord,
     GroupTrained,
+    Ledger,
     Metric,
     OptimizerStepBegin,
     OptimizerStepEnd,
@@ -85,15 +111,21 @@ from quiesce.protocol.controller import (
     TrainerBoundary,
 )
 from quiesce.protocol.machines import CheckpointState, GateState, GroupState
+from quiesce.protocol.participant import AgentRole
 
 __all__ = [
     "CheckpointCounts",
+    "CoordinatorFactory",
     "RolloutCounts",
     "SimulationConfig",
     "SimulationResult",
     "run_simulation",
     "simulate",
 ]
+
+CoordinatorFactory = Callable[[QuiesceConfig], Coordinator]
+"""Builds the `Coordinator` of each controller process from its configuration (called once
+per process: a crashed controller's successor gets a fresh one)."""
 
 _S = CheckpointState
 _BUSY = frozenset(
@@ -123,7 +155,7 @@ class SimulationConfig(BaseModel):
     policies: int = Field(default=1, ge=1)
     resources: int = Field(default=1, ge=0)
     resources_mode: Literal["export_restore", "stateless", "restart_only"] = "export_restore"
-    fault_rate: float = Field(default=0.0, ge=0.0, le=1.0)
+    fault_rate: float = Field(default=0.0, ge=0.0, le=1.0, allow_inf_nan=False)
     crash_at_step: int | None = Field(default=None, ge=1)
     target_level: RecoveryLevel = RecoveryLevel.TURN
     group_scored: bool = False
@@ -132,6 +164,15 @@ class SimulationConfig(BaseModel):
     snapshot_dir: Path | None = None
     time_limit_s: float = Field(default=20_000.0, gt=0)
     """Virtual seconds after which an unfinished run gives up (`stop_reason` says so)."""
+
+    @model_validator(mode="after")
+    def _crash_within_the_run(self) -> SimulationConfig:
+        if self.crash_at_step is not None and self.crash_at_step > self.steps:
+            raise ValueError(
+                f"crash_at_step {self.crash_at_step} is beyond steps {self.steps}: the run "
+                f"never reaches that step; crash at a step from 1 to {self.steps}"
+            )
+        return self
 
 
 class CheckpointCounts(BaseModel):
@@ -191,8 +232,14 @@ class SimulationResult(BaseModel):
     virtual_seconds: float
     invariants_ok: bool
     violations: list[str]
+    untrained: Untrained
     stopped: bool
     stop_reason: str | None
+    stop: StopCause | None
+    """Why the controller stopped (None: it did not)."""
+    verdict: Literal["ok", "violated", "stopped"]
+    """`violated` if an invariant was, else `stopped` if the controller stopped before the
+    data was used up, else `ok`."""
 
 
 @dataclass
@@ -228,7 +275,7 @@ class _World:
 
     A subclass hands `__init__` its participants, protocol, trainer and data plane, and
     says how a process runs (`main`, which runs `_controller` once per controller
-    process); `restored` is its hook into a controller's start.
+    process); `restored` is its hook into a controller's start, `settle` into a clean end.
     """
 
     def __init__(
@@ -244,6 +291,7 @@ class _World:
         plane: InMemoryDataPlane,
         observers: Sequence[Observer] = (),
         progress: Callable[[int], None] | None = None,
+        coordinator_factory: CoordinatorFactory = Coordinator,
     ) -> None:
         self.cfg = config
         self.clock = clock
@@ -257,6 +305,7 @@ class _World:
         self.journal = ControllerJournal(root / "controller")
         self.observers = tuple(observers)
         self.progress = progress
+        self.coordinator_factory = coordinator_factory
         self.budget = config.steps * config.groups_per_step
         self.window = 3 * config.groups_per_step
         self.tally = _Tally()
@@ -264,6 +313,7 @@ class _World:
         self.open: set[int] = set()
         self.phase = _S.IDLE
         self.driver: Driver | None = None
+        self.witness = StopWitness()  # the current controller's
         self.crashed_at: int | None = None
         self.crash_pending = config.crash_at_step is not None
         self.stop_reason: str | None = None
@@ -279,8 +329,9 @@ class _World:
     # ------------------------------------------------------------------ controller life
 
     def _new_driver(self) -> Driver:
+        self.witness = StopWitness()
         return Driver(
-            Coordinator(self.protocol),
+            self.coordinator_factory(self.protocol),
             self.clock,
             self.participants,
             store=self.store,
@@ -290,7 +341,7 @@ class _World:
             depends_on=self.depends_on,
             turns=_turns(self.cfg.max_turns),
             has_group=self._trainer_has,
-            observers=[self._observe, *self.observers],
+            observers=[self._observe, self.witness, *self.observers],
         )
 
     def _trainer_has(self, group: GroupRecord) -> bool:
@@ -319,6 +370,8 @@ class _World:
                 tg.start_soon(self._time_limit, self.deadline_at, name="time-limit")
                 self._react(driver.state)
             await self._until_done_or_crash(driver)
+            if self.done.is_set() and self.stop_reason is None and driver.alive:
+                await self.settle(driver)
             crashed = self.crashed_at is not None and not self.done.is_set()
             driver.stop()  # a clean stop: every store job queued (ClearIntent) runs first
             tg.cancel()
@@ -343,6 +396,11 @@ class _World:
         """Hook, called once per controller start that restored (`report`): the world has
         rebuilt its view of what is in flight and queued, and reacts to the controller's
         state right after this returns. Nothing here; a subclass may report it."""
+
+    async def settle(self, driver: Driver) -> None:
+        """Hook, awaited once the data is used up and before `driver` stops cleanly: the
+        world no longer reacts (the periodic trigger still runs). Nothing here; a subclass
+        may give the controller time to finish what it still owes."""
 
     def _finish(self, reason: str | None, driver: Driver) -> None:
         if self.done.is_set():
@@ -426,7 +484,9 @@ class _World:
                 prompt = self.plane.next_prompt()
                 self.open.add(prompt)
                 agent = self.agents[prompt % len(self.agents)]
-                driver.submit(GroupOpened(f"p{prompt}", self.cfg.group_size, agent, str(prompt)))
+                driver.submit(
+                    GroupOpened(group_id(prompt), self.cfg.group_size, agent, str(prompt))
+                )
         if (
             self.plane.position >= self.budget
             and not self.open
@@ -474,7 +534,7 @@ class _World:
             if self.progress is not None:
                 self.progress(batch.step)
             for group in groups:
-                driver.submit(GroupTrained(f"p{group.prompt_id}"))
+                driver.submit(GroupTrained(group_id(group.prompt_id)))
             self.boundaries += 1
             driver.submit(TrainerBoundary(batch.step))
 
@@ -514,6 +574,8 @@ class _Run(_World):
         clock: Clock,
         root: Path,
         progress: Callable[[int], None] | None = None,
+        *,
+        coordinator_factory: CoordinatorFactory = Coordinator,
     ) -> None:
         self.fleet = InMemoryFleet(
             clock,
@@ -548,7 +610,12 @@ class _Run(_World):
             trainer=trainer,
             plane=InMemoryDataPlane(trainer),
             progress=progress,
+            coordinator_factory=coordinator_factory,
         )
+        # Long enough for a group's deadline to retire an orphan and for two periodic
+        # checkpoints to flush an ACK a fault lost.
+        protocol = self.protocol
+        self.settle_s = protocol.rollout_timeout_s + 2 * protocol.snapshot_attempt_interval_s
 
     async def main(self) -> None:
         """Run the fleet and controllers until the run is done: a crashed controller's
@@ -564,6 +631,33 @@ class _Run(_World):
         driver = super()._new_driver()
         self.fleet.on_completed = driver.completed
         return driver
+
+    async def settle(self, driver: Driver) -> None:
+        """I9 is a goal "with no further faults": stop the faults and give the controller
+        `settle_s` virtual seconds to be idle with nothing left on any agent. A run that is
+        there already does not wait (its figures stay the run's); a controller that stops
+        meanwhile ends the run as stopped."""
+
+        def settled(state: ControllerState) -> bool:
+            held = self._held_executions()
+            return state.phase is _S.STOPPED or (state.phase is _S.IDLE and not held)
+
+        if not settled(driver.state):
+            for client in self.fleet.clients.values():
+                client.faults = Faults()
+            with self.clock.move_on_at(self.clock.now() + self.settle_s):
+                await driver.wait_for(settled)
+        if driver.stopped is not None:
+            self.stop_reason = driver.stopped.reason
+
+    def _held_executions(self) -> list[HeldExecution]:
+        """Every execution an agent still holds (acked and tombstoned ones are gone)."""
+        return [
+            HeldExecution(name, execution.data.rollout_id, execution.data.attempt, execution.state)
+            for name, host in sorted(self.fleet.hosts.items())
+            if isinstance(role := host.state.role, AgentRole)
+            for execution in role.executions
+        ]
 
     # ------------------------------------------------------------------ the oracle
 
@@ -593,14 +687,26 @@ class _Run(_World):
             except Exception as error:  # a published snapshot must always verify (I8)
                 violations.append(f"published snapshot {name} does not verify: {error}")
         stopped = self.stop_reason not in (None, "time_limit")
-        if not stopped and self.stop_reason is None:
+        held = self._held_executions()
+        if self.stop_reason is None:
             if self.journal.read_intent() is not None:
                 violations.append("the intent record was not cleared at the end (I3)")
             for name, host in self.fleet.hosts.items():
                 if host.state.fence.state.value != "idle":
                     violations.append(f"{name} is still fenced at the end (I7)")
+            violations.extend(live_execution_violations(held))
         if self.stop_reason == "time_limit":
             violations.append("the run did not finish within the virtual time limit (I7)")
+        faults_injected = sum(sum(c.fault_counts.values()) for c in self.fleet.clients.values())
+        untrained = untrained_groups(
+            consumed=self.plane.position,
+            group_size=size,
+            trained=trained,
+            ledger=self.driver.state.ledger if self.driver is not None else Ledger(),
+            held=held,
+            ended_early=self._ended_early(),
+        )
+        violations.extend(progress_violations(untrained, faults=faults_injected > 0))
         closed = self.tally.admission_closed
         tally = self.tally
         restores = [
@@ -644,28 +750,43 @@ class _Run(_World):
                 max=round(max(closed), 6) if closed else 0.0,
             ),
             restores=restores,
-            faults_injected=sum(sum(c.fault_counts.values()) for c in self.fleet.clients.values()),
+            faults_injected=faults_injected,
             participant_restarts=sum(self.fleet.restarts.values()),
             crashed_at_step=self.crashed_at,
             virtual_seconds=round(virtual_seconds, 6),
             invariants_ok=not violations,
             violations=violations,
+            untrained=untrained,
             stopped=stopped,
             stop_reason=self.stop_reason,
+            stop=self.witness.cause if stopped else None,
+            verdict="violated" if violations else "stopped" if stopped else "ok",
         )
+
+    def _ended_early(self) -> str | None:
+        """Why work may still be in flight at the end (None: the run used up its data)."""
+        if self.stop_reason is None:
+            return None
+        if self.stop_reason == "time_limit":
+            return f"the virtual time limit ({self.cfg.time_limit_s:g} s) ran out"
+        return f"the controller stopped ({self.stop_reason})"
 
 
 async def run_simulation(
-    config: SimulationConfig, progress: Callable[[int], None] | None = None
+    config: SimulationConfig,
+    progress: Callable[[int], None] | None = None,
+    *,
+    coordinator_factory: CoordinatorFactory = Coordinator,
 ) -> SimulationResult:
     """Run one simulation inside a running anyio loop (asyncio or trio); `progress(step)`
-    is called after every optimizer step."""
+    is called after every optimizer step; `coordinator_factory` builds each controller
+    process's coordinator (a test plants a controller bug there)."""
     clock = VirtualClock(seed=config.seed)
     if config.snapshot_dir is not None:
         config.snapshot_dir.mkdir(parents=True, exist_ok=True)
-        return await _run_in(config, clock, config.snapshot_dir, progress)
+        return await _run_in(config, clock, config.snapshot_dir, progress, coordinator_factory)
     with tempfile.TemporaryDirectory(prefix="quiesce-sim-") as tmp:
-        return await _run_in(config, clock, Path(tmp), progress)
+        return await _run_in(config, clock, Path(tmp), progress, coordinator_factory)
 
 
 async def _run_in(
@@ -673,8 +794,9 @@ async def _run_in(
     clock: VirtualClock,
     root: Path,
     progress: Callable[[int], None] | None,
+    coordinator_factory: CoordinatorFactory,
 ) -> SimulationResult:
-    run = _Run(config, clock, root, progress)
+    run = _Run(config, clock, root, progress, coordinator_factory=coordinator_factory)
     await clock.run(run.main)
     return run.result(clock.now())
 
@@ -684,16 +806,21 @@ def simulate(
     *,
     backend: Literal["asyncio", "trio"] = "asyncio",
     progress: Callable[[int], None] | None = None,
+    coordinator_factory: CoordinatorFactory = Coordinator,
     **overrides: Any,
 ) -> SimulationResult:
     """Run a simulation to completion (blocking) and return its result.
 
+    `config` and `overrides` are the `SimulationConfig`; `coordinator_factory` builds each
+    controller process's `Coordinator` (default: the real one).
+
     >>> result = simulate(steps=2, groups_per_step=2, group_size=2, seed=1)
-    >>> (result.invariants_ok, result.rollouts.lost, result.rollouts.duplicated)
-    (True, 0, 0)
+    >>> (result.verdict, result.rollouts.lost, result.rollouts.duplicated, result.untrained.count)
+    ('ok', 0, 0, 0)
     """
     cfg = config or SimulationConfig(**overrides)
     if config is not None and overrides:
         cfg = config.model_copy(update=overrides)
-    result: SimulationResult = anyio.run(run_simulation, cfg, progress, backend=backend)
+    run = functools.partial(run_simulation, coordinator_factory=coordinator_factory)
+    result: SimulationResult = anyio.run(run, cfg, progress, backend=backend)
     return result

@@ -1,13 +1,20 @@
-"""`quiesce simulate` through click's runner."""
+"""`quiesce simulate` through click's runner: the summary, the JSON, and exit codes that
+tell the truth (0 ok, 1 an invariant violated, 2 a usage error, 3 the controller stopped)."""
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+import quiesce.cli._simulate as simulate_command
 from quiesce.cli import main
+from quiesce.harness import simulate
+from tests.harness.test_simulate import ForgetsACompletion, run_with_a_failing_agent
 
 KEYS = {
     "steps",
@@ -17,6 +24,9 @@ KEYS = {
     "invariants_ok",
     "stopped",
     "stop_reason",
+    "stop",
+    "untrained",
+    "verdict",
 }
 
 
@@ -25,6 +35,9 @@ def test_defaults_exit_0_with_a_summary_table() -> None:
     assert result.exit_code == 0, result.output
     assert "invariants" in result.stdout and "ok" in result.stdout
     assert "lost / duplicated" in result.stdout
+    assert "untrained prompt groups" in result.stdout and "ok (exit 0)" in result.stdout
+    below = result.stdout.splitlines()
+    assert not [line for line in below if line.startswith(("untrained ", "stopped at step"))]
 
 
 def test_json_prints_one_document_with_every_key(tmp_path: Path) -> None:
@@ -70,13 +83,77 @@ def test_json_prints_one_document_with_every_key(tmp_path: Path) -> None:
     }
     assert set(document["admission_closed_s"]) == {"median", "max"}
     assert document["invariants_ok"] is True
+    assert document["untrained"] == {"count": 0, "groups": []}
+    assert (document["verdict"], document["stop"]) == ("ok", None)
     assert (tmp_path / "snapshots" / "published").is_dir()
     again = CliRunner().invoke(main, args[:-2])
     assert json.loads(again.stdout) == document  # same seed, same JSON (another directory)
 
 
 def test_a_bad_option_is_a_usage_error() -> None:
-    result = CliRunner().invoke(main, ["simulate", "--fault-rate", "1.5"])
-    assert result.exit_code == 2
     result = CliRunner().invoke(main, ["simulate", "--target-level", "episode"])
     assert result.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--steps", "4", "--crash-at-step", "9"],
+            "error: --crash-at-step 9 is beyond --steps 4: crash at a step from 1 to 4",
+        ),
+        (["--steps", "-1"], "error: --steps -1: input should be greater than or equal to 1"),
+        (["--steps", "-1", "--crash-at-step", "2"], "error: --steps -1: input should be"),
+        (["--fault-rate", "1.5"], "error: --fault-rate 1.5: input should be less than or equal"),
+        (["--fault-rate", "-0.1"], "error: --fault-rate -0.1: input should be greater than"),
+        (["--fault-rate", "nan"], "error: --fault-rate nan: input should be a finite number"),
+        (["--crash-at-step", "0"], "error: --crash-at-step 0: input should be greater than"),
+        (["--resources", "-1"], "error: --resources -1: input should be greater than"),
+        (["--group-size", "0"], "error: --group-size 0: input should be greater than"),
+    ],
+)
+def test_a_bad_number_is_refused_on_one_line(args: list[str], line: str) -> None:
+    result = CliRunner().invoke(main, ["simulate", *args])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    [error] = result.stderr.splitlines()
+    assert error.startswith(line), error
+
+
+def test_a_planted_dropped_completion_exits_1_naming_the_untrained_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    dropped: list[str] = []
+    planted = functools.partial(ForgetsACompletion, dropped=dropped)
+    monkeypatch.setattr(
+        simulate_command, "run", functools.partial(simulate, coordinator_factory=planted)
+    )
+    result = CliRunner().invoke(
+        main, ["simulate", "--steps", "3", "--groups-per-step", "2", "--group-size", "2"]
+    )
+    assert result.exit_code == 1, result.output
+    group = dropped[0].rpartition("/")[0]
+    assert f"untrained {group} (in_flight): in flight when the controller stopped" in result.stdout
+    assert "VIOLATED" in result.stdout and "violated (exit 1)" in result.stdout
+    assert "violation: I9: no fault was injected, yet" in result.stderr
+    assert group in result.stderr
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_stopped_run_exits_3_and_says_why(monkeypatch: pytest.MonkeyPatch, as_json: bool) -> None:
+    monkeypatch.setattr(simulate_command, "run", run_with_a_failing_agent)
+    result = CliRunner().invoke(main, ["simulate", "--seed", "1", *(["--json"] if as_json else [])])
+    assert result.exit_code == 3, result.output
+    if as_json:
+        document = json.loads(result.stdout)
+        assert (document["verdict"], document["invariants_ok"]) == ("stopped", True)
+        assert document["stop"]["participants"] == ["agent-1"]
+        assert document["stop"]["reason"] == document["stop_reason"]
+        return
+    assert "stopped (exit 3)" in result.stdout
+    [why] = [line for line in result.stdout.splitlines() if line.startswith("stopped at step")]
+    assert re.fullmatch(
+        r"stopped at step \d of 8: max_consecutive_failures after \d+ consecutive failures; "
+        r"the last checkpoint, ck-\S+, failed on participant_error at agent-1 \(prepare\)",
+        why,
+    ), why

@@ -1,10 +1,14 @@
-"""`quiesce simulate` as a library: determinism across backends, the §8 oracle over many
-seeds and fault rates, and the controller crash that restores and redispatches."""
+"""`quiesce simulate` as a library: determinism across backends, the §8 and I9 oracles over
+many seeds and fault rates, planted controller bugs they must catch, why a stopped run
+stopped, and the controller crash that restores and redispatches."""
 
 from __future__ import annotations
 
+import functools
 import json
+import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +16,75 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from quiesce.adapters import Driver, FinishedGroup, RealClock, VirtualClock, configure_logging
-from quiesce.harness import SimulationConfig, simulate
+from quiesce.adapters import (
+    Driver,
+    FaultKind,
+    FinishedGroup,
+    RealClock,
+    VirtualClock,
+    configure_logging,
+)
+from quiesce.fsm import Value
+from quiesce.harness import SimulationConfig, SimulationResult, simulate
+from quiesce.harness._progress import (
+    HeldExecution,
+    live_execution_violations,
+    progress_violations,
+    untrained_groups,
+)
 from quiesce.harness._simulate import _Run
+from quiesce.protocol import QuiesceConfig
+from quiesce.protocol.controller import (
+    ControllerEffect,
+    ControllerInput,
+    ControllerState,
+    Coordinator,
+    Ledger,
+    RolloutCompleted,
+)
+from quiesce.protocol.machines import ExecState, GroupState
+from quiesce.protocol.participant import ParticipantOp
 
 SMALL = {"steps": 3, "groups_per_step": 2, "group_size": 2}
+
+
+class ForgetsACompletion(Coordinator):
+    """A planted controller bug of the "forgets to seal a late completion" class: the first
+    completion reported for sibling 1 of any group is dropped -- never sealed, never ACKed
+    -- and its rollout id appended to `dropped`."""
+
+    def __init__(self, config: QuiesceConfig, *, dropped: list[str]) -> None:
+        super().__init__(config)
+        self.dropped = dropped
+
+    def step(
+        self, state: ControllerState, now: float, input: ControllerInput
+    ) -> tuple[ControllerState, tuple[ControllerEffect, ...]]:
+        if (
+            isinstance(input, RolloutCompleted)
+            and input.rollout_id.endswith("/1")
+            and not self.dropped
+        ):
+            self.dropped.append(input.rollout_id)
+            return state, ()
+        return super().step(state, now, input)
+
+
+def run_with_a_failing_agent(
+    config: SimulationConfig, progress: Callable[[int], None] | None = None
+) -> SimulationResult:
+    """A run whose agent-1 answers every prepare with a 5xx (an injected fault, however many
+    times it is retried): the controller must stop, and say so."""
+    clock = VirtualClock(seed=config.seed)
+    with tempfile.TemporaryDirectory(prefix="quiesce-test-") as root:
+        run = _Run(config, clock, Path(root), progress)
+        run.fleet.client("agent-1").inject(
+            FaultKind.SERVER_ERROR, op=ParticipantOp.PREPARE, times=1_000_000
+        )
+        anyio.run(clock.run, run.main)
+        return run.result(clock.now())
 
 
 @pytest.fixture(autouse=True)
@@ -38,6 +105,7 @@ def test_same_seed_same_json_on_asyncio_and_trio() -> None:
 def test_defaults_finish_with_every_invariant() -> None:
     result = simulate()
     assert result.invariants_ok and not result.stopped
+    assert (result.verdict, result.untrained.count, result.stop) == ("ok", 0, None)
     assert result.steps == SimulationConfig().steps
     c, r = result.checkpoints, result.rollouts
     assert c.completed == result.steps  # a checkpoint at every trainer boundary
@@ -51,7 +119,123 @@ def test_defaults_finish_with_every_invariant() -> None:
         "invariants_ok",
         "stopped",
         "stop_reason",
+        "stop",
+        "untrained",
+        "verdict",
     } <= keys
+
+
+def test_a_dropped_completion_is_named_untrained_at_fault_rate_0() -> None:
+    # The bug class of issue 15: a sibling's completion is dropped, its agent holds the
+    # result un-ACKed, every prepare finds it not ready, and the controller stops with the
+    # group (and everything in flight) untrained -- which the old oracle called "ok".
+    dropped: list[str] = []
+    planted = functools.partial(ForgetsACompletion, dropped=dropped)
+    result = simulate(coordinator_factory=planted, **SMALL)
+    [rollout] = dropped
+    group = rollout.rpartition("/")[0]
+    assert result.faults_injected == 0
+    assert result.verdict == "violated" and not result.invariants_ok
+    untrained = {g.group: g for g in result.untrained.groups}
+    assert result.untrained.count == len(untrained) >= 1
+    assert f"holds {rollout}#0 (completed), which the ledger still has as dispatched" in (
+        untrained[group].reason
+    )
+    [violation] = [v for v in result.violations if v.startswith("I9: no fault was injected")]
+    assert group in violation
+    # The seam alone changes nothing: the real coordinator through it is the default run.
+    clean = simulate(coordinator_factory=Coordinator, **SMALL)
+    assert clean.model_dump_json() == simulate(**SMALL).model_dump_json()
+    assert clean.verdict == "ok"
+
+
+def test_a_stopped_run_is_not_ok_and_says_why() -> None:
+    result = run_with_a_failing_agent(SimulationConfig(seed=1))
+    assert result.stopped and result.verdict == "stopped"
+    # Faults were injected, so a stop is allowed (I7) and its in-flight work is explained.
+    assert result.invariants_ok, result.violations
+    stop = result.stop
+    assert stop is not None and stop.reason == result.stop_reason == "max_consecutive_failures"
+    assert (stop.participants, stop.op, stop.cause) == (["agent-1"], "prepare", "participant_error")
+    assert stop.checkpoint_id is not None and stop.failures > 3  # _Run's max_consecutive_failures
+    assert "at agent-1 (prepare)" in stop.describe()
+    assert result.steps < SimulationConfig().steps and result.untrained.count >= 1
+    assert {g.kind for g in result.untrained.groups} == {"in_flight"}
+    assert all(
+        g.reason.startswith("in flight when the controller stopped (max_consecutive_failures)")
+        for g in result.untrained.groups
+    )
+
+
+def test_a_crash_beyond_the_run_is_refused() -> None:
+    with pytest.raises(ValidationError, match="crash_at_step 5 is beyond steps 4"):
+        SimulationConfig(steps=4, crash_at_step=5)
+    assert SimulationConfig(steps=4, crash_at_step=4).crash_at_step == 4
+
+
+class _Settling(_Run):
+    """A run that notes what the agents still held when the data was used up."""
+
+    held_at_the_end: list[HeldExecution] | None = None
+
+    async def settle(self, driver: Driver) -> None:
+        self.held_at_the_end = self._held_executions()
+        await super().settle(driver)
+
+
+def test_a_finished_run_settles_what_it_still_owes_before_it_is_judged(tmp_path: Path) -> None:
+    # I9 is a goal "with no further faults": an ACK a fault lost at the very end is sent
+    # again once the faults stop, and the agents end holding nothing.
+    config = SimulationConfig(**SMALL, fault_rate=0.5, seed=2)
+    clock = VirtualClock(seed=2)
+    run = _Settling(config, clock, tmp_path)
+    anyio.run(clock.run, run.main)
+    result = run.result(clock.now())
+    assert run.held_at_the_end, "precondition: this seed ends with an un-ACKed completion"
+    assert run._held_executions() == []
+    assert result.verdict == "ok", result.violations
+
+
+def test_the_progress_oracle_judges_from_the_lineage_and_counted_abandons() -> None:
+    ledger, _ = Ledger().open_group("p1", 2)
+    ledger, _ = ledger.open_group("p2", 2)
+    # A group the ledger gave up for good: its newest generation abandoned.
+    given_up = ledger.groups[1]
+    abandoned = Value(GroupState.ABANDONED, given_up.value.data)
+    ledger = replace(ledger, groups=(ledger.groups[0], replace(given_up, value=abandoned)))
+    held = (HeldExecution("agent-1", "p1/1", 0, ExecState.COMPLETED),)
+    trained = {(0, 0), (0, 1), (1, 0)}  # p0 whole, p1 half, p2 and p3 nothing
+    report = untrained_groups(
+        consumed=4, group_size=2, trained=trained, ledger=ledger, held=held, ended_early=None
+    )
+    assert [(g.group, g.kind) for g in report.groups] == [
+        ("p1", "unaccounted"),
+        ("p2", "abandoned"),
+        ("p3", "unaccounted"),
+    ]
+    p1 = report.groups[0].reason
+    assert "1 of 2 siblings trained" in p1 and "agent-1 holds p1/1#0 (completed)" in p1
+    assert "ledger: generating (generation 0), 0 of 2 siblings sealed" in p1
+    assert "not in the ledger" in report.groups[2].reason
+    assert progress_violations(report, faults=True) == [
+        "I9: 2 prompt groups ended untrained without a counted reason: p1, p3"
+    ]
+    # Without faults even a counted abandon is a violation: nothing excuses it.
+    [strict] = progress_violations(report, faults=False)
+    assert strict.endswith("3 prompt groups ended untrained: p1, p2, p3")
+    stopped = untrained_groups(
+        consumed=4, group_size=2, trained=trained, ledger=ledger, held=(), ended_early="it fell"
+    )
+    assert [g.kind for g in stopped.groups] == ["in_flight", "abandoned", "in_flight"]
+    assert progress_violations(stopped, faults=True) == []
+
+
+def test_an_execution_left_on_an_agent_is_a_violation() -> None:
+    assert live_execution_violations([]) == []
+    held = [HeldExecution("agent-0", f"p{n}/0", 1, ExecState.PARKED) for n in range(7)]
+    [violation] = live_execution_violations(held)
+    assert violation.startswith("I9: 7 executions left live on agents")
+    assert "agent-0 holds p0/0#1 (parked)" in violation and violation.endswith("(and 2 more)")
 
 
 def test_the_crash_path_restores_and_redispatches() -> None:
@@ -96,11 +280,14 @@ def test_the_oracle_sees_a_duplicate_and_a_loss(tmp_path: Path) -> None:
         [FinishedGroup(prompt_id=batch.items[0][0], siblings=(batch.items[0][1],))],
         dataloader_position=run.plane.position,
     )
-    run.plane.next_prompt()  # consumed, never trained, not in flight
+    lost_prompt = run.plane.next_prompt()  # consumed, never trained, not in flight
     tampered = run.result(clock.now())
     assert tampered.rollouts.duplicated == 1
     assert tampered.rollouts.lost == config.group_size
-    assert not tampered.invariants_ok and len(tampered.violations) == 2
+    # I9 sees the same loss as a group: untrained, and nothing counted it.
+    [untrained] = tampered.untrained.groups
+    assert (untrained.group, untrained.kind) == (f"p{lost_prompt}", "unaccounted")
+    assert not tampered.invariants_ok and len(tampered.violations) == 3
 
 
 class _Watched(_Run):
@@ -183,3 +370,7 @@ def test_nothing_is_lost_or_duplicated_for_any_seed_and_fault_rate(
     assert result.invariants_ok, result.violations
     if result.stopped:
         assert result.stop_reason in ("max_consecutive_failures", "invariant_error")
+        assert result.verdict == "stopped" and result.stop is not None
+        assert {g.kind for g in result.untrained.groups} <= {"in_flight"}
+    else:
+        assert result.verdict == "ok" and result.untrained.count == 0
