@@ -158,6 +158,7 @@ def check(
         raise click.UsageError("--walks takes neither --symmetry nor --max-states")
     model = _build(name, settings, faults, mutant)
     title = _title(name, model.params, mutant)
+    mode = "exhaustive" if walks is None else "walks"
     progress = _LiveProgress(walks)
     search: Callable[[], CheckResult[Any]]
     if walks is None:
@@ -183,13 +184,8 @@ def check(
             result = search()
     except Stopped as stop:
         progress.close()
-        json_base = {
-            "model": name,
-            "params": dict(model.params),
-            "mutant": mutant,
-            "mode": "exhaustive" if walks is None else "walks",
-        }
         seconds = time.perf_counter() - started
+        json_base = {"model": name, "params": dict(model.params), "mutant": mutant, "mode": mode}
         _report_stopped(stop, title, progress, seconds, json_base if as_json else None)
         sys.exit(stop.exit_code)
     progress.close()
@@ -209,7 +205,7 @@ def check(
     if as_json:
         document = result.to_json()
         document["mutant"] = mutant
-        document["mode"] = "exhaustive" if walks is None else "walks"
+        document["mode"] = mode
         if walks is not None:
             document["walks"] = {"walks": walks, "seed": seed, "max_depth": max_depth}
         print_json(document)
@@ -248,11 +244,15 @@ def _title(name: str, params: Mapping[str, Any], mutant: str | None) -> str:
 
 
 def _report_stopped(
-    stop: Stopped, title: str, progress: _LiveProgress, seconds: float, json_base: Any
+    stop: Stopped,
+    title: str,
+    progress: _LiveProgress,
+    seconds: float,
+    json_base: dict[str, Any] | None,
 ) -> None:
     """The partial summary of a stopped search: how far it got, and that it found no
-    violation there (a violation ends the search before any signal can). `json_base` is
-    the start of the `--json` document, or None for the human summary."""
+    violation there (the search ends at the first one, so a running search has none).
+    `json_base` starts the `--json` document; None prints the human summary."""
     report = progress.latest or Progress(0, 0, 0, seconds)
     click.echo(
         f"check: {stop} after {report.distinct_states:,} states: the search did not finish"

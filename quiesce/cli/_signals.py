@@ -20,8 +20,12 @@ __all__ = ["Stopped", "stop_on_signals"]
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-class Stopped(Exception):
-    """The command was asked to stop by `signal` (SIGINT or SIGTERM)."""
+class Stopped(BaseException):
+    """The command was asked to stop by `signal` (SIGINT or SIGTERM).
+
+    A `BaseException`, like `KeyboardInterrupt`: code that catches `Exception` to report
+    a failure (the models record what a mutant's core raised) must let it through.
+    """
 
     def __init__(self, signum: int) -> None:
         self.signal = signal.Signals(signum)
