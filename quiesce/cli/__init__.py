@@ -1,6 +1,9 @@
 """The `quiesce` command line: one module per command, registered on one click group.
 
-Results go to stdout (JSON with `--json`); logs and progress go to stderr.
+Results go to stdout (JSON with `--json`); logs and progress go to stderr. Every option is
+checked before a command starts (`_paths.py`, `_values.py`): a bad value is one line
+naming it and the fix, exit 2, never a traceback. A file-system error after that (a file
+removed or a disk filled mid-run) is one line too, exit 1.
 
 Commands are imported only when they run (`_COMMANDS` maps a name to its module), so a
 participant server started by `quiesce serve` does not pay for hypothesis or the model
@@ -10,6 +13,7 @@ checker, and a restart in `quiesce chaos` is as fast as the server itself.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
 
@@ -43,6 +47,16 @@ class _LazyGroup(click.Group):
         command = getattr(importlib.import_module(module), attribute)
         assert isinstance(command, click.Command)
         return command
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OSError as error:
+            if error.filename is None:  # not about a file: a bug to see in full
+                raise
+            from quiesce.cli._output import fail
+
+            fail(f"{error.filename}: {error.strerror}", code=1)
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from quiesce.cli._output import fail, json_option, log_level_option, print_json
+from quiesce.cli._paths import OutputDir
 from quiesce.harness import ChaosConfig, ChaosError, ChaosInterrupted, ChaosResult, run_chaos
 
 __all__ = ["chaos"]
@@ -49,20 +50,25 @@ def _summary(result: ChaosResult) -> RichTable:
 
 @click.command()
 @click.option(
-    "--kills", type=click.IntRange(min=0), default=10, show_default=True, help="SIGKILLs to deal."
+    "--kills",
+    type=click.IntRange(0, 10_000),
+    default=10,
+    show_default=True,
+    help="SIGKILLs to deal.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds victims and moments.")
 @click.option(
     "--steps",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 1_000_000),
     default=None,
     help="Training steps of the run (default: 3 per kill + 4, at least 6).",
 )
 @click.option(
     "--workdir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutputDir(),
     default=None,
-    help="Keep state, snapshots, ledgers and logs here (default: a temp dir, kept on failure).",
+    help="Keep state, snapshots, ledgers and logs here, created if missing (default: a temp"
+    " dir, kept on failure).",
 )
 @log_level_option("info", "Log level of the children (their logs go to <workdir>/logs/).")
 @json_option

@@ -1,15 +1,21 @@
 """`quiesce check`: exhaustive model checking of a registered model, or (`--walks N`)
 seeded random walks through it, for a model too big to exhaust.
 
-Result on stdout (a stats table and numbered counterexample steps, or one JSON document
-with `--json`); progress lines on stderr. Exit 0: every property holds; 1: a violation;
-2: a usage error (unknown model, bad `--set`, an option the model does not take).
+Result on stdout (a one-line title, a stats table and numbered counterexample steps, or
+one JSON document with `--json`); a live progress line on stderr. Exit 0: every property
+holds; 1: a violation; 2: a usage error (unknown model or mutant, bad `--set`, an option
+the model does not take); 130 / 143: stopped by Ctrl-C / SIGTERM, after printing what was
+explored.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +24,9 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from quiesce.cli._output import fail, json_option, print_json
+from quiesce.cli._paths import OutputDir
+from quiesce.cli._signals import Stopped, stop_on_signals
+from quiesce.cli._values import Name, Setting, unknown_name
 from quiesce.fsm import QuiesceError
 from quiesce.models import (
     CheckResult,
@@ -25,6 +34,7 @@ from quiesce.models import (
     Progress,
     Violation,
     build_model,
+    get_model_spec,
     mermaid_sequence,
     walk,
 )
@@ -34,63 +44,95 @@ from quiesce.models import (
 
 DEFAULT_MODEL = "protocol"
 
+PROGRESS_INTERVAL_S = 1.0
+"""The progress line on stderr is refreshed about this often."""
 
-def _parse_settings(pairs: tuple[str, ...]) -> dict[str, str]:
-    settings: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise click.UsageError(f"--set expects key=value, not {pair!r}")
-        settings[key.strip()] = value.strip()
-    return settings
+# How often the explorer reports to the CLI, which throttles by time: the protocol model
+# explores ~500 states/s, so a report every 100 states keeps the line live.
+_REPORT_EVERY_STATES = 100
+_REPORT_EVERY_WALKS = 1
 
 
-def _log_progress(report: Progress) -> None:
-    rate = report.distinct_states / report.seconds if report.seconds > 0 else 0.0
-    click.echo(
-        f"check: {report.distinct_states} distinct, {report.generated_states} generated, "
-        f"frontier {report.frontier}, {rate:,.0f} states/s",
-        err=True,
-    )
+class _LiveProgress:
+    """Keeps the latest report of a search and shows it on stderr at most once per
+    `PROGRESS_INTERVAL_S`: one line rewritten in place on a terminal, a new line each time
+    otherwise (so a log keeps the history)."""
 
+    def __init__(self, walks: int | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.walks = walks
+        self.latest: Progress | None = None
+        self.in_place = sys.stderr.isatty()
+        self._clock = clock
+        self._shown_at: float | None = None
 
-def _log_walk_progress(report: Progress) -> None:
-    click.echo(
-        f"check: {report.distinct_states} distinct states visited, {report.generated_states}"
-        f" steps, {report.frontier} walks left, {report.seconds:.0f}s",
-        err=True,
-    )
+    @property
+    def frontier(self) -> str:
+        """What `Progress.frontier` counts in this search."""
+        return "queue" if self.walks is None else "walks left"
+
+    def __call__(self, report: Progress) -> None:
+        self.latest = report
+        now = self._clock()
+        if self._shown_at is not None and now - self._shown_at < PROGRESS_INTERVAL_S:
+            return
+        self._shown_at = now
+        if self.in_place:
+            click.echo(f"\r{self.describe(report)}\x1b[K", err=True, nl=False)
+        else:
+            click.echo(self.describe(report), err=True)
+
+    def describe(self, report: Progress) -> str:
+        """One line: how far the search got and how fast it goes."""
+        seconds = report.seconds
+        if self.walks is None:
+            rate = report.distinct_states / seconds if seconds > 0 else 0.0
+            return (
+                f"check: {report.distinct_states:,} states, {report.generated_states:,}"
+                f" generated, queue {report.frontier:,}, {rate:,.0f} states/s, {seconds:.0f}s"
+            )
+        rate = report.generated_states / seconds if seconds > 0 else 0.0
+        return (
+            f"check: {self.walks - report.frontier:,}/{self.walks:,} walks,"
+            f" {report.distinct_states:,} distinct states, {report.generated_states:,} steps,"
+            f" {rate:,.0f} steps/s, {seconds:.0f}s"
+        )
+
+    def close(self) -> None:
+        """End a line rewritten in place, so what follows starts on its own line."""
+        if self.in_place and self._shown_at is not None:
+            click.echo(err=True)
 
 
 @click.command()
-@click.argument("model_name", metavar="[MODEL]", required=False)
-@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="A model parameter.")
-@click.option("--faults", type=click.IntRange(min=0), help="Fault budget (models with faults).")
-@click.option("--mutant", help="Check a named variant that reintroduces a known bug.")
+@click.argument("model_name", metavar="[MODEL]", required=False, type=Name())
+@click.option("--set", "settings", multiple=True, type=Setting(), help="A model parameter.")
+@click.option("--faults", type=click.IntRange(0, 1_000), help="Fault budget (models with faults).")
+@click.option("--mutant", type=Name(), help="Check a named variant that reintroduces a known bug.")
 @click.option("--symmetry", is_flag=True, help="Identify states equal up to symmetry.")
-@click.option("--max-states", type=click.IntRange(min=1), help="Stop after N distinct states.")
+@click.option("--max-states", type=click.IntRange(1, 10**12), help="Stop after N distinct states.")
 @click.option(
     "--walks",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 10**9),
     help="Take N seeded random walks instead of exploring every state (deep, not complete).",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --walks.")
 @click.option(
     "--max-depth",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 10**6),
     default=500,
     show_default=True,
     help="Longest random walk (--walks).",
 )
 @click.option(
     "--trace-out",
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Write each counterexample per table (engine --trace format) plus a Mermaid diagram.",
+    type=OutputDir(),
+    help="Write each counterexample per table (engine --trace format) plus a Mermaid diagram"
+    " into this directory (created if missing).",
 )
 @json_option
 def check(
     model_name: str | None,
-    settings: tuple[str, ...],
+    settings: tuple[tuple[str, str], ...],
     faults: int | None,
     mutant: str | None,
     symmetry: bool,
@@ -103,6 +145,9 @@ def check(
 ) -> None:
     """Explore every reachable state of MODEL (default: protocol) and check its properties.
 
+    A progress line goes to stderr every second; Ctrl-C or SIGTERM stops the search and
+    prints what it explored (exit 130 / 143).
+
     \b
     quiesce check two-phase --set rms=3
     quiesce check two-phase --mutant commit_without_message --trace-out traces/
@@ -111,20 +156,12 @@ def check(
     name = model_name or DEFAULT_MODEL
     if walks is not None and (symmetry or max_states is not None):
         raise click.UsageError("--walks takes neither --symmetry nor --max-states")
-    try:
-        model = build_model(name, _parse_settings(settings), faults=faults, mutant=mutant)
-    except QuiesceError as error:
-        fail(error)
-    if walks is not None:
-        result = walk(
-            model, walks=walks, max_depth=max_depth, seed=seed, progress=_log_walk_progress
-        )
-        click.echo(
-            f"check: {walks} random walks (seed {seed}) visited {result.distinct_states} states:"
-            " not a proof beyond them",
-            err=True,
-        )
-    else:
+    model = _build(name, settings, faults, mutant)
+    title = _title(name, model.params, mutant)
+    mode = "exhaustive" if walks is None else "walks"
+    progress = _LiveProgress(walks)
+    search: Callable[[], CheckResult[Any]]
+    if walks is None:
         if name == DEFAULT_MODEL and not settings and faults is None and max_states is None:
             click.echo(
                 "check: the protocol at the §8 reference size has well over 10^7 states and"
@@ -132,8 +169,33 @@ def check(
                 " --max-states N, or sample it deeply with --walks N",
                 err=True,
             )
-        result = explore(model, max_states=max_states, symmetry=symmetry, progress=_log_progress)
-    if result.truncated and walks is None:
+        search = partial(
+            explore, model, max_states=max_states, symmetry=symmetry, progress=progress,
+            progress_every=_REPORT_EVERY_STATES,
+        )  # fmt: skip
+    else:
+        search = partial(
+            walk, model, walks=walks, max_depth=max_depth, seed=seed, progress=progress,
+            progress_every=_REPORT_EVERY_WALKS,
+        )  # fmt: skip
+    started = time.perf_counter()
+    try:
+        with stop_on_signals():
+            result = search()
+    except Stopped as stop:
+        progress.close()
+        seconds = time.perf_counter() - started
+        json_base = {"model": name, "params": dict(model.params), "mutant": mutant, "mode": mode}
+        _report_stopped(stop, title, progress, seconds, json_base if as_json else None)
+        sys.exit(stop.exit_code)
+    progress.close()
+    if walks is not None:
+        click.echo(
+            f"check: {walks} random walks (seed {seed}) visited {result.distinct_states} states:"
+            " not a proof beyond them",
+            err=True,
+        )
+    elif result.truncated:
         click.echo(
             f"check: stopped at --max-states {max_states}: the state space was not exhausted",
             err=True,
@@ -143,13 +205,92 @@ def check(
     if as_json:
         document = result.to_json()
         document["mutant"] = mutant
-        document["mode"] = "exhaustive" if walks is None else "walks"
+        document["mode"] = mode
         if walks is not None:
             document["walks"] = {"walks": walks, "seed": seed, "max_depth": max_depth}
         print_json(document)
     else:
-        _print_human(result, mutant, shortest=walks is None)
+        _print_human(result, title, shortest=walks is None)
     sys.exit(1 if result.violations else 0)
+
+
+def _build(
+    name: str, settings: tuple[tuple[str, str], ...], faults: int | None, mutant: str | None
+) -> Model[Any]:
+    """The model to check, or exit 2 naming what is wrong with the request."""
+    try:
+        spec = get_model_spec(name)
+        if mutant is not None and mutant not in spec.mutants:
+            fail(unknown_name(f"{name} mutant", mutant, spec.mutants, "quiesce mutants --all"))
+        return build_model(name, dict(settings), faults=faults, mutant=mutant)
+    except QuiesceError as error:
+        fail(error)
+
+
+def _title(name: str, params: Mapping[str, Any], mutant: str | None) -> str:
+    """One line naming the model, the parameters set away from their defaults and the
+    mutant, cut to the terminal's width (`--json` lists every parameter)."""
+    defaults = get_model_spec(name).defaults()
+    parts = [f"{key}={value}" for key, value in params.items() if defaults.get(key) != value]
+    kept = len(params) - len(parts)
+    if kept:
+        other = "other " if parts else ""
+        parts.append(f"{kept} {other}parameter{'s' if kept > 1 else ''} at defaults")
+    title = f"{name} ({', '.join(parts)})" if parts else name
+    if mutant is not None:
+        title += f", mutant {mutant}"
+    width = shutil.get_terminal_size().columns
+    return title if len(title) <= width else title[: width - 3] + "..."
+
+
+def _report_stopped(
+    stop: Stopped,
+    title: str,
+    progress: _LiveProgress,
+    seconds: float,
+    json_base: dict[str, Any] | None,
+) -> None:
+    """The partial summary of a stopped search: how far it got, and that it found no
+    violation there (the search ends at the first one, so a running search has none).
+    `json_base` starts the `--json` document; None prints the human summary."""
+    report = progress.latest or Progress(0, 0, 0, seconds)
+    click.echo(
+        f"check: {stop} after {report.distinct_states:,} states: the search did not finish"
+        " (no violation in the states explored; not a proof)",
+        err=True,
+    )
+    if json_base is not None:
+        print_json(
+            {
+                **json_base,
+                "interrupted": stop.signal.name,
+                "distinct_states": report.distinct_states,
+                "generated_states": report.generated_states,
+                "frontier": report.frontier,
+                "seconds": round(seconds, 6),
+                "complete": False,
+                "violations": [],
+            }
+        )
+        return
+    click.echo(f"{title}: STOPPED by {stop.signal.name}")
+    _print_stats(
+        (
+            ("distinct states", f"{report.distinct_states:,}"),
+            ("generated states", f"{report.generated_states:,}"),
+            (progress.frontier, f"{report.frontier:,}"),
+            ("seconds", f"{seconds:.3f}"),
+        )
+    )
+
+
+def _print_stats(rows: tuple[tuple[str, str], ...]) -> None:
+    stats = RichTable()
+    stats.add_column("measure")
+    stats.add_column("value", justify="right")
+    for measure, value in rows:
+        stats.add_row(measure, value)
+    Console().print(stats)
 
 
 def _write_traces(model: Model[Any], result: CheckResult[Any], directory: Path) -> None:
@@ -165,24 +306,20 @@ def _write_traces(model: Model[Any], result: CheckResult[Any], directory: Path) 
         click.echo(f"check: counterexamples written to {directory}", err=True)
 
 
-def _print_human(result: CheckResult[Any], mutant: str | None, *, shortest: bool) -> None:
+def _print_human(result: CheckResult[Any], title: str, *, shortest: bool) -> None:
+    click.echo(title)
+    _print_stats(
+        (
+            ("distinct states", f"{result.distinct_states:,}"),
+            ("generated states", f"{result.generated_states:,}"),
+            ("depth", str(result.depth)),
+            ("seconds", f"{result.seconds:.3f}"),
+            ("states/s", f"{result.states_per_s:,.0f}"),
+            ("symmetry", "on" if result.symmetry else "off"),
+            ("truncated", "yes" if result.truncated else "no"),
+        )
+    )
     console = Console()
-    params = ", ".join(f"{k}={v}" for k, v in result.model.params.items())
-    title = f"{result.model.name} ({params})" + (f" mutant {mutant}" if mutant else "")
-    stats = RichTable(title=title, title_justify="left")
-    stats.add_column("measure")
-    stats.add_column("value", justify="right")
-    for measure, value in (
-        ("distinct states", f"{result.distinct_states:,}"),
-        ("generated states", f"{result.generated_states:,}"),
-        ("depth", str(result.depth)),
-        ("seconds", f"{result.seconds:.3f}"),
-        ("states/s", f"{result.states_per_s:,.0f}"),
-        ("symmetry", "on" if result.symmetry else "off"),
-        ("truncated", "yes" if result.truncated else "no"),
-    ):
-        stats.add_row(measure, value)
-    console.print(stats)
     failed = {v.property for v in result.violations}
     for prop in result.properties:
         if prop in failed:

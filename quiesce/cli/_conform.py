@@ -19,26 +19,41 @@ from pathlib import Path
 import click
 
 from quiesce.cli._output import fail, json_option, print_json
+from quiesce.cli._paths import InputFile
 from quiesce.cli._serve import read_token
+from quiesce.cli._values import FiniteFloatRange, HttpUrl
 from quiesce.testing import ROLES, ConformanceSetupError, check_conformance
 
 __all__ = ["conform"]
 
 
 @click.command()
-@click.option("--url", required=True, help="Base URL of the server, e.g. http://127.0.0.1:8700.")
+@click.option(
+    "--url",
+    type=HttpUrl(),
+    required=True,
+    help="Base URL of the server, e.g. http://127.0.0.1:8700.",
+)
 @click.option("--role", type=click.Choice(ROLES), required=True, help="The server's role.")
 @click.option(
     "--token-file",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=InputFile(),
     default=None,
     help="File holding the bearer token (default: $QUIESCE_TOKEN).",
 )
 @click.option(
-    "--examples", type=click.IntRange(1), default=100, show_default=True, help="Sequences."
+    "--examples",
+    type=click.IntRange(1, 1_000_000),
+    default=100,
+    show_default=True,
+    help="Sequences.",
 )
 @click.option(
-    "--steps", type=click.IntRange(1), default=25, show_default=True, help="Operations each."
+    "--steps",
+    type=click.IntRange(1, 10_000),
+    default=25,
+    show_default=True,
+    help="Operations each.",
 )
 @click.option("--seed", type=int, default=None, help="Seed of the generated sequences.")
 @click.option(
@@ -48,7 +63,13 @@ __all__ = ["conform"]
     help="Drive agent executions (begin/boundary/finish); --no-executions for an agent that "
     "runs its own rollouts.",
 )
-@click.option("--timeout", type=click.FloatRange(0.1), default=10.0, show_default=True)
+@click.option(
+    "--timeout",
+    type=FiniteFloatRange(0.1, 3600),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for each reply.",
+)
 @json_option
 def conform(
     url: str,

@@ -12,6 +12,8 @@ from pathlib import Path
 import click
 
 from quiesce.cli._output import fail, print_json
+from quiesce.cli._paths import InputFile, OutputDir, OutputFile
+from quiesce.cli._values import Name
 from quiesce.fsm import (
     DiagramError,
     GraphvizFailed,
@@ -27,7 +29,7 @@ __all__ = ["diagram", "diagrams"]
 
 
 @click.command()
-@click.argument("name")
+@click.argument("name", type=Name())
 @click.option(
     "--format",
     "format_",
@@ -38,14 +40,14 @@ __all__ = ["diagram", "diagrams"]
 )
 @click.option(
     "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the diagram to this file instead of stdout.",
+    type=OutputFile(),
+    help="Write the diagram to this file (its directory must exist) instead of stdout.",
 )
 @click.option(
     "--trace",
     "trace_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help='Draw a trace: a JSON list of {"state", "input", "target"} steps (spec names).',
+    type=InputFile(),
+    help='Draw a trace: a UTF-8 JSON list of {"state", "input", "target"} steps (spec names).',
 )
 def diagram(name: str, format_: str, out: Path | None, trace_file: Path | None) -> None:
     """Draw the registered table NAME (`quiesce tables` lists the names).
@@ -67,7 +69,6 @@ def diagram(name: str, format_: str, out: Path | None, trace_file: Path | None) 
     if out is None:
         click.echo(text, nl=False)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
         click.echo(f"wrote {out}", err=True)
 
@@ -75,10 +76,10 @@ def diagram(name: str, format_: str, out: Path | None, trace_file: Path | None) 
 @click.command()
 @click.option(
     "--out-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutputDir(),
     default=Path("docs/diagrams"),
     show_default=True,
-    help="Directory receiving <table>.mmd and <table>.dot.",
+    help="Directory receiving <table>.mmd and <table>.dot (created if missing).",
 )
 @click.option(
     "--prune",

@@ -1,20 +1,27 @@
 """`quiesce mutants`: list the mutant catalog, or verify that every check can fail.
 
-`quiesce mutants [--json]` lists every mutant. `quiesce mutants --verify` runs every
-scenario mutant and a seeded sample of generated ones against its killing check (stopping
-at the first violation); `--all` runs every generated one. Progress goes to stderr. Exit 1
-if any scenario mutant survives.
+`quiesce mutants [--json]` lists the catalog: each scenario mutant with the check meant to
+kill it, the generated ones grouped by table and operator (`--all`: one line each). Nothing
+is run, so nothing is called killed. `quiesce mutants --verify` runs every scenario mutant
+and a seeded sample of generated ones against its killing check (stopping at the first
+violation); `--all` runs every generated one. Progress goes to stderr; the verdicts of what
+ran and a summary line (killed / survived, per kind) to stdout. Exit 1 if any scenario
+mutant survives; 130 / 143 when stopped by Ctrl-C / SIGTERM (after the verdicts so far).
 """
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from typing import Any
 
 import click
 
 from quiesce.cli._output import json_option, print_json
+from quiesce.cli._signals import Stopped, stop_on_signals
 from quiesce.models import MUTANTS, Mutant, Verdict, sample_generated, verify
+
+KINDS = ("scenario", "generated")
 
 
 def _entry(mutant: Mutant) -> dict[str, Any]:
@@ -28,13 +35,23 @@ def _entry(mutant: Mutant) -> dict[str, Any]:
     }
 
 
+def _family(mutant: Mutant) -> str:
+    """`<table>.<operator>` of a generated mutant (named `<table>.<operator>[<row>]...`)."""
+    return mutant.name.partition("[")[0]
+
+
 @click.command()
 @click.option("--verify", "run", is_flag=True, help="Run each mutant against its killing check.")
-@click.option("--all", "everything", is_flag=True, help="Verify every generated mutant too.")
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Every generated mutant: one line each in the list; with --verify, run them all.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
 @click.option(
     "--sample",
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, len(MUTANTS)),
     default=50,
     show_default=True,
     help="Generated mutants to verify (without --all).",
@@ -49,13 +66,7 @@ def mutants(run: bool, everything: bool, seed: int, sample: int, as_json: bool) 
     quiesce check --mutant S2_boolean_suspend --set train_switch=1
     """
     if not run:
-        listed = [_entry(m) for m in MUTANTS.values()]
-        if as_json:
-            print_json({"mutants": listed})
-        else:
-            for m in MUTANTS.values():
-                tag = m.scenario or "gen"
-                click.echo(f"{tag:4s} {m.name:45s} killed by {m.killed_by}  {m.doc}")
+        _list(everything, as_json)
         return
     scenario = [m for m in MUTANTS.values() if m.kind == "scenario"]
     generated = (
@@ -63,30 +74,88 @@ def mutants(run: bool, everything: bool, seed: int, sample: int, as_json: bool) 
         if everything
         else sample_generated(sample, seed)
     )
+    chosen = [*scenario, *generated]
     verdicts: list[Verdict] = []
-    for number, mutant in enumerate([*scenario, *generated], 1):
-        verdict = verify(mutant)
-        verdicts.append(verdict)
-        state = "killed" if verdict.killed else "SURVIVED"
-        click.echo(
-            f"mutants: [{number}/{len(scenario) + len(generated)}] {mutant.name}: {state}"
-            f" by {verdict.killed_by} ({verdict.states} states, {verdict.seconds:.1f}s)",
-            err=True,
-        )
+    stopped: Stopped | None = None
+    try:
+        with stop_on_signals():
+            for number, mutant in enumerate(chosen, 1):
+                verdict = verify(mutant)
+                verdicts.append(verdict)
+                state = f"killed by {verdict.killed_by}" if verdict.killed else "SURVIVED"
+                click.echo(
+                    f"mutants: [{number}/{len(chosen)}] {mutant.name}: {state}"
+                    f" ({verdict.states} states, {verdict.seconds:.1f}s)",
+                    err=True,
+                )
+    except Stopped as stop:
+        stopped = stop
+        click.echo(f"mutants: {stop} after {len(verdicts)} of {len(chosen)}", err=True)
+    summary = _summary(verdicts, not_run=len(MUTANTS) - len(verdicts))
     gen = [v for v in verdicts if v.mutant.kind == "generated"]
     rate = sum(v.killed for v in gen) / len(gen) if gen else 1.0
     survivors = [v.mutant.name for v in verdicts if v.mutant.kind == "scenario" and not v.killed]
     if as_json:
-        print_json(
-            {
-                "mutants": [v.to_json() for v in verdicts],
-                "kill_rate_generated": round(rate, 4),
-                "scenario_survivors": survivors,
-            }
-        )
+        document: dict[str, Any] = {
+            "mutants": [v.to_json() for v in verdicts],
+            "kill_rate_generated": round(rate, 4),
+            "scenario_survivors": survivors,
+            "summary": summary,
+        }
+        if stopped is not None:
+            document["interrupted"] = stopped.signal.name
+        print_json(document)
     else:
         for v in verdicts:
             mark = "killed  " if v.killed else "SURVIVED"
             click.echo(f"{mark} {v.mutant.name:45s} {v.killed_by or '-':12s} {v.detail[:80]}")
-        click.echo(f"generated kill rate: {rate:.1%} of {len(gen)}")
+        click.echo(_summary_line(summary))
+    if stopped is not None:
+        sys.exit(stopped.exit_code)
     sys.exit(1 if survivors else 0)
+
+
+def _list(everything: bool, as_json: bool) -> None:
+    """The catalog, without running anything: each mutant with the check meant to kill it."""
+    catalog = list(MUTANTS.values())
+    counts = Counter[str](m.kind for m in catalog)
+    if as_json:
+        summary = {"listed": len(catalog), "by_kind": {k: counts[k] for k in KINDS}, "run": 0}
+        print_json({"mutants": [_entry(m) for m in catalog], "summary": summary})
+        return
+    for m in catalog:
+        if m.kind == "scenario" or everything:
+            tag = m.scenario or "gen"
+            click.echo(f"{tag:4s} {m.name:45s} checked by {m.killed_by}  {m.doc}")
+    if not everything:
+        families = Counter((_family(m), m.killed_by) for m in catalog if m.kind == "generated")
+        for (family, killer), count in families.items():
+            many = f"{count} mutant{'s' if count > 1 else ''}"
+            click.echo(f"gen  {family + '[...]':45s} {many}, checked by {killer} (--all: each)")
+    click.echo(
+        f"{counts['scenario']} scenario and {counts['generated']} generated mutants;"
+        " none was run here: `quiesce mutants --verify` runs them"
+    )
+
+
+def _summary(verdicts: list[Verdict], not_run: int) -> dict[str, Any]:
+    """Killed and survived among the mutants that ran, in all and per kind."""
+
+    def tally(kind: str | None) -> dict[str, int]:
+        ran = [v for v in verdicts if kind is None or v.mutant.kind == kind]
+        killed = sum(v.killed for v in ran)
+        return {"run": len(ran), "killed": killed, "survived": len(ran) - killed}
+
+    return {**tally(None), "not_run": not_run, "by_kind": {kind: tally(kind) for kind in KINDS}}
+
+
+def _summary_line(summary: dict[str, Any]) -> str:
+    per_kind = ", ".join(
+        f"{kind} {counts['killed']}/{counts['run']} killed"
+        + (f" ({counts['killed'] / counts['run']:.0%})" if counts["run"] else "")
+        for kind, counts in summary["by_kind"].items()
+    )
+    return (
+        f"{summary['killed']} killed, {summary['survived']} survived of {summary['run']} run"
+        f" ({per_kind}); {summary['not_run']} not run"
+    )

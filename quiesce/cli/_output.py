@@ -11,12 +11,21 @@ import click
 
 from quiesce.fsm import QuiesceError
 
-__all__ = ["fail", "json_option", "log_level_option", "print_json"]
+__all__ = ["abbreviated", "fail", "json_option", "log_level_option", "print_json"]
 
 
 def print_json(document: Any) -> None:
     """Print one JSON document on stdout (sorted keys, so equal results print equally)."""
     click.echo(json.dumps(document, indent=2, sort_keys=True, default=str))
+
+
+def abbreviated(value: object, limit: int = 120) -> str:
+    """`repr(str(value))`, cut to about `limit` characters: an error message names what was
+    wrong without echoing a 5,000-character argument back (control characters escaped)."""
+    shown = repr(str(value))
+    if len(shown) <= limit:
+        return shown
+    return f"{shown[: limit - 12]}...' ({len(str(value)):,} chars)"
 
 
 def fail(error: QuiesceError | str, code: int = 2) -> NoReturn:

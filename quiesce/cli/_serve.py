@@ -9,7 +9,9 @@ structlog (JSON when stderr is not a TTY); the bearer token is read from `QUIESC
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 from pathlib import Path
 
 import click
@@ -25,7 +27,9 @@ from quiesce.adapters import (
     connect_services,
     secret_incarnation,
 )
-from quiesce.cli._output import fail, log_level_option
+from quiesce.cli._output import abbreviated, fail, log_level_option
+from quiesce.cli._paths import InputFile, OutputDir
+from quiesce.cli._values import FiniteFloatRange, HttpUrl, Name, visible
 
 __all__ = ["read_token", "serve"]
 
@@ -33,42 +37,71 @@ TOKEN_ENV = "QUIESCE_TOKEN"
 
 
 def read_token(token_file: Path | None) -> str:
-    """The bearer token: the first line of `token_file` if given, else `$QUIESCE_TOKEN`.
-    Raises `click.UsageError` (never showing the token) when there is none."""
+    """The bearer token: the content of `token_file` if given, else `$QUIESCE_TOKEN`, with
+    surrounding whitespace stripped. Raises `click.UsageError` (never showing the token)
+    when there is none, or it cannot go into an HTTP header (spaces, control characters)."""
     if token_file is not None:
+        source = f"--token-file {abbreviated(token_file)}"
         try:
-            token = token_file.read_text().strip()
+            token = token_file.read_text(encoding="utf-8").strip()
+        except UnicodeDecodeError:
+            raise click.UsageError(f"{source} is not UTF-8 text") from None
         except OSError as error:
-            message = f"cannot read --token-file {token_file}: {error.strerror}"
-            raise click.UsageError(message) from None
+            raise click.UsageError(f"cannot read {source}: {error.strerror}") from None
         if not token:
-            raise click.UsageError(f"--token-file {token_file} is empty")
-        return token
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if not token:
-        raise click.UsageError(f"no bearer token: set ${TOKEN_ENV} or pass --token-file FILE")
+            raise click.UsageError(f"{source} is empty")
+    else:
+        source = f"${TOKEN_ENV}"
+        token = os.environ.get(TOKEN_ENV, "").strip()
+        if not token:
+            raise click.UsageError(f"no bearer token: set ${TOKEN_ENV} or pass --token-file FILE")
+    if not visible(token):
+        raise click.UsageError(f"the token in {source} has spaces or control characters")
     return token
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port (not yet listening: clients are refused, not left
+    waiting, until the server runs), or exit 2 saying why the address cannot be used."""
+    where = f"--host {abbreviated(host)} --port {port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except (OSError, UnicodeError) as error:
+        fail(f"cannot resolve {where}: {getattr(error, 'strerror', None) or error}")
+    try:
+        # As uvicorn does: a restarted server may take its port back from TIME_WAIT.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as error:
+        sock.close()
+        fail(f"cannot listen on {where}: {error.strerror}")
+    return sock
 
 
 @click.command()
 @click.option(
     "--role", type=click.Choice(["agent", "policy", "resources"]), required=True, help="Role."
 )
-@click.option("--host", "bind", default="127.0.0.1", show_default=True, help="Bind address.")
+@click.option(
+    "--host", "bind", type=Name(), default="127.0.0.1", show_default=True, help="Bind address."
+)
 @click.option("--port", type=click.IntRange(0, 65535), required=True, help="TCP port.")
 @click.option(
     "--state-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutputDir(),
     required=True,
     help="Directory of the participant's journal (created if missing).",
 )
 @click.option(
     "--token-file",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=InputFile(),
     default=None,
     help=f"File holding the bearer token (default: ${TOKEN_ENV}).",
 )
-@click.option("--name", default=None, help="Participant name (default: <role>-<port>).")
+@click.option(
+    "--name", type=Name(), default=None, help="Participant name (default: <role>-<port>)."
+)
 @click.option(
     "--recovery-mode",
     type=click.Choice(["stateless", "export_restore", "restart_only"]),
@@ -83,7 +116,9 @@ def read_token(token_file: Path | None) -> str:
     show_default=True,
     help="An auxiliary policy is never fenced.",
 )
-@click.option("--max-body-bytes", type=click.IntRange(1), default=1 << 20, show_default=True)
+@click.option(
+    "--max-body-bytes", type=click.IntRange(1, 1 << 30), default=1 << 20, show_default=True
+)
 @click.option(
     "--work/--no-work",
     default=True,
@@ -94,21 +129,21 @@ def read_token(token_file: Path | None) -> str:
 @click.option(
     "--policy",
     "policies",
+    type=HttpUrl(),
     multiple=True,
-    metavar="URL",
     help="An agent's policy server (repeatable): its executions' generation calls go there "
     "and freeze while it is fenced. Without one, a turn is a simulated latency.",
 )
 @click.option(
     "--resources",
     "resources",
+    type=HttpUrl(),
     multiple=True,
-    metavar="URL",
     help="An agent's resources server (repeatable): each turn mutates state there.",
 )
 @click.option(
     "--wait-services",
-    type=click.FloatRange(0),
+    type=FiniteFloatRange(0, 3600),
     default=30.0,
     show_default=True,
     metavar="SECONDS",
@@ -145,6 +180,7 @@ def serve(
     if (policies or resources) and role != "agent":
         raise click.UsageError(f"--policy and --resources wire an agent, not a {role} server")
     token = read_token(token_file)
+    listener = _bind(bind, port)
     configure_server_logging(log_level)
     try:
         services = connect_services(
@@ -181,12 +217,12 @@ def serve(
         port=port,
     )
     app = create_app(host, token=token, max_body_bytes=max_body_bytes)
-    uvicorn.run(
-        app,
-        host=bind,
-        port=port,
-        loop="asyncio",
-        log_config=None,
-        access_log=False,
-        lifespan="on",
+    server = uvicorn.Server(
+        uvicorn.Config(app, loop="asyncio", log_config=None, access_log=False, lifespan="on")
     )
+    # After a graceful shutdown uvicorn raises the signal that asked for it again, so the
+    # process ends as that signal says: Ctrl-C is then a KeyboardInterrupt, not an error.
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run(sockets=[listener])
+    if not server.started:
+        fail("the server did not start (its log above says why)", code=1)

@@ -133,26 +133,19 @@ class _Drawing:
 def load_trace(table: Table[Any, Any], source: str | Path | Sequence[Any]) -> list[TraceStep]:
     """Read and check a trace for `table`: a path to a JSON file, or the parsed list.
 
-    Every step must name known states and input and match a row of the table (or an
-    ignored pair that keeps its state); otherwise `TraceError` names the step and value.
+    The trace must have at least one step, and every step must name known states and input
+    and match a row of the table (or an ignored pair that keeps its state); otherwise
+    `TraceError` names the step and value. A file must be UTF-8 JSON: anything else (no
+    such file, other bytes, no text at all) is a `TraceError` too.
     """
-    if isinstance(source, str | Path):
-        try:
-            document: Any = json.loads(Path(source).read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise TraceError(
-                table.name, None, "trace", str(source), f"is not JSON: {error}"
-            ) from error
-        except OSError as error:
-            raise TraceError(
-                table.name, None, "trace", str(source), f"cannot be read: {error}"
-            ) from error
-    else:
-        document = source
+    document = _read_trace(table, source) if isinstance(source, str | Path) else source
     if not isinstance(document, list):
         raise TraceError(
             table.name, None, "trace", type(document).__name__, "must be a JSON list of steps"
         )
+    if not document:
+        # Drawing the plain table for an empty trace would hide a broken trace producer.
+        raise TraceError(table.name, None, "trace", [], "has no steps: a trace needs one or more")
     steps: list[TraceStep] = []
     for index, raw in enumerate(document):
         try:
@@ -293,6 +286,28 @@ def write_diagrams(directory: str | Path, tables: Iterable[Table[Any, Any]]) -> 
 
 
 # ---------------------------------------------------------------------- internals
+
+
+def _read_trace(table: Table[Any, Any], path: str | Path) -> Any:
+    """The parsed JSON document of the trace file at `path`, or `TraceError` saying why not."""
+
+    def refuse(reason: str) -> TraceError:
+        return TraceError(table.name, None, "trace", str(path), reason)
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise refuse(
+            f"is not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start})"
+        ) from None
+    except OSError as error:
+        raise refuse(f"cannot be read: {error.strerror or error}") from None
+    if not text.strip():
+        raise refuse('is empty: a trace is a JSON list of {"state", "input", "target"} steps')
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise refuse(f"is not JSON: {error}") from None
 
 
 def _edges(table: Table[Any, Any]) -> list[tuple[_Edge, Row]]:

@@ -1,0 +1,58 @@
+"""Ctrl-C and SIGTERM during a long command: stop cleanly, report what was done.
+
+`stop_on_signals()` turns SIGINT and SIGTERM into one exception, `Stopped`, while a
+block runs; the command catches it, prints its partial summary and exits with
+`Stopped.exit_code` (130 for SIGINT, 143 for SIGTERM: 128 + the signal number, as a shell
+reports a process killed by it). Without it, SIGTERM kills the process with no summary
+and Ctrl-C prints a traceback.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+__all__ = ["Stopped", "stop_on_signals"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stopped(BaseException):
+    """The command was asked to stop by `signal` (SIGINT or SIGTERM).
+
+    A `BaseException`, like `KeyboardInterrupt`: code that catches `Exception` to report
+    a failure (the models record what a mutant's core raised) must let it through.
+    """
+
+    def __init__(self, signum: int) -> None:
+        self.signal = signal.Signals(signum)
+        super().__init__(f"stopped by {self.signal.name}")
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal number: 130 for SIGINT, 143 for SIGTERM."""
+        return 128 + int(self.signal)
+
+
+def _raise_stopped(signum: int, _frame: FrameType | None) -> None:
+    raise Stopped(signum)
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Raise `Stopped` in the block on SIGINT or SIGTERM; restore the handlers after.
+
+    Off the main thread (where Python cannot install handlers) the block runs as is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, _raise_stopped) for signum in _SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
