@@ -28,6 +28,8 @@ from rich.table import Table as RichTable
 
 from quiesce.adapters import configure_logging
 from quiesce.cli._output import fail, json_option, log_level_option, print_json
+from quiesce.cli._paths import OutputDir
+from quiesce.cli._values import FiniteFloatRange
 from quiesce.fsm import QuiesceError
 from quiesce.harness import SimulationConfig, SimulationResult
 from quiesce.harness import simulate as run
@@ -105,27 +107,37 @@ def _one_line(error: ValidationError) -> str:
 
 
 @click.command()
-# Numbers are parsed here and range-checked by `SimulationConfig`, which the library shares:
-# a bad value is refused on one line naming the option (click's range types print four).
-@click.option("--steps", type=int, default=8, show_default=True, help="Training steps (>= 1).")
+# Every number is bounded at both ends: a huge size would start a run that never ends.
+# `SimulationConfig` checks the same lower bounds for library callers.
+@click.option(
+    "--steps", type=click.IntRange(1, 10_000), default=8, show_default=True, help="Training steps."
+)
 @click.option(
     "--groups-per-step",
-    type=int,
+    type=click.IntRange(1, 1_000),
     default=4,
     show_default=True,
     help="Prompt groups per training step (>= 1).",
 )
 @click.option(
     "--group-size",
-    type=int,
+    type=click.IntRange(1, 256),
     default=4,
     show_default=True,
     help="Siblings per prompt group, G (>= 1).",
 )
-@click.option("--agents", type=int, default=2, show_default=True, help="Agent servers (>= 1).")
-@click.option("--policies", type=int, default=1, show_default=True, help="Policy servers (>= 1).")
 @click.option(
-    "--resources", type=int, default=1, show_default=True, help="Resources servers (>= 0)."
+    "--agents", type=click.IntRange(1, 64), default=2, show_default=True, help="Agent servers."
+)
+@click.option(
+    "--policies", type=click.IntRange(1, 64), default=1, show_default=True, help="Policy servers."
+)
+@click.option(
+    "--resources",
+    type=click.IntRange(0, 64),
+    default=1,
+    show_default=True,
+    help="Resources servers.",
 )
 @click.option(
     "--resources-mode",
@@ -136,14 +148,14 @@ def _one_line(error: ValidationError) -> str:
 )
 @click.option(
     "--fault-rate",
-    type=float,
+    type=FiniteFloatRange(0.0, 1.0),
     default=0.0,
     show_default=True,
     help="Probability, in [0, 1], that any one control call suffers a fault.",
 )
 @click.option(
     "--crash-at-step",
-    type=int,
+    type=click.IntRange(1, 10_000),
     default=None,
     help="Crash the controller after the first checkpoint at or after this step (1 to --steps).",
 )
@@ -158,7 +170,7 @@ def _one_line(error: ValidationError) -> str:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--snapshot-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutputDir(),
     default=None,
     help="Keep snapshots and controller state here (default: a fresh temp dir).",
 )

@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from quiesce.cli._output import fail, json_option, print_json
+from quiesce.cli._paths import OutputDir
+from quiesce.cli._values import Name
 from quiesce.fsm import Table, matrix, render_matrix, write_matrices
 from quiesce.protocol.machines import TABLES, UnknownTable, get_table
 
@@ -26,7 +28,7 @@ _COLUMNS = ("#", "source", "input", "guard", "target", "update", "effects")
 
 
 @click.command()
-@click.argument("name", required=False)
+@click.argument("name", type=Name(), required=False)
 @click.option(
     "--matrix",
     "as_matrix",
@@ -35,7 +37,7 @@ _COLUMNS = ("#", "source", "input", "guard", "target", "update", "effects")
 )
 @click.option(
     "--out-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=OutputDir(),
     help="With --matrix: write <table>.md into this directory instead of stdout.",
 )
 @click.option(

@@ -51,22 +51,7 @@ STUB = "not started by the hostile-argument test"
 
 # Parameters not yet on the contract, each with the change that puts it there. Their
 # tests are strict xfails: once the change lands they pass, and the entry must go.
-PENDING = {
-    "simulate:snapshot_dir": "quiesce/cli/_simulate.py: type=OutputDir() (quiesce.cli._paths)",
-    "simulate:fault_rate": "quiesce/cli/_simulate.py: FiniteFloatRange(0.0, 1.0) lets no NaN in",
-    **{
-        f"simulate:{name}": "quiesce/cli/_simulate.py: an upper bound (IntRange(lo, hi))"
-        for name in (
-            "steps",
-            "groups_per_step",
-            "group_size",
-            "agents",
-            "policies",
-            "resources",
-            "crash_at_step",
-        )
-    },
-}
+PENDING: dict[str, str] = {}
 
 
 def _commands() -> list[tuple[str, click.Command]]:

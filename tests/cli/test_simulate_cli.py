@@ -102,22 +102,25 @@ def test_a_bad_option_is_a_usage_error() -> None:
             ["--steps", "4", "--crash-at-step", "9"],
             "error: --crash-at-step 9 is beyond --steps 4: crash at a step from 1 to 4",
         ),
-        (["--steps", "-1"], "error: --steps -1: input should be greater than or equal to 1"),
-        (["--steps", "-1", "--crash-at-step", "2"], "error: --steps -1: input should be"),
-        (["--fault-rate", "1.5"], "error: --fault-rate 1.5: input should be less than or equal"),
-        (["--fault-rate", "-0.1"], "error: --fault-rate -0.1: input should be greater than"),
-        (["--fault-rate", "nan"], "error: --fault-rate nan: input should be a finite number"),
-        (["--crash-at-step", "0"], "error: --crash-at-step 0: input should be greater than"),
-        (["--resources", "-1"], "error: --resources -1: input should be greater than"),
-        (["--group-size", "0"], "error: --group-size 0: input should be greater than"),
+        (["--steps", "-1"], "Error: Invalid value for '--steps': -1 is not in the range 1<=x"),
+        (["--steps", "-1", "--crash-at-step", "2"], "Error: Invalid value for '--steps': -1"),
+        (["--steps", "99999"], "Error: Invalid value for '--steps': 99999 is not in the range"),
+        (["--fault-rate", "1.5"], "Error: Invalid value for '--fault-rate': 1.5 is not in the"),
+        (["--fault-rate", "-0.1"], "Error: Invalid value for '--fault-rate': -0.1 is not in"),
+        (["--fault-rate", "nan"], "Error: Invalid value for '--fault-rate': nan is not a finite"),
+        (["--crash-at-step", "0"], "Error: Invalid value for '--crash-at-step': 0 is not in"),
+        (["--resources", "-1"], "Error: Invalid value for '--resources': -1 is not in the range"),
+        (["--group-size", "0"], "Error: Invalid value for '--group-size': 0 is not in the range"),
     ],
 )
-def test_a_bad_number_is_refused_on_one_line(args: list[str], line: str) -> None:
+def test_a_bad_number_is_refused_with_one_error_line(args: list[str], line: str) -> None:
+    # Bounded at both ends by click's range types, like every command's numbers (a huge
+    # size would start a run that never ends): one error line after click's usage lines.
     result = CliRunner().invoke(main, ["simulate", *args])
     assert result.exit_code == 2
     assert result.stdout == ""
-    [error] = result.stderr.splitlines()
-    assert error.startswith(line), error
+    errors = [text for text in result.stderr.splitlines() if text.lower().startswith("error")]
+    assert len(errors) == 1 and errors[0].startswith(line), result.stderr
 
 
 def test_a_planted_dropped_completion_exits_1_naming_the_untrained_group(
