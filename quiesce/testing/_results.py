@@ -177,6 +177,7 @@ def _format_step(number: int, step: KitStep, *, last: bool) -> list[str]:
 
 
 def brief(reply: Any) -> str:
+    """A reply on one short line: long strings cut, the identity fields left out."""
     if not isinstance(reply, dict):
         text = str(reply)
         return text if len(text) <= 120 else text[:117] + "..."

@@ -75,6 +75,7 @@ _OP_RULES = {
 
 
 def describe_differences(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, ...]:
+    """`field: expected X, got Y` for every field where the server's reply differs."""
     keys = sorted(set(expected) | set(actual))
     return tuple(
         f"{k}: expected {expected.get(k)!r}, got {actual.get(k)!r}"
