@@ -9,9 +9,12 @@ know: threads, the event loop or time (the driver decides where and when each ru
 passes `now`), or any protocol rule: a failure is reported as the input M1/M9 expect
 (`LocalFailed` with a `Cause`, `SnapshotLoadFailed`, `SourceUnreadable`), never decided on.
 
-`execute(effect, now)` is the one entry point for the effects the coordinator waits on;
-`write_cut`, `prune` and the snapshot reads serve the driver's own steps around them. An
-error of the store or the disk never escapes: it is logged and becomes the answer.
+`execute(effect, now)` carries out any `StoreEffect`; `write_cut` (the second half of
+`CaptureCut`, whose cut the driver takes from the data plane), `prune` (after a publication)
+and the snapshot reads (for RESTORE calls and `RestoreCut`) serve the driver's own steps
+around them. A failure the protocol has an answer for (a disk error, a corrupt, missing or
+half-written snapshot) is logged and becomes that answer, or nothing for an unanswered
+effect; the snapshot reads raise it instead, for the driver to report.
 """
 
 from __future__ import annotations
