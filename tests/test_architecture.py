@@ -38,8 +38,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 STRANGERS = {("quiesce.protocol.controller", "quiesce.protocol.participant")}
 
 # Offences being removed (the mutant catalog still monkeypatches modules; the protocol model
-# and its symmetry reduction still share state through each other; the snapshot store still
-# has its own selection). Each fix deletes its line here; nothing may be added.
+# and its symmetry reduction still share state through each other). Each fix deletes its
+# line here; nothing may be added.
 PENDING_PRIVATE_IMPORTS = {
     "quiesce/models/_mutants.py imports quiesce.protocol.controller._coordinator",
     "quiesce/models/_mutants.py imports quiesce.protocol.controller._recovery_levels",
@@ -50,7 +50,7 @@ PENDING_PRIVATE_IMPORTS = {
     "tests/models/test_protocol_model.py imports quiesce.protocol.controller._restore_flow",
 }
 PENDING_CYCLES = [["quiesce.models._protocol_model", "quiesce.models._protocol_symmetry"]]
-PENDING_CLASHES = {"Rejection", "Selection"}
+PENDING_CLASHES: set[str] = set()
 
 
 def _module_name(path: Path) -> str:

@@ -19,14 +19,13 @@ from quiesce.adapters._clock import (
     VirtualDeadlock,
 )
 from quiesce.adapters._driver import (
-    CUT_ARTIFACT,
     Driver,
     DriverError,
     Observer,
     RestoreReport,
-    artifact_name,
     configure_logging,
 )
+from quiesce.adapters._host_journal import FileJournal, JournalCorrupt, JournalSink, MemoryJournal
 from quiesce.adapters._http_client import HttpParticipant
 from quiesce.adapters._http_data_plane import (
     DATA_PREFIX,
@@ -75,12 +74,9 @@ from quiesce.adapters._participant_api import (
     Participant,
 )
 from quiesce.adapters._participant_host import (
-    FileJournal,
+    DEDUPED_OPS,
     HostRef,
     HostStopped,
-    JournalCorrupt,
-    JournalSink,
-    MemoryJournal,
     NoJournal,
     ParticipantHost,
     PolicyService,
@@ -104,7 +100,6 @@ from quiesce.adapters._snapshot_store import (
     ArtifactMismatch,
     BadArtifactName,
     BadCheckpointId,
-    Candidate,
     CorruptSnapshot,
     Inspection,
     LoadedSnapshot,
@@ -112,9 +107,6 @@ from quiesce.adapters._snapshot_store import (
     NotStaged,
     PruneResult,
     PublishConflict,
-    Rejection,
-    RejectReason,
-    Selection,
     SnapshotNotFound,
     SnapshotStore,
     SnapshotStoreError,
@@ -122,6 +114,7 @@ from quiesce.adapters._snapshot_store import (
     StoreUnreadable,
     parse_checkpoint_id,
 )
+from quiesce.adapters._store_effects import CUT_ARTIFACT, artifact_name
 from quiesce.adapters._trainer import (
     ControllerCut,
     CorruptCut,
@@ -141,6 +134,7 @@ __all__ = [
     "CONTROL_OPS",
     "CUT_ARTIFACT",
     "DATA_PREFIX",
+    "DEDUPED_OPS",
     "DEFAULT_MAX_BODY_BYTES",
     "FORMAT_VERSION",
     "MANIFEST_NAME",
@@ -153,7 +147,6 @@ __all__ = [
     "BadArtifactName",
     "BadCheckpointId",
     "CallFailedError",
-    "Candidate",
     "Clock",
     "ClockEvent",
     "ClockStopped",
@@ -207,11 +200,8 @@ __all__ = [
     "RayParticipant",
     "RayUnavailable",
     "RealClock",
-    "RejectReason",
-    "Rejection",
     "ResourcesService",
     "RestoreReport",
-    "Selection",
     "ServiceUnusable",
     "SnapshotNotFound",
     "SnapshotStore",

@@ -34,9 +34,10 @@ not a failure, and goes in as a `Reply`.
 
 Clocks: with a `RealClock` deadlines are `anyio.fail_at` and the driver runs on asyncio or
 trio; with a `VirtualClock` the whole run is a seeded discrete-event simulation, so the same
-seed gives the same run on either backend. Store effects run inline on the virtual clock and
-in worker threads on the real one: there `stop()` runs every store job still queued before it
-returns, while `crash()` abandons them (a dead process writes nothing more).
+seed gives the same run on either backend. Store effects (`StoreEffects` does them) run
+inline on the virtual clock and in worker threads (`StoreLane`) on the real one: there
+`stop()` runs every store job still queued before it returns, while `crash()` abandons them
+(a dead process writes nothing more).
 
 Every transition is logged with structlog, bound to `checkpoint_id`, `participant` and
 `rollout_id` where they apply, on stderr (`configure_logging`: JSON when not a TTY).
@@ -48,28 +49,19 @@ import base64
 import functools
 import logging
 import sys
-import threading
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TextIO
 
-import anyio.to_thread
 import structlog
-from pydantic import ValidationError
 
 from quiesce.adapters._clock import Clock, ClockEvent, Queue, TaskGroup, VirtualClock
-from quiesce.adapters._intent import ControllerJournal, IntentPhase
-from quiesce.adapters._ledger_codec import CorruptLedger, ledger_from_json, ledger_to_text
+from quiesce.adapters._intent import ControllerJournal
+from quiesce.adapters._ledger_codec import ledger_to_text
 from quiesce.adapters._participant_api import CallFailedError, Participant
-from quiesce.adapters._snapshot_store import (
-    CorruptSnapshot,
-    Inspection,
-    SnapshotStore,
-    SnapshotStoreError,
-    Staging,
-    parse_checkpoint_id,
-)
+from quiesce.adapters._snapshot_store import SnapshotStore, SnapshotStoreError
+from quiesce.adapters._store_effects import CUT_ARTIFACT, StoreEffect, StoreEffects
+from quiesce.adapters._store_lane import Job, StoreLane
 from quiesce.adapters._trainer import ControllerCut, CorruptCut, CutMismatch, DataPlane, Trainer
 from quiesce.fsm import QuiesceError, label
 from quiesce.protocol import Cause, OpId
@@ -79,31 +71,21 @@ from quiesce.protocol.controller import (
     CallFailed,
     CancelTimer,
     CaptureCut,
-    ClearIntent,
     CloseAdmission,
     ControllerEffect,
     ControllerInput,
     ControllerState,
     Coordinator,
-    DiscardStaging,
     Discovered,
     Dispatch,
     GroupRecord,
-    InspectPublished,
     Ledger,
-    ListSnapshots,
-    LoadSnapshot,
-    LocalDone,
-    LocalFailed,
-    LocalOp,
     Log,
     Metric,
     Op,
     OpenAdmission,
     Outcome,
     Publish,
-    PublishInspected,
-    Quarantine,
     Recovered,
     Redispatch,
     Reply,
@@ -114,20 +96,11 @@ from quiesce.protocol.controller import (
     RewindToAnchor,
     RolloutCompleted,
     RolloutFailed,
-    SnapshotCandidate,
-    SnapshotCondition,
-    SnapshotLoaded,
-    SnapshotLoadFailed,
-    SnapshotsListed,
-    SourceUnreadable,
     Stopped,
     TimerDue,
-    TrainerAnchor,
-    Validate,
-    WriteIntent,
     WriteStaging,
 )
-from quiesce.protocol.machines import CheckpointState, GroupState
+from quiesce.protocol.machines import CheckpointState
 from quiesce.protocol.participant import ParticipantOp
 from quiesce.protocol.wire import (
     AckRequest,
@@ -142,24 +115,10 @@ from quiesce.protocol.wire import (
     RetireRequest,
 )
 
-__all__ = [
-    "CUT_ARTIFACT",
-    "Driver",
-    "DriverError",
-    "Observer",
-    "RestoreReport",
-    "artifact_name",
-    "configure_logging",
-]
-
-CUT_ARTIFACT = "controller_cut"
-"""The staged artifact holding the controller cut (queue, dataloader, ledger)."""
+__all__ = ["Driver", "DriverError", "Observer", "RestoreReport", "configure_logging"]
 
 Observer = Callable[[ControllerInput, tuple[ControllerEffect, ...], ControllerState], None]
 """Called after every coordinator step with the input, its effects and the new state."""
-
-_Job = Callable[[], ControllerInput | None]
-"""A store job: its answer (if any) goes to the coordinator."""
 
 _LOG_LEVELS = {
     "debug": logging.DEBUG,
@@ -167,12 +126,6 @@ _LOG_LEVELS = {
     "warning": logging.WARNING,
     "critical": logging.CRITICAL,
     "error": logging.ERROR,
-}
-_INTENT_PHASES = {"preparing": IntentPhase.PREPARING, "published": IntentPhase.RELEASING}
-_VERDICTS: dict[Inspection, Literal["verified", "unverifiable", "absent"]] = {
-    Inspection.PUBLISHED_VERIFIED: "verified",
-    Inspection.PUBLISHED_UNVERIFIABLE: "unverifiable",
-    Inspection.ABSENT: "absent",
 }
 
 
@@ -202,11 +155,6 @@ def configure_logging(
         logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=False,
     )
-
-
-def artifact_name(participant: str) -> str:
-    """The staged artifact name of `participant`'s committed state."""
-    return f"p.{participant}"
 
 
 class DriverError(QuiesceError):
@@ -250,104 +198,14 @@ class _Waiter:
     event: ClockEvent
 
 
-class _StoreLane:
-    """The store's work on the real clock, in worker threads, off the event loop.
-
-    Jobs run one at a time in FIFO order, each once no staging write is left; staging
-    writes run in parallel with each other. A worker thread claims its work under a lock
-    when it starts, so `drain` can run, in its own thread, whatever no worker has claimed
-    yet: every piece runs exactly once, in order, also when the lane's tasks are cancelled
-    before their threads start.
-    """
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-        self._lock = threading.Condition()
-        self._serial = threading.Lock()  # held while a job runs: one at a time
-        self._jobs: deque[_Job] = deque()
-        self._writes: list[Callable[[], object]] = []  # staging writes nobody claimed yet
-        self._writing = 0  # staging writes a worker thread is running
-        self._tickets: Queue[None] = Queue(clock)  # one per job: wakes `run`
-        self._settled: ClockEvent | None = None
-
-    def put(self, job: _Job) -> None:
-        """Queue a job behind every earlier one."""
-        with self._lock:
-            self._jobs.append(job)
-        self._tickets.put_nowait(None)
-
-    def add_write(self, write: Callable[[], object]) -> None:
-        """Register a staging write (jobs wait for it); `run_write` runs it."""
-        with self._lock:
-            self._writes.append(write)
-
-    async def run_write(self, write: Callable[[], object]) -> None:
-        """Run one registered staging write in its own worker thread."""
-        try:
-            await anyio.to_thread.run_sync(self._write, write)
-        finally:
-            if not self._writes_left() and self._settled is not None:
-                self._settled.set()
-
-    async def run(self, submit: Callable[[ControllerInput], None]) -> None:
-        """Run the jobs as they come, forever; `submit` takes their answers."""
-        while True:
-            await self._tickets.get()
-            while self._writes_left():
-                self._settled = self._clock.event()
-                await self._settled.wait()
-            answer = await anyio.to_thread.run_sync(self._next_job)
-            if answer is not None:
-                submit(answer)
-
-    def drain(self) -> None:
-        """Run here every staging write, then every job, that no worker thread claimed,
-        after the ones already running ended (this blocks); their answers are dropped."""
-        with self._lock:
-            writes, self._writes = self._writes, []
-        for write in writes:
-            write()
-        with self._lock:
-            self._lock.wait_for(lambda: not self._writing)
-        with self._serial:
-            with self._lock:
-                jobs, self._jobs = self._jobs, deque()
-            for job in jobs:
-                job()
-
-    def _writes_left(self) -> bool:
-        with self._lock:
-            return bool(self._writes or self._writing)
-
-    def _write(self, write: Callable[[], object]) -> None:
-        with self._lock:
-            if write not in self._writes:
-                return  # `drain` ran it
-            self._writes.remove(write)
-            self._writing += 1
-        try:
-            write()
-        finally:
-            with self._lock:
-                self._writing -= 1
-                self._lock.notify_all()
-
-    def _next_job(self) -> ControllerInput | None:
-        with self._serial:
-            with self._lock:
-                if not self._jobs:
-                    return None  # `drain` ran it
-                job = self._jobs.popleft()
-            return job()
-
-
 class Driver:
     """Runs one controller: the coordinator's effects against the adapters.
 
     >>> import anyio, tempfile
     >>> from quiesce.adapters import InMemoryDataPlane, InMemoryTrainer, VirtualClock
     >>> from quiesce.adapters import ControllerJournal, SnapshotStore, InMemoryFleet
-    >>> from quiesce.protocol import Coordinator, QuiesceConfig, PeriodElapsed
+    >>> from quiesce.protocol import Coordinator, QuiesceConfig
+    >>> from quiesce.protocol.controller import PeriodElapsed
     >>> configure_logging("error")
     >>> clock = VirtualClock(seed=3)
     >>> async def main() -> str:
@@ -391,13 +249,12 @@ class Driver:
         self.config = coordinator.config
         self.clock = clock
         self.participants = dict(participants)
-        self.store = store
-        self.journal = journal
-        self.trainer = trainer
+        self._store_effects = StoreEffects(
+            store, journal, trainer, keep_latest_k=self.config.keep_latest_k, has_group=has_group
+        )
         self.data_plane = data_plane
         self.depends_on = depends_on
         self.turns = turns or (lambda _dispatch: 2)
-        self.has_group = has_group
         self.observers: list[Observer] = list(observers)
         self.discovery_attempts = discovery_attempts
         self.retry_backoff_s = retry_backoff_s
@@ -411,17 +268,55 @@ class Driver:
         self._started: ClockEvent = clock.event()
         self._halted: ClockEvent = clock.event()
         self._dead = False
-        self._timers: dict[str, int] = {}
+        self._timers: dict[Hashable, int] = {}  # timer name -> its latest arming
         self._timer_seq = 0
         self._waiters: list[_Waiter] = []
-        self._staging: dict[str, Staging] = {}
-        self._loaded: tuple[str, Mapping[str, bytes]] | None = None
-        self._cuts: dict[str, tuple[int, int]] = {}
         threaded = (
             not isinstance(clock, VirtualClock) if store_in_thread is None else store_in_thread
         )
-        self._lane = _StoreLane(clock) if threaded else None
+        self._lane = StoreLane(clock) if threaded else None
         self._log = structlog.get_logger("quiesce.driver")
+
+    # ------------------------------------------------------------------ collaborators
+    # The store effects use these too: replacing one here (a test wrapping the store)
+    # replaces it there.
+
+    @property
+    def store(self) -> SnapshotStore:
+        """The snapshot store."""
+        return self._store_effects.store
+
+    @store.setter
+    def store(self, store: SnapshotStore) -> None:
+        self._store_effects.store = store
+
+    @property
+    def journal(self) -> ControllerJournal:
+        """The controller's intent record and epoch."""
+        return self._store_effects.journal
+
+    @journal.setter
+    def journal(self, journal: ControllerJournal) -> None:
+        self._store_effects.journal = journal
+
+    @property
+    def trainer(self) -> Trainer:
+        """The trainer (its anchor is where a restore starts from)."""
+        return self._store_effects.trainer
+
+    @trainer.setter
+    def trainer(self, trainer: Trainer) -> None:
+        self._store_effects.trainer = trainer
+
+    @property
+    def has_group(self) -> Callable[[GroupRecord], bool] | None:
+        """Whether the trainer already trained on a group (a restored ledger's finalizing
+        groups it holds are reported `trained`)."""
+        return self._store_effects.has_group
+
+    @has_group.setter
+    def has_group(self, has_group: Callable[[GroupRecord], bool] | None) -> None:
+        self._store_effects.has_group = has_group
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -556,29 +451,16 @@ class Driver:
             self._spawn(self._timer, effect, self._timer_seq, name=f"timer:{effect.name}")
         elif isinstance(effect, CancelTimer):
             self._timers.pop(effect.name, None)
-        elif isinstance(effect, WriteIntent | ClearIntent):
-            self._store(lambda: self._intent(effect))
         elif isinstance(effect, WriteStaging):
             self._stage(effect)
         elif isinstance(effect, CaptureCut):
             self._capture(effect)
-        elif isinstance(effect, Validate):
+        elif isinstance(effect, StoreEffect):
             now = self.clock.now()
-            self._store(lambda: self._validate(effect, now))
-        elif isinstance(effect, Publish):
-            self._store(lambda: self._publish(effect))
-            # Pruning re-verifies what it keeps: after the answer, off the release's path.
-            self._store(self._prune)
-        elif isinstance(effect, InspectPublished):
-            self._store(lambda: self._inspect(effect))
-        elif isinstance(effect, Quarantine):
-            self._store(lambda: self._quietly(self.store.quarantine, effect.checkpoint_id))
-        elif isinstance(effect, DiscardStaging):
-            self._store(lambda: self._discard(effect))
-        elif isinstance(effect, ListSnapshots):
-            self._store(self._list_snapshots)
-        elif isinstance(effect, LoadSnapshot):
-            self._store(lambda: self._load_snapshot(effect))
+            self._store(lambda: self._store_effects.execute(effect, now))
+            if isinstance(effect, Publish):
+                # Pruning re-verifies what it keeps: after the answer, off the release's path.
+                self._store(self._store_effects.prune)
         elif isinstance(effect, RestoreCut):
             self._restore_cut(effect)
         elif isinstance(effect, RewindToAnchor):
@@ -610,20 +492,6 @@ class Driver:
         elif isinstance(effect, Redispatch):
             self._log.info("redispatch", group_id=effect.group_id, level=effect.level)
 
-    def _quietly(self, fn: Callable[[str], Any], checkpoint_id: OpId) -> None:
-        try:
-            fn(str(checkpoint_id))
-        except (SnapshotStoreError, OSError) as error:
-            self._log.warning("store_error", checkpoint_id=str(checkpoint_id), error=str(error))
-
-    def _inspect(self, effect: InspectPublished) -> ControllerInput:
-        verdict = _VERDICTS[self.store.inspect(str(effect.checkpoint_id))]
-        return PublishInspected(effect.checkpoint_id, verdict)
-
-    def _discard(self, effect: DiscardStaging) -> None:
-        self._staging.pop(str(effect.checkpoint_id), None)
-        self._quietly(self.store.discard_staging, effect.checkpoint_id)
-
     # ------------------------------------------------------------------ remote calls
 
     async def _call(self, call: Call) -> None:
@@ -654,7 +522,7 @@ class Driver:
             self.submit(Reply(call.participant, call.op, call.op_id, result))
 
     def _request(self, call: Call) -> Message:
-        return _wire_request(call, self._artifact)
+        return _wire_request(call, self._store_effects.artifact)
 
     async def send(
         self, participant: str, op: ParticipantOp, request: Message | None, deadline_at: float
@@ -712,65 +580,13 @@ class Driver:
 
     # ------------------------------------------------------------------ the store
 
-    def _intent(self, effect: WriteIntent | ClearIntent) -> ControllerInput | None:
-        try:
-            if isinstance(effect, WriteIntent):
-                self.journal.write_intent(str(effect.checkpoint_id), _INTENT_PHASES[effect.phase])
-            else:
-                self.journal.clear_intent()
-        except OSError as error:
-            self._log.warning(
-                "intent_io_error", checkpoint_id=str(effect.checkpoint_id), error=str(error)
-            )
-            if isinstance(effect, WriteIntent):
-                return LocalFailed(LocalOp.INTENT, effect.checkpoint_id, Cause.IO_ERROR)
-        if isinstance(effect, WriteIntent):
-            return LocalDone(LocalOp.INTENT, effect.checkpoint_id)
-        return None
-
-    def _staging_of(self, checkpoint_id: OpId) -> Staging:
-        key = str(checkpoint_id)
-        staging = self._staging.get(key)
-        if staging is None:
-            staging = self._staging[key] = self.store.open_staging(key)
-        return staging
-
-    def _write_staging(self, effect: WriteStaging) -> ControllerInput | None:
-        try:
-            data = base64.b64decode(effect.artifact, validate=True)
-        except ValueError:
-            data = effect.artifact.encode()  # kept as sent: validation reports the mismatch
-        try:
-            self._staging_of(effect.checkpoint_id).write(artifact_name(effect.participant), data)
-        except (SnapshotStoreError, OSError) as error:
-            # Not answered: the missing artifact fails validation (artifact_mismatch).
-            self._log.warning(
-                "staging_error",
-                checkpoint_id=str(effect.checkpoint_id),
-                participant=effect.participant,
-                error=str(error),
-            )
-        return None
-
     def _capture(self, effect: CaptureCut) -> None:
         # The cut is taken now, at this instant of the controller; only its write waits.
-        cid = effect.checkpoint_id
         ledger = ledger_to_text(effect.ledger) if isinstance(effect.ledger, Ledger) else None
         cut: ControllerCut = self.data_plane.capture(ledger=ledger)
-        self._cuts[str(cid)] = (cut.trainer_step, cut.trainer_version)
-        data = cut.to_bytes()
+        self._store(lambda: self._store_effects.write_cut(effect.checkpoint_id, cut))
 
-        def write() -> ControllerInput:
-            try:
-                self._staging_of(cid).write(CUT_ARTIFACT, data)
-            except (SnapshotStoreError, OSError) as error:
-                self._log.warning("capture_failed", checkpoint_id=str(cid), error=str(error))
-                return LocalFailed(LocalOp.CUT, cid, Cause.IO_ERROR)
-            return LocalDone(LocalOp.CUT, cid)
-
-        self._store(write)
-
-    def _store(self, job: _Job) -> None:
+    def _store(self, job: Job) -> None:
         """Run a store job: inline on the virtual clock (deterministic), else in the store
         lane, one job at a time in FIFO order in a worker thread, so fsyncs never block the
         event loop while calls are in flight. The job's answer is submitted when it ends."""
@@ -786,58 +602,18 @@ class Driver:
         own worker thread, so the fsyncs of many artifacts overlap each other and the calls
         still in flight (the store lane waits for all of them before its next job)."""
         if self._lane is None:
-            self._write_staging(effect)
+            self._store_effects.write_staging(effect)
             return
         try:
-            self._staging_of(effect.checkpoint_id)  # opened once, here, before any writer
+            self._store_effects.open_staging(effect.checkpoint_id)  # once, before any writer
         except (SnapshotStoreError, OSError) as error:
             self._log.warning(
                 "staging_error", checkpoint_id=str(effect.checkpoint_id), error=str(error)
             )
             return
-        write = functools.partial(self._write_staging, effect)
+        write = functools.partial(self._store_effects.write_staging, effect)
         self._lane.add_write(write)
         self._spawn(self._lane.run_write, write, name=f"stage:{effect.participant}")
-
-    def _validate(self, effect: Validate, now: float) -> ControllerInput | None:
-        cid = effect.checkpoint_id
-        try:
-            staging = self._staging_of(cid)
-            for participant, digest in effect.manifest:
-                staging.expect_digest(artifact_name(participant), digest)
-            step, version = self._cuts.pop(str(cid))
-            staging.write_manifest(
-                trainer_step=step,
-                trainer_version=version,
-                topology_fingerprint=effect.fingerprint,
-                created_at=now,
-                participant_digests=dict(effect.manifest),
-                at_trainer_anchor=effect.at_trainer_anchor,
-            )
-        except SnapshotStoreError as error:
-            self._log.warning("validation_failed", checkpoint_id=str(cid), error=str(error))
-            return LocalFailed(LocalOp.VALIDATE, cid, Cause.ARTIFACT_MISMATCH)
-        except (OSError, KeyError) as error:  # KeyError: no cut was captured for this id
-            self._log.warning("validation_failed", checkpoint_id=str(cid), error=str(error))
-            return LocalFailed(LocalOp.VALIDATE, cid, Cause.IO_ERROR)
-        return LocalDone(LocalOp.VALIDATE, cid)
-
-    def _publish(self, effect: Publish) -> ControllerInput | None:
-        cid = str(effect.checkpoint_id)
-        try:
-            self.store.publish(cid)
-        except (SnapshotStoreError, OSError) as error:
-            self._log.warning("publish_failed", checkpoint_id=cid, error=str(error))
-            return LocalFailed(LocalOp.PUBLISH, effect.checkpoint_id, Cause.IO_ERROR)
-        self._staging.pop(cid, None)
-        return LocalDone(LocalOp.PUBLISH, effect.checkpoint_id)
-
-    def _prune(self) -> None:
-        try:
-            self.store.prune(self.config.keep_latest_k)
-        except (SnapshotStoreError, OSError) as error:
-            self._log.warning("prune_failed", error=str(error))
-        return None
 
     # ------------------------------------------------------------------ start-up (§2, §6, M9)
 
@@ -894,86 +670,10 @@ class Driver:
             )
         return tuple(caps[name] for name in sorted(caps))
 
-    def _list_snapshots(self) -> ControllerInput | None:
-        anchor = self.trainer.anchor()
-        listed_anchor = (
-            None
-            if anchor is None
-            else TrainerAnchor(anchor.step, str(anchor.version), anchor.dataloader_position)
-        )
-        try:
-            candidates = self._candidates()
-        except (SnapshotStoreError, OSError) as error:
-            return SnapshotsListed(listed_anchor, SourceUnreadable("snapshot_store", str(error)))
-        return SnapshotsListed(listed_anchor, candidates)
-
-    def _candidates(self) -> tuple[SnapshotCandidate, ...]:
-        """Every snapshot in the store as M9 sees it: published ones verified (a corrupt
-        one is listed as such), quarantined and half-written ones by their condition."""
-        out: list[SnapshotCandidate] = []
-        for name in self.store.published():
-            try:
-                op_id = parse_checkpoint_id(name)
-            except SnapshotStoreError:
-                continue
-            try:
-                manifest = self.store.verify(name)
-            except CorruptSnapshot:
-                out.append(SnapshotCandidate(op_id, -1, "", "", SnapshotCondition.CORRUPT))
-                continue
-            out.append(
-                SnapshotCandidate(
-                    op_id,
-                    manifest.trainer_step,
-                    str(manifest.trainer_version),
-                    manifest.topology_fingerprint,
-                    SnapshotCondition.VERIFIED,
-                    manifest.at_trainer_anchor,
-                )
-            )
-        for location, condition in (
-            (self.store.quarantine_dir, SnapshotCondition.QUARANTINED),
-            (self.store.staging_dir, SnapshotCondition.HALF_WRITTEN),
-        ):
-            for path in sorted(location.iterdir()):
-                try:
-                    op_id = parse_checkpoint_id(path.name.split(".")[0])
-                except SnapshotStoreError:
-                    continue
-                out.append(SnapshotCandidate(op_id, -1, "", "", condition))
-        return tuple(out)
-
-    def _load_snapshot(self, effect: LoadSnapshot) -> ControllerInput | None:
-        name = str(effect.snapshot_id)
-        try:
-            loaded = self.store.load(name)
-            cut_bytes = loaded.artifacts[CUT_ARTIFACT]
-            cut = ControllerCut.model_validate_json(cut_bytes)
-            ledger = ledger_from_json(cut.ledger)
-        except (SnapshotStoreError, OSError, KeyError, CorruptLedger, ValidationError) as error:
-            self._log.warning("snapshot_unreadable", snapshot=name, error=str(error))
-            return SnapshotLoadFailed(effect.snapshot_id, "corrupt")
-        self._loaded = (name, loaded.artifacts)
-        trained = tuple(
-            g.group_id
-            for g in ledger.groups
-            if g.state is GroupState.FINALIZING and self.has_group is not None and self.has_group(g)
-        )
-        digests = tuple(sorted(loaded.manifest.participant_digests.items()))
-        return SnapshotLoaded(effect.snapshot_id, digests, ledger, trained)
-
-    def _snapshot_files(self, snapshot_id: OpId) -> Mapping[str, bytes]:
-        """The artifacts of `snapshot_id` (the one being restored is kept in memory)."""
-        if self._loaded is None or self._loaded[0] != str(snapshot_id):
-            self._loaded = (str(snapshot_id), self.store.load(str(snapshot_id)).artifacts)
-        return self._loaded[1]
-
-    def _artifact(self, snapshot_id: OpId, participant: str) -> bytes:
-        return self._snapshot_files(snapshot_id).get(artifact_name(participant), b"")
-
     def _restore_cut(self, effect: RestoreCut) -> None:
         try:
-            self.data_plane.restore_cut(self._snapshot_files(effect.snapshot_id)[CUT_ARTIFACT])
+            files = self._store_effects.snapshot_files(effect.snapshot_id)
+            self.data_plane.restore_cut(files[CUT_ARTIFACT])
         except (SnapshotStoreError, OSError, KeyError, CorruptCut, CutMismatch) as error:
             # The coordinator already verified this snapshot: a cut that does not install
             # now means the trainer moved under the restore. Nothing to decide here: say so.

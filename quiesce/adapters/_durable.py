@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["TMP_SUFFIX", "atomic_write", "fsync_dir", "fsync_file", "is_tmp", "tmp_path_for"]
+__all__ = ["TMP_SUFFIX", "atomic_write", "fsync_dir", "is_tmp", "tmp_path_for"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -26,15 +26,6 @@ def tmp_path_for(path: Path) -> Path:
 def is_tmp(name: str) -> bool:
     """Whether `name` is a temporary file left by an interrupted `atomic_write`."""
     return name.startswith(".") and name.endswith(TMP_SUFFIX)
-
-
-def fsync_file(path: Path) -> None:
-    """Flush `path`'s data and metadata to stable storage."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def fsync_dir(path: Path) -> None:

@@ -54,11 +54,11 @@ import anyio
 import structlog
 
 from quiesce.adapters._clock import Clock, ClockEvent, TaskGroup
+from quiesce.adapters._host_journal import MemoryJournal
 from quiesce.adapters._participant_api import CallFailedError, CompletionsReply, Participant
 from quiesce.adapters._participant_host import (
     HostRef,
     HostStopped,
-    MemoryJournal,
     ParticipantHost,
     WorkConfig,
     random_incarnation,

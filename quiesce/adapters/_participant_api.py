@@ -41,7 +41,7 @@ from quiesce.fsm import QuiesceError
 from quiesce.protocol import Cause, OpId, RemoteProtocolError
 from quiesce.protocol.controller import CallFailed as CallFailedInput
 from quiesce.protocol.controller import Op
-from quiesce.protocol.participant import ParticipantOp
+from quiesce.protocol.participant import AgentRole, ParticipantOp, ParticipantState, stamp
 from quiesce.protocol.wire import (
     AckReply,
     AckRequest,
@@ -83,6 +83,21 @@ class CompletionsReply(BaseReply):
     of completions it has not seen (e.g. after it restarted)."""
 
     receipts: tuple[Receipt, ...] = ()
+
+    @classmethod
+    def of(cls, state: ParticipantState) -> CompletionsReply:
+        """The reply a participant in `state` gives: its completed-but-unACKed executions
+        (none for a policy or resources participant)."""
+        role = state.role
+        receipts: tuple[Receipt, ...] = ()
+        if isinstance(role, AgentRole):
+            receipts = tuple(
+                Receipt(
+                    rollout_id=e.data.rollout_id, attempt=e.data.attempt, receipt=e.data.receipt
+                )
+                for e in role.completed()
+            )
+        return cls(**stamp(state), receipts=receipts)
 
 
 class QueryOp:

@@ -31,20 +31,14 @@ from pathlib import Path
 from typing import Any
 
 from quiesce.adapters._clock import Clock, RealClock
+from quiesce.adapters._host_journal import FileJournal, JournalSink, MemoryJournal
 from quiesce.adapters._participant_api import (
     REPLY_MODELS,
     CallFailedError,
     CompletionsReply,
     Participant,
 )
-from quiesce.adapters._participant_host import (
-    FileJournal,
-    HostStopped,
-    JournalSink,
-    MemoryJournal,
-    ParticipantHost,
-    secret_incarnation,
-)
+from quiesce.adapters._participant_host import HostStopped, ParticipantHost, secret_incarnation
 from quiesce.protocol import Cause, RemoteProtocolError
 from quiesce.protocol.participant import ParticipantOp
 from quiesce.protocol.wire import ErrorReply, Message, parse_reply

@@ -1,9 +1,11 @@
 """The snapshot store: staged, digested, atomically published checkpoints on a filesystem.
 
 What lives here: where snapshot bytes go, how they become durable, how a published one is
-proven intact, and which one a restore may use. What it does not know: the protocol's
-phases. The driver calls `open_staging` while committing, `publish` while publishing,
-`inspect` for the ambiguous-publish rule and `select` at restore (PROTOCOL.md M1, M9).
+proven intact, and what the store holds, each snapshot with its condition. What it does not
+know: the protocol's phases, or which snapshot a restore should use (the coordinator's
+`select_snapshot` chooses, M9). The driver calls `open_staging` while committing, `publish`
+while publishing, `inspect` for the ambiguous-publish rule and `candidates` at restore
+(PROTOCOL.md M1, M9).
 
 Layout under `root`:
 
@@ -17,11 +19,12 @@ file is written through a temporary name, fsynced and renamed, and its directory
 (so `publish` need not fsync the files again); `publish` verifies the staged set against
 the manifest, fsyncs the staging directory, renames it into `published/` in one
 `os.rename` and fsyncs both parents. A crash before the rename leaves a staging directory
-(reported by `select`, removed by `clean_staging`); a crash mid-write leaves a `.*.tmp` file
-nobody reads; a crash mid-prune leaves `trash/` entries, deleted when the store is opened.
+(listed as half-written by `candidates`, removed by `clean_staging`); a crash mid-write
+leaves a `.*.tmp` file nobody reads; a crash mid-prune leaves `trash/` entries, deleted when
+the store is opened.
 
-Selection re-hashes every compatible candidate: a corrupt or half-written snapshot is
-never returned, and every candidate that was passed over comes back with its reason.
+`candidates` re-hashes every published snapshot, so a corrupt one is listed as corrupt and
+never offered as verified; half-written and quarantined ones are listed by their condition.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -42,6 +45,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from quiesce.adapters._durable import atomic_write, fsync_dir, is_tmp
 from quiesce.fsm import QuiesceError
 from quiesce.protocol import InvalidOpId, OpId
+from quiesce.protocol.controller import SnapshotCandidate, SnapshotCondition
 
 __all__ = [
     "FORMAT_VERSION",
@@ -51,7 +55,6 @@ __all__ = [
     "ArtifactMismatch",
     "BadArtifactName",
     "BadCheckpointId",
-    "Candidate",
     "CorruptSnapshot",
     "Inspection",
     "LoadedSnapshot",
@@ -59,9 +62,6 @@ __all__ = [
     "NotStaged",
     "PruneResult",
     "PublishConflict",
-    "RejectReason",
-    "Rejection",
-    "Selection",
     "SnapshotNotFound",
     "SnapshotStore",
     "SnapshotStoreError",
@@ -225,7 +225,7 @@ class Manifest(BaseModel):
 
     `created_at` is whatever time the caller passes (the driver's clock), never read here.
     `at_trainer_anchor` marks the snapshot taken at the trainer's checkpoint boundary, the
-    only kind `select(mode="trainer_checkpoint")` accepts.
+    only kind a restore in `trainer_checkpoint` mode accepts.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -269,48 +269,6 @@ class Inspection(Enum):
     PUBLISHED_VERIFIED = "published_verified"
     PUBLISHED_UNVERIFIABLE = "published_unverifiable"
     ABSENT = "absent"
-
-
-class RejectReason(Enum):
-    """Why `select` passed over a candidate."""
-
-    TRAINER_STEP_MISMATCH = "trainer_step_mismatch"
-    TRAINER_VERSION_MISMATCH = "trainer_version_mismatch"
-    TOPOLOGY_MISMATCH = "topology_mismatch"
-    NOT_AT_TRAINER_ANCHOR = "not_at_trainer_anchor"
-    CORRUPT = "corrupt"
-    HALF_WRITTEN = "half_written"
-    QUARANTINED = "quarantined"
-    BAD_ID = "bad_id"
-
-
-@dataclass(frozen=True, slots=True)
-class Rejection:
-    """A candidate `select` did not use: its directory `name`, where it lies, and why."""
-
-    name: str
-    location: Literal["published", "staging", "quarantine"]
-    reason: RejectReason
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A verified, compatible published snapshot."""
-
-    checkpoint_id: OpId
-    manifest: Manifest
-    path: Path
-
-
-@dataclass(frozen=True, slots=True)
-class Selection:
-    """The result of `select`: `chosen` (or None), every compatible snapshot newest first
-    (for falling back to an older one, S16), and every rejected candidate with its reason."""
-
-    chosen: Candidate | None
-    compatible: tuple[Candidate, ...]
-    rejected: tuple[Rejection, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,8 +362,8 @@ class SnapshotStore:
     ...     topology_fingerprint="t", created_at=0.0, participant_digests={})
     >>> store.publish("ck-1-1-step0").checkpoint_id
     'ck-1-1-step0'
-    >>> store.select(0, 0, "t").chosen.manifest.checkpoint_id
-    'ck-1-1-step0'
+    >>> [(str(c.snapshot_id), c.condition.value) for c in store.candidates()]
+    [('ck-1-1-step0', 'verified')]
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
@@ -559,61 +517,43 @@ class SnapshotStore:
             artifacts[name] = data
         return LoadedSnapshot(manifest, artifacts)
 
-    def select(
-        self,
-        trainer_step: int,
-        trainer_version: int,
-        topology_fingerprint: str,
-        mode: Literal["latest", "trainer_checkpoint"] = "latest",
-    ) -> Selection:
-        """The newest published snapshot that matches the trainer anchor (M9).
+    def candidates(self) -> tuple[SnapshotCandidate, ...]:
+        """Every snapshot in the store as a restore (M9) sees it, for `select_snapshot`.
 
-        A match has equal trainer step, trainer version and topology fingerprint; in
-        `trainer_checkpoint` mode it must also be the one taken at the trainer anchor
-        (`at_trainer_anchor`). Every other candidate -- incompatible, corrupt, staged
-        (half-written), quarantined, or with an unparsable name -- is in `rejected`.
+        Published snapshots come newest first, each re-hashed: an intact one is `VERIFIED`
+        with its manifest's trainer step, version, topology fingerprint and anchor flag, a
+        corrupt one `CORRUPT`; then the `QUARANTINED` and the `HALF_WRITTEN` (staged, never
+        published) ones. A directory whose name is no checkpoint id is not a snapshot and
+        is left out. Raises `StoreUnreadable` when a directory or a file cannot be read.
         """
         try:
-            published = self.published()
-            staged = self.leftover_staging()
-            quarantined = tuple(sorted(p.name for p in self.quarantine_dir.iterdir()))
+            return (
+                *self._published_candidates(self.published()),
+                *_unusable(self.quarantine_dir, SnapshotCondition.QUARANTINED),
+                *_unusable(self.staging_dir, SnapshotCondition.HALF_WRITTEN),
+            )
         except OSError as error:
             raise StoreUnreadable(self.root, str(error)) from error
-        rejected: list[Rejection] = []
-        compatible: list[Candidate] = []
-        for name in published:
+
+    def _published_candidates(self, names: tuple[str, ...]) -> Iterator[SnapshotCandidate]:
+        for name in names:
             try:
                 op_id = parse_checkpoint_id(name)
-            except BadCheckpointId as error:
-                rejected.append(Rejection(name, "published", RejectReason.BAD_ID, str(error)))
-                continue
-            path = self.published_dir / name
-            try:
-                manifest = self._read_manifest(name, path)
-            except CorruptSnapshot as error:
-                rejected.append(Rejection(name, "published", RejectReason.CORRUPT, str(error)))
-                continue
-            reason = _mismatch(manifest, trainer_step, trainer_version, topology_fingerprint)
-            if reason is None and mode == "trainer_checkpoint" and not manifest.at_trainer_anchor:
-                reason = (RejectReason.NOT_AT_TRAINER_ANCHOR, "taken between trainer checkpoints")
-            if reason is not None:
-                rejected.append(Rejection(name, "published", *reason))
+            except BadCheckpointId:
                 continue
             try:
-                self._verify_dir(name, path)
-            except CorruptSnapshot as error:
-                rejected.append(Rejection(name, "published", RejectReason.CORRUPT, str(error)))
+                manifest = self.verify(name)
+            except CorruptSnapshot:
+                yield SnapshotCandidate(op_id, -1, "", "", SnapshotCondition.CORRUPT)
                 continue
-            compatible.append(Candidate(op_id, manifest, path))
-        for name in staged:
-            rejected.append(
-                Rejection(name, "staging", RejectReason.HALF_WRITTEN, "never published")
+            yield SnapshotCandidate(
+                op_id,
+                manifest.trainer_step,
+                str(manifest.trainer_version),
+                manifest.topology_fingerprint,
+                SnapshotCondition.VERIFIED,
+                manifest.at_trainer_anchor,
             )
-        for name in quarantined:
-            rejected.append(
-                Rejection(name, "quarantine", RejectReason.QUARANTINED, "failed verification")
-            )
-        return Selection(compatible[0] if compatible else None, tuple(compatible), tuple(rejected))
 
     # -- pruning ------------------------------------------------------------------
 
@@ -621,7 +561,7 @@ class SnapshotStore:
         """Keep the newest `keep_latest_k` verified snapshots; remove the other published ones.
 
         Removal renames into `trash/` (one atomic step out of `published/`) and then deletes,
-        so a crash never leaves a half-deleted snapshot where `select` looks. A snapshot
+        so a crash never leaves a half-deleted snapshot where a restore looks. A snapshot
         that fails verification is quarantined, not deleted: the evidence is kept.
         """
         if keep_latest_k < 1:
@@ -723,22 +663,15 @@ class SnapshotStore:
         return manifest
 
 
-def _mismatch(
-    manifest: Manifest, step: int, version: int, topology: str
-) -> tuple[RejectReason, str] | None:
-    if manifest.trainer_step != step:
-        return RejectReason.TRAINER_STEP_MISMATCH, f"step {manifest.trainer_step}, anchor {step}"
-    if manifest.trainer_version != version:
-        return (
-            RejectReason.TRAINER_VERSION_MISMATCH,
-            f"version {manifest.trainer_version}, anchor {version}",
-        )
-    if manifest.topology_fingerprint != topology:
-        return (
-            RejectReason.TOPOLOGY_MISMATCH,
-            f"topology {manifest.topology_fingerprint!r}, running {topology!r}",
-        )
-    return None
+def _unusable(directory: Path, condition: SnapshotCondition) -> Iterator[SnapshotCandidate]:
+    """The snapshots in `directory`, which a restore must never use, by the id their names
+    start with (`<id>` in staging, `<id>.<n>` in quarantine); other names are no snapshots."""
+    for path in sorted(directory.iterdir()):
+        try:
+            op_id = parse_checkpoint_id(path.name.split(".")[0])
+        except BadCheckpointId:
+            continue
+        yield SnapshotCandidate(op_id, -1, "", "", condition)
 
 
 def _fresh(directory: Path, name: str) -> Path:

@@ -25,17 +25,15 @@ from quiesce.testing._broken import (
     StalePrepareHost,
     StuckCommitHost,
 )
-from quiesce.testing._kit import (
-    DEADLINE_AT,
-    ROLES,
+from quiesce.testing._kit import ROLES, assert_conforms, check_conformance
+from quiesce.testing._local import LocalServer, ServerDidNotStart, free_port
+from quiesce.testing._machine import DEADLINE_AT
+from quiesce.testing._results import (
     ConformanceResult,
     ConformanceSetupError,
     ConformanceViolation,
     KitStep,
-    assert_conforms,
-    check_conformance,
 )
-from quiesce.testing._local import LocalServer, ServerDidNotStart, free_port
 from quiesce.testing._wire import OPERATIONS, Exchange, ServerUnreachable, WireClient
 
 __all__ = [

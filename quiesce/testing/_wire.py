@@ -34,7 +34,7 @@ import httpx
 from quiesce.adapters import ROUTES
 from quiesce.fsm import QuiesceError
 
-__all__ = ["OPERATIONS", "Exchange", "ServerUnreachable", "WireClient"]
+__all__ = ["OPERATIONS", "Exchange", "ServerUnreachable", "WireClient", "compact_json"]
 
 OPERATIONS: dict[str, tuple[str, str]] = {
     str(getattr(op, "value", op)): route for op, route in ROUTES.items()
@@ -74,15 +74,17 @@ class Exchange:
 
     def request_line(self) -> str:
         """`POST /control/v1/prepare {"op_id": ...}`: the request as a human reads it."""
-        shown = "" if self.body is None else " " + _compact(self.body)
+        shown = "" if self.body is None else " " + compact_json(self.body)
         auth = "" if self.auth == "token" else f"  [{self.auth} bearer token]"
         return f"{self.method} {self.path}{shown}{auth}"
 
 
-def _compact(value: Any) -> str:
+def compact_json(value: Any) -> str:
+    """`value` as JSON on one line, keys sorted (a string as it is: a raw body was sent as
+    text); what JSON cannot hold is shown by its `str`."""
     if isinstance(value, str):
         return value
-    return json.dumps(value, sort_keys=True)
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 class WireClient:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pytest
 
 if TYPE_CHECKING:  # keep the plugin's import light: the kit loads when the fixture is used
-    from quiesce.testing._kit import ConformanceResult, Server
+    from quiesce.testing._results import ConformanceResult
+    from quiesce.testing._session import Server
 
 __all__ = ["ConformanceCheck", "pytest_addoption", "quiesce_conformance"]
 

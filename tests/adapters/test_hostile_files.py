@@ -36,7 +36,7 @@ from quiesce.adapters import (
     configure_server_logging,
 )
 from quiesce.protocol import ConfigError, Coordinator, QuiesceConfig
-from quiesce.protocol.controller import PeriodElapsed
+from quiesce.protocol.controller import PeriodElapsed, TrainerAnchor, select_snapshot
 from quiesce.protocol.participant import handle, journal_of, new_participant
 from quiesce.testing import LocalServer
 
@@ -139,9 +139,13 @@ def _assert_skipped_and_never_loaded(store: SnapshotStore, snapshot: Path) -> No
         store.load("ck-1-2-step3")
     assert caught.value.path.parent == snapshot and caught.value.field
     assert str(caught.value.path) in str(caught.value)
-    selection = store.select(3, 3, TOPO)
-    assert selection.chosen is not None
-    assert selection.chosen.manifest.checkpoint_id == "ck-1-1-step3"  # the damaged one skipped
+    anchor = TrainerAnchor(step=3, version="3")
+    selection = select_snapshot(anchor, store.candidates(), mode="latest", fingerprint=TOPO)
+    assert selection.snapshot is not None
+    assert str(selection.snapshot.snapshot_id) == "ck-1-1-step3"  # the damaged one skipped
+    assert [(str(r.snapshot_id), r.reason) for r in selection.rejected] == [
+        ("ck-1-2-step3", "corrupt")
+    ]
 
 
 @pytest.mark.parametrize("name", ["agent-0", "cut"])

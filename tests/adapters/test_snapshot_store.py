@@ -1,4 +1,6 @@
-"""The snapshot store on a real filesystem: publish, verify, select, prune, crash leftovers."""
+"""The snapshot store on a real filesystem: publish, verify, list candidates, prune, crash
+leftovers. Which candidate a restore takes is the coordinator's `select_snapshot` (M9); the
+tests here hand it the store's listing, as the driver does."""
 
 from __future__ import annotations
 
@@ -18,13 +20,20 @@ from quiesce.adapters import (
     Inspection,
     NotStaged,
     PublishConflict,
-    RejectReason,
     SnapshotNotFound,
     SnapshotStore,
+    StoreUnreadable,
     parse_checkpoint_id,
+)
+from quiesce.protocol.controller import (
+    Selection,
+    SnapshotCondition,
+    TrainerAnchor,
+    select_snapshot,
 )
 
 TOPO = "topo-a"
+ANCHOR = TrainerAnchor(step=3, version="3")
 
 
 def _stage(
@@ -55,9 +64,22 @@ def _publish(store: SnapshotStore, checkpoint_id: str, **kwargs: object) -> None
     store.publish(checkpoint_id)
 
 
-def _ids(store: SnapshotStore, **kwargs: object) -> list[str]:
-    selection = store.select(3, 3, TOPO, **kwargs)  # type: ignore[arg-type]
-    return [c.manifest.checkpoint_id for c in selection.compatible]
+def _select(store: SnapshotStore, mode: str = "latest") -> Selection:
+    """What a restore at `ANCHOR` on topology `TOPO` chooses from the store's listing."""
+    return select_snapshot(ANCHOR, store.candidates(), mode=mode, fingerprint=TOPO)
+
+
+def _chosen(store: SnapshotStore, mode: str = "latest") -> str | None:
+    chosen = _select(store, mode).snapshot
+    return None if chosen is None else str(chosen.snapshot_id)
+
+
+def _ids(store: SnapshotStore, mode: str = "latest") -> list[str]:
+    """Every snapshot a restore could use, newest first: the chosen one, then the ones
+    passed over only because a newer one was chosen."""
+    selection = _select(store, mode)
+    older = [str(r.snapshot_id) for r in selection.rejected if r.reason == "older_than_selected"]
+    return ([] if selection.snapshot is None else [str(selection.snapshot.snapshot_id)]) + older
 
 
 # -- ids ------------------------------------------------------------------------
@@ -218,7 +240,7 @@ def test_manifest_tampering_is_reported_with_the_field(
     with pytest.raises(CorruptSnapshot) as caught:
         store.verify("ck-1-1-step3")
     assert caught.value.field == field
-    assert store.select(3, 3, TOPO).chosen is None
+    assert _chosen(store) is None
 
 
 def test_missing_and_unlisted_files_are_corrupt(tmp_path: Path) -> None:
@@ -237,10 +259,39 @@ def test_missing_and_unlisted_files_are_corrupt(tmp_path: Path) -> None:
         store.verify("ck-1-3-step3")
 
 
-# -- select -----------------------------------------------------------------------
+# -- candidates and selection ----------------------------------------------------
 
 
-def test_select_reports_every_rejected_candidate_with_its_reason(tmp_path: Path) -> None:
+def test_candidates_carry_the_manifest_and_the_condition_of_every_snapshot(
+    tmp_path: Path,
+) -> None:
+    store = SnapshotStore(tmp_path)
+    _publish(store, "ck-1-1-step3", anchor=True)
+    _publish(store, "ck-1-2-step4", step=4, version=5, topology="topo-b")
+    _publish(store, "ck-1-3-step3")  # corrupted below
+    _publish(store, "ck-1-4-step3")  # quarantined below
+    _stage(store, "ck-1-5-step3")  # half-written: crash before the rename
+    (tmp_path / "published" / "not-an-id").mkdir()
+    (tmp_path / "staging" / "not-an-id-either").mkdir()
+    (tmp_path / "published" / "ck-1-3-step3" / "cut").write_bytes(b"tampered")
+    store.quarantine("ck-1-4-step3")
+
+    listed = [
+        (str(c.snapshot_id), c.condition, c.trainer_step, c.trainer_version, c.fingerprint)
+        for c in store.candidates()
+    ]
+    assert listed == [
+        ("ck-1-3-step3", SnapshotCondition.CORRUPT, -1, "", ""),
+        ("ck-1-2-step4", SnapshotCondition.VERIFIED, 4, "5", "topo-b"),
+        ("ck-1-1-step3", SnapshotCondition.VERIFIED, 3, "3", TOPO),
+        ("ck-1-4-step3", SnapshotCondition.QUARANTINED, -1, "", ""),
+        ("ck-1-5-step3", SnapshotCondition.HALF_WRITTEN, -1, "", ""),
+    ]
+    boundary = {str(c.snapshot_id): c.trainer_boundary for c in store.candidates()}
+    assert boundary["ck-1-1-step3"] and not boundary["ck-1-2-step4"]
+
+
+def test_selection_reports_every_rejected_candidate_with_its_reason(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path)
     _publish(store, "ck-1-1-step3")  # compatible, older
     _publish(store, "ck-1-2-step3")  # compatible, newest good
@@ -250,26 +301,23 @@ def test_select_reports_every_rejected_candidate_with_its_reason(tmp_path: Path)
     _publish(store, "ck-1-6-step3")  # corrupted below
     _publish(store, "ck-1-7-step3")  # quarantined below
     _stage(store, "ck-1-8-step3")  # half-written: crash before the rename
-    (tmp_path / "published" / "not-an-id").mkdir()
+    (tmp_path / "published" / "not-an-id").mkdir()  # not a snapshot: never a candidate
     (tmp_path / "published" / "ck-1-6-step3" / "cut").write_bytes(b"tampered")
     store.quarantine("ck-1-7-step3")
 
-    selection = store.select(3, 3, TOPO)
-    assert selection.chosen is not None
-    assert selection.chosen.manifest.checkpoint_id == "ck-1-2-step3"
-    assert [c.manifest.checkpoint_id for c in selection.compatible] == [
-        "ck-1-2-step3",
-        "ck-1-1-step3",
-    ]
-    reasons = {(r.name, r.location, r.reason) for r in selection.rejected}
+    selection = _select(store)
+    assert selection.snapshot is not None
+    assert str(selection.snapshot.snapshot_id) == "ck-1-2-step3"
+    assert _ids(store) == ["ck-1-2-step3", "ck-1-1-step3"]
+    reasons = {(str(r.snapshot_id), r.reason) for r in selection.rejected}
     assert reasons == {
-        ("ck-1-3-step4", "published", RejectReason.TRAINER_STEP_MISMATCH),
-        ("ck-1-4-step3", "published", RejectReason.TRAINER_VERSION_MISMATCH),
-        ("ck-1-5-step3", "published", RejectReason.TOPOLOGY_MISMATCH),
-        ("ck-1-6-step3", "published", RejectReason.CORRUPT),
-        ("ck-1-7-step3.0", "quarantine", RejectReason.QUARANTINED),
-        ("ck-1-8-step3", "staging", RejectReason.HALF_WRITTEN),
-        ("not-an-id", "published", RejectReason.BAD_ID),
+        ("ck-1-1-step3", "older_than_selected"),
+        ("ck-1-3-step4", "trainer_step_mismatch"),
+        ("ck-1-4-step3", "trainer_version_mismatch"),
+        ("ck-1-5-step3", "fingerprint_mismatch"),
+        ("ck-1-6-step3", "corrupt"),
+        ("ck-1-7-step3", "quarantined"),
+        ("ck-1-8-step3", "half_written"),
     }
 
 
@@ -278,20 +326,32 @@ def test_trainer_checkpoint_mode_takes_only_the_snapshot_at_the_anchor(tmp_path:
     _publish(store, "ck-1-1-step3", anchor=True)
     _publish(store, "ck-1-2-step3")
     assert _ids(store) == ["ck-1-2-step3", "ck-1-1-step3"]
-    selection = store.select(3, 3, TOPO, mode="trainer_checkpoint")
-    assert selection.chosen is not None
-    assert selection.chosen.manifest.checkpoint_id == "ck-1-1-step3"
-    assert [(r.name, r.reason) for r in selection.rejected] == [
-        ("ck-1-2-step3", RejectReason.NOT_AT_TRAINER_ANCHOR)
+    selection = _select(store, mode="trainer_checkpoint")
+    assert selection.snapshot is not None
+    assert str(selection.snapshot.snapshot_id) == "ck-1-1-step3"
+    assert [(str(r.snapshot_id), r.reason) for r in selection.rejected] == [
+        ("ck-1-2-step3", "not_at_trainer_anchor")
     ]
 
 
 def test_nothing_compatible_selects_nothing(tmp_path: Path) -> None:
     store = SnapshotStore(tmp_path)
     _publish(store, "ck-1-1-step2", step=2)
-    selection = store.select(3, 3, TOPO)
-    assert selection.chosen is None and selection.compatible == ()
-    assert len(selection.rejected) == 1
+    selection = _select(store)
+    assert selection.snapshot is None and _ids(store) == []
+    assert [(str(r.snapshot_id), r.reason) for r in selection.rejected] == [
+        ("ck-1-1-step2", "trainer_step_mismatch")
+    ]
+
+
+def test_an_unlistable_store_is_a_typed_error(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path)
+    _publish(store, "ck-1-1-step3")
+    (tmp_path / "quarantine").rmdir()
+    (tmp_path / "quarantine").write_bytes(b"not a directory")
+    with pytest.raises(StoreUnreadable) as caught:
+        store.candidates()
+    assert caught.value.path == tmp_path
 
 
 # -- ambiguous publish and quarantine ---------------------------------------------
@@ -305,7 +365,10 @@ def test_quarantined_snapshot_is_never_selected_again(tmp_path: Path) -> None:
     target = store.quarantine("ck-1-1-step3")
     assert target.parent == tmp_path / "quarantine"
     assert store.inspect("ck-1-1-step3") is Inspection.ABSENT
-    assert store.select(3, 3, TOPO).chosen is None
+    assert _chosen(store) is None
+    assert [(str(r.snapshot_id), r.reason) for r in _select(store).rejected] == [
+        ("ck-1-1-step3", "quarantined")
+    ]
     assert store.prune(keep_latest_k=1).kept == ()
     assert target.exists()
 
@@ -321,9 +384,7 @@ def test_crash_between_fsync_and_rename_leaves_staging_that_is_never_selected(
     _stage(store, "ck-1-2-step3")  # fully written and fsynced, never renamed
     reopened = SnapshotStore(tmp_path)  # "after the crash"
     assert reopened.leftover_staging() == ("ck-1-2-step3",)
-    selection = reopened.select(3, 3, TOPO)
-    assert selection.chosen is not None
-    assert selection.chosen.manifest.checkpoint_id == "ck-1-1-step3"
+    assert _chosen(reopened) == "ck-1-1-step3"
     assert reopened.inspect("ck-1-2-step3") is Inspection.ABSENT
     assert reopened.clean_staging() == ("ck-1-2-step3",)
     assert reopened.leftover_staging() == ()
@@ -347,7 +408,7 @@ def test_crash_mid_prune_leaves_trash_that_is_cleaned_at_open(tmp_path: Path) ->
     (tmp_path / "trash" / "stray-file").write_bytes(b"x")
     reopened = SnapshotStore(tmp_path)
     assert list((tmp_path / "trash").iterdir()) == []
-    assert reopened.select(3, 3, TOPO).chosen is None
+    assert reopened.candidates() == ()
 
 
 # -- prune ------------------------------------------------------------------------

@@ -1,0 +1,189 @@
+"""What a conformance run reports: each request sent (`KitStep`), the rule a server broke
+(`ConformanceViolation`), the run's outcome (`ConformanceResult`) and its human report.
+
+What lives here: the values the kit hands back and how they print. What it does not know:
+how requests are chosen or judged (`_machine`), or what a rule says (`_rules`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from quiesce.fsm import QuiesceError
+from quiesce.testing._wire import Exchange, compact_json
+
+__all__ = [
+    "ConformanceResult",
+    "ConformanceSetupError",
+    "ConformanceViolation",
+    "KitStep",
+    "brief",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class KitStep:
+    """One request of a sequence: what was sent and answered, and, when the kit compared
+    it, the `expected` (oracle) and `actual` (server) projections. `setup` marks the
+    requests that bring the server to a known state; `check` the `status`/`completions`
+    reads after each operation; `note` says why a difference was allowed."""
+
+    exchange: Exchange
+    expected: dict[str, Any] | None = None
+    actual: dict[str, Any] | None = None
+    setup: bool = False
+    check: bool = False
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict of this step."""
+        ex = self.exchange
+        return {
+            "method": ex.method,
+            "path": ex.path,
+            "body": ex.body,
+            "auth": ex.auth,
+            "status": ex.status,
+            "reply": ex.reply,
+            "expected": self.expected,
+            "actual": self.actual,
+            "setup": self.setup,
+            "check": self.check,
+            "note": self.note,
+        }
+
+
+class ConformanceViolation(QuiesceError):
+    """The server broke `rule` at the last of `steps` (the whole sequence from the start of
+    the example). `differences` lists `field: expected X, got Y`."""
+
+    def __init__(self, rule: str, differences: tuple[str, ...], steps: tuple[KitStep, ...]) -> None:
+        self.rule = rule
+        self.differences = differences
+        self.steps = steps
+        super().__init__(f"{rule}: {'; '.join(differences)} (after {len(steps)} requests)")
+
+
+class ConformanceSetupError(QuiesceError):
+    """The kit cannot start: the server at `url` is unreachable, or is not what was asked
+    for (`detail` says which)."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        self.url = url
+        self.detail = detail
+        super().__init__(f"cannot check {url}: {detail}")
+
+
+@dataclass(frozen=True)
+class ConformanceResult:
+    """The outcome of a conformance run. `ok` is False iff `violation` is set; its `steps`
+    are the shortest failing sequence hypothesis found. `examples` counts the sequences run
+    (shrinking included), `requests` the HTTP requests sent, `checks` the replies compared
+    with the oracle, `allowed_failures` the commits/restores the server failed where the
+    oracle succeeded (accepted, and checked to land where M2 says), `duplicates` the pairs of
+    identical control requests sent at once (each copy counts in `requests` and `checks`).
+    `flaky` is True when the
+    shortest sequence did not fail again on replay (the server is not deterministic);
+    `shrunk` is False when a shared server was left stuck by the failure, so hypothesis
+    could not replay shorter sequences against it."""
+
+    url: str
+    role: str
+    participant: str
+    seed: int
+    examples: int
+    requests: int
+    checks: int
+    allowed_failures: int
+    duplicates: int = 0
+    violation: ConformanceViolation | None = None
+    flaky: bool = False
+    shrunk: bool = True
+
+    @property
+    def ok(self) -> bool:
+        """True iff every checked reply matched the oracle."""
+        return self.violation is None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (the `quiesce conform --json` document)."""
+        failure = None
+        if self.violation is not None:
+            failure = {
+                "rule": self.violation.rule,
+                "differences": list(self.violation.differences),
+                "flaky": self.flaky,
+                "shrunk": self.shrunk,
+                "sequence": [s.to_json() for s in _shown(self.violation.steps)],
+            }
+        return {
+            "ok": self.ok,
+            "url": self.url,
+            "role": self.role,
+            "participant": self.participant,
+            "seed": self.seed,
+            "examples": self.examples,
+            "requests": self.requests,
+            "checks": self.checks,
+            "allowed_failures": self.allowed_failures,
+            "duplicates": self.duplicates,
+            "failure": failure,
+        }
+
+    def report(self) -> str:
+        """The human report: a summary line and, on failure, the numbered sequence."""
+        head = (
+            f"{self.role} {self.participant!r} at {self.url}: {self.examples} sequences, "
+            f"{self.requests} requests, {self.checks} replies checked, "
+            f"{self.duplicates} concurrent duplicates, "
+            f"{self.allowed_failures} allowed commit/restore failures (seed {self.seed})"
+        )
+        if self.violation is None:
+            return f"PASS  {head}"
+        lines = [f"FAIL  {head}", f"rule: {self.violation.rule}"]
+        lines += [f"  {d}" for d in self.violation.differences]
+        if self.flaky:
+            lines.append("note: the sequence did not fail again on replay (flaky server)")
+        if not self.shrunk:
+            lines.append(
+                "note: not shrunk: the server could not be brought back to an idle fence after "
+                "it (use a factory of fresh servers to shrink further)"
+            )
+        shown = _shown(self.violation.steps)
+        lines.append(f"shortest failing sequence ({len(shown)} requests):")
+        for number, step in enumerate(shown, 1):
+            lines += _format_step(number, step, last=step is shown[-1])
+        return "\n".join(lines)
+
+
+def _shown(steps: tuple[KitStep, ...]) -> list[KitStep]:
+    """The steps worth printing: every request that can change state, and the failing one
+    (passing `status`/`completions` reads change nothing and only add noise)."""
+    last = steps[-1] if steps else None
+    return [s for s in steps if s is last or not (s.check or s.exchange.method == "GET")]
+
+
+def _format_step(number: int, step: KitStep, *, last: bool) -> list[str]:
+    tag = "  [setup]" if step.setup else ""
+    lines = [f"{number:3}. {step.exchange.request_line()}{tag}"]
+    lines.append(f"     -> {step.exchange.status} {brief(step.exchange.reply)}")
+    if step.note:
+        lines.append(f"     ({step.note})")
+    if last and step.expected is not None:
+        lines.append(f"     expected: {compact_json(step.expected)}")
+        lines.append(f"     actual:   {compact_json(step.actual)}")
+    return lines
+
+
+def brief(reply: Any) -> str:
+    """A reply on one short line: long strings cut, the identity fields left out."""
+    if not isinstance(reply, dict):
+        text = str(reply)
+        return text if len(text) <= 120 else text[:117] + "..."
+    shown = {
+        k: (v[:24] + "..." if isinstance(v, str) and len(v) > 27 else v)
+        for k, v in reply.items()
+        if k not in ("participant", "incarnation", "message")
+    }
+    return compact_json(shown)

@@ -1,0 +1,135 @@
+"""Which rule of PROTOCOL.md or docs/wire.md a reply that differs from the oracle's
+breaks, in words, and how two replies differ, field by field.
+
+What lives here: the texts a `ConformanceViolation` carries (its `rule` and `differences`)
+and a step's `note`. What it does not know: how a reply is judged (`_machine` decides that a
+difference is a violation; this module only names it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quiesce.testing._results import brief
+
+__all__ = [
+    "CODE_RULES",
+    "DUPLICATE_RULE",
+    "describe_differences",
+    "describe_disagreement",
+    "hint",
+    "step_note",
+]
+
+
+CODE_RULES = {
+    "stale_checkpoint": "M2 (S15): an id at or below the high-watermark (the newest retired "
+    "id) is refused stale_checkpoint, carrying the watermark",
+    "checkpoint_conflict": "M2 (S5): another id while one is active is refused "
+    "checkpoint_conflict, carrying the active id",
+    "invalid_phase": "M2/M3: an operation not legal in the current state is refused "
+    "invalid_phase and changes nothing",
+    "admission_closed": "M3: begin while the fence is not idle is refused admission_closed",
+    "stale_attempt": "M3: begin of an acked or tombstoned attempt is refused stale_attempt",
+    "duplicate_execution": "M3: begin of a live attempt is refused duplicate_execution",
+    "unknown_execution": "M3: an event for an execution (or restored continuation) this agent "
+    "does not hold is refused unknown_execution",
+    "unsupported_operation": "docs/wire.md: an agent operation on another role (or a fence "
+    "operation on an auxiliary policy) is refused unsupported_operation",
+    "malformed_request": "docs/wire.md: a malformed body is 422 malformed_request naming the "
+    "bad field, and changes nothing",
+    "unauthorized": "docs/wire.md: a missing or wrong bearer token is 401 unauthorized, and "
+    "changes nothing",
+}
+
+DUPLICATE_RULE = (
+    "M2 (concurrent duplicate): the same (op, op_id) sent twice at once is one operation: the "
+    "duplicate waits for the first and gets its reply (if the first failed, it runs on its "
+    "own), so each copy gets the single request's reply (no 409 or 5xx of its own) and the "
+    "state after is a single request's; "
+    "fix: key in-flight control requests by (op, op_id) and let a duplicate await the "
+    "first's reply, instead of refusing it or running the operation again"
+)
+
+_OP_RULES = {
+    "prepare": "M2/M3-M5: prepare(X) runs from idle (or preparing with the same X); it is ready "
+    "iff the role is quiescent (agent: nothing running or park_requested, nothing completed "
+    "un-ACKed)",
+    "commit": "M2: commit(X) runs from prepared with the same X",
+    "resume": "M2: resume(X) is legal from any non-idle state whose active id is X, and from "
+    "idle with any X above the high-watermark (it retires X)",
+    "restore": "M2: restore(R) runs from idle (or restore_failed_paused with the same R); an "
+    "artifact whose digest differs from expected_digest fails (restore_failed_paused)",
+    "discard": "M2: discard(R, rollout) holds restored_paused with the same R",
+    "begin": "M3: begin starts an execution (running) when the fence is idle and the key is new",
+    "boundary": "M3: a turn boundary parks a park_requested execution; a running one goes on",
+    "finish": "M3: a finished /run completes a running or park_requested execution and holds "
+    "its result until an exact-receipt ACK",
+    "ack": "M3: an exact-receipt ACK releases a completed result (idempotent); an unknown "
+    "receipt is listed in `unknown` and releases nothing",
+    "retire": "M3 (S17): retire tombstones a live execution, but a completed un-ACKed one is "
+    "held (completed_unacknowledged): only an ACK releases a result",
+    "status": "the state read through status differs from the reference participant's",
+    "completions": "M3: completions lists exactly the completed-but-unACKed results",
+}
+
+
+def describe_differences(expected: dict[str, Any], actual: dict[str, Any]) -> tuple[str, ...]:
+    """`field: expected X, got Y` for every field where the server's reply differs."""
+    keys = sorted(set(expected) | set(actual))
+    return tuple(
+        f"{k}: expected {expected.get(k)!r}, got {actual.get(k)!r}"
+        for k in keys
+        if expected.get(k) != actual.get(k)
+    )
+
+
+def hint(op: str, expected: dict[str, Any], actual: dict[str, Any], after: str) -> str:
+    """Which rule a difference breaks, in words (`after`: what the previous request did)."""
+    if "unparseable" in actual:
+        return "docs/wire.md: every reply body is the typed model of its route and status"
+    if isinstance(actual.get("http"), int) and actual["http"] >= 500:
+        return "docs/wire.md: no input is answered 5xx (a 5xx means the server itself failed)"
+    both = "incarnation" in actual and "incarnation" in expected
+    if both and expected["incarnation"] != actual["incarnation"]:
+        return (
+            "every reply carries the incarnation of the running process: it changed, so "
+            "the server restarted during the run"
+        )
+    if op in ("status", "completions"):
+        if after.startswith("duplicate:"):
+            return DUPLICATE_RULE
+        if after == "failed_commit":
+            return "M2: a commit answered failed returns the fence to prepared"
+        if after == "failed_restore":
+            return "M2: a restore answered failed leaves the fence restore_failed_paused"
+        if after.startswith("refused:"):
+            return f"a refused {after.removeprefix('refused:')} must change nothing"
+        if after in _OP_RULES and after != op:
+            return f"after {after}, {_OP_RULES[op]}; {_OP_RULES[after]}"
+        return _OP_RULES[op]
+    code = expected.get("code")
+    if isinstance(code, str) and code in CODE_RULES:
+        return CODE_RULES[code]
+    return _OP_RULES.get(op, f"the reply to {op} differs from the reference participant's")
+
+
+def describe_disagreement(one: Any, other: Any) -> tuple[str, ...]:
+    """How two replies to the same request differ, field by field."""
+    if not (isinstance(one, dict) and isinstance(other, dict)):
+        return (f"one copy got {brief(one)}, the other {brief(other)}",)
+    keys = sorted(set(one) | set(other))
+    return tuple(
+        f"{k}: one copy got {one.get(k)!r}, the other {other.get(k)!r}"
+        for k in keys
+        if one.get(k) != other.get(k)
+    )
+
+
+def step_note(op: str, failed: bool, number: int, copies: int) -> str:
+    """Why a step's reply may differ from the oracle's, and which copy it is."""
+    allowed = f"the server failed the {op}: allowed; it must now be where M2 says"
+    if copies == 1:
+        return allowed if failed else ""
+    copy = f"copy {number} of {copies}, sent at once: all in flight before any reply was read"
+    return f"{copy}; {allowed}" if failed else copy
