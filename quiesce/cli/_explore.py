@@ -97,7 +97,10 @@ def explore(
         click.echo(str(html_path))
         return
     click.echo("explore: serving until Ctrl-C", err=True)
-    serve(session, port=port, on_ready=click.echo)
+    try:
+        serve(session, port=port, on_ready=click.echo)
+    except OSError as error:  # the port is taken, or not ours to bind
+        fail(f"cannot serve on 127.0.0.1:{port}: {error.strerror}; pick another --port (0: any)")
 
 
 def _which_model(

@@ -6,7 +6,8 @@ own), ordered inside a column by the mean position of their neighbours in the pr
 column (one sweep each way), and drawn as rounded boxes. Every row of the table that moves
 `source -> target` is merged into one edge per pair, so a table with 186 rows over 24 pairs
 draws 24 edges: forward edges are curves from the right of the source to the left of the
-target, backward and same-column edges arc above, self-loops are small loops on top.
+target, edges within a column bulge to its right, backward edges arc over the top, and
+self-loops are small loops on top of their box.
 
 The SVG carries what the page highlights: a node is `<g class="node" data-state=LABEL>`,
 an edge is `<g class="edge" data-rows="0 3">` (the indices of its rows in `table.rows`),
@@ -31,7 +32,7 @@ _NODE_H = 26
 _NODE_PAD = 16
 _ROW_GAP = 34  # vertical space between two boxes of a column
 _COL_GAP = 120  # horizontal space between columns, where the edge labels go
-_MARGIN = 30  # room for the loops and arcs drawn above the boxes
+_MARGIN = 30  # room around the drawing
 _EDGE_CHAR_PX = 6.0  # the same for the 10 px edge labels (page.html sets their size)
 _LABEL_CHARS = 26  # an edge label longer than this is cut; its tooltip has it all
 
@@ -55,20 +56,20 @@ class _Box:
         return self.y + _NODE_H / 2
 
 
-def table_svg(table: Table[Any, Any], *, title: str | None = None) -> str:
+def table_svg(table: Table[Any, Any]) -> str:
     """The state diagram of `table` as an `<svg>` element (see the module doc)."""
     edges = _edges(table)
     boxes = _place(_order(_columns(table, edges), edges))
     curves = [(edge, _curve(boxes[edge.source], boxes[edge.target])) for edge in edges]
-    labels = [_edge_label(edge, points) for edge, points in curves]
+    captions = [_caption(edge, points) for edge, points in curves]
     # A cubic curve stays inside the hull of its control points: they bound the drawing,
-    # with the boxes (and the entry dot left of the initial one) and the labels.
+    # with the boxes (and the entry dot left of the initial one) and the captions.
     xs = [x for box in boxes.values() for x in (box.x - 20, box.x + box.width)]
     ys = [y for box in boxes.values() for y in (box.y, box.y + _NODE_H)]
     xs += [x for _, points in curves for x, _ in points]
     ys += [y for _, points in curves for _, y in points]
-    xs += [x + side * len(text) * _EDGE_CHAR_PX / 2 for x, _, text in labels for side in (-1, 1)]
-    ys += [y - _FONT_PX for _, y, _ in labels]
+    xs += [x + side * len(text) * _EDGE_CHAR_PX / 2 for x, _, text in captions for side in (-1, 1)]
+    ys += [y - _FONT_PX for _, y, _ in captions]
     left, top = min(xs) - _MARGIN / 2, min(ys) - _MARGIN
     width, height = max(xs) - left + _MARGIN / 2, max(ys) - top + _MARGIN / 2
     parts = [
@@ -76,10 +77,11 @@ def table_svg(table: Table[Any, Any], *, title: str | None = None) -> str:
         f'data-table="{escape(table.name)}" '
         f'viewBox="{left:.0f} {top:.0f} {width:.0f} {height:.0f}" '
         f'width="{width:.0f}" height="{height:.0f}" font-size="{_FONT_PX}">',
-        f"<title>{escape(title or table.name)}</title>",
+        f"<title>{escape(table.name)}</title>",
     ]
     parts.extend(
-        _draw_edge(edge, points, text) for (edge, points), text in zip(curves, labels, strict=True)
+        _draw_edge(edge, points, text)
+        for (edge, points), text in zip(curves, captions, strict=True)
     )
     start = boxes[table.initial]
     parts.append(
@@ -130,8 +132,8 @@ def _columns(table: Table[Any, Any], edges: list[_Edge]) -> list[list[Enum]]:
 
 
 def _order(columns: list[list[Enum]], edges: list[_Edge]) -> list[list[Enum]]:
-    """Reorder each column by the mean rank of its neighbours in the column before it
-    (a sweep left to right, then right to left), to uncross the edges a little."""
+    """Reorder each column by the mean rank of its neighbours in the column just ordered
+    (a sweep left to right, then one right to left), to uncross the edges a little."""
     neighbours: dict[Enum, set[Enum]] = {}
     for edge in edges:
         if edge.source is not edge.target:
@@ -191,7 +193,7 @@ _Curve = tuple[tuple[float, float], tuple[float, float], tuple[float, float], tu
 
 def _curve(a: _Box, b: _Box) -> _Curve:
     """The control points of the edge from box `a` to box `b`."""
-    if a is b:  # a self-loop on top of the box
+    if a == b:  # a self-loop on top of the box
         left, right = a.x + a.width / 2 - 10, a.x + a.width / 2 + 10
         return (left, a.y), (left - 14, a.y - 28), (right + 14, a.y - 28), (right, a.y)
     if b.x > a.x:  # forward: right side to left side
@@ -208,7 +210,7 @@ def _curve(a: _Box, b: _Box) -> _Curve:
     return (x0, a.y), (x0, top), (x1, top), (x1, b.y)
 
 
-def _edge_label(edge: _Edge, points: _Curve) -> tuple[float, float, str]:
+def _caption(edge: _Edge, points: _Curve) -> tuple[float, float, str]:
     """Where the edge's label goes (the curve's midpoint, t = 1/2) and what it says: the
     inputs of its rows, cut when long (the tooltip has every row in full)."""
     (x0, y0), (x1, y1), (x2, y2), (x3, y3) = points
@@ -217,9 +219,9 @@ def _edge_label(edge: _Edge, points: _Curve) -> tuple[float, float, str]:
     return (x0 + 3 * x1 + 3 * x2 + x3) / 8, (y0 + 3 * y1 + 3 * y2 + y3) / 8 - 4, shown
 
 
-def _draw_edge(edge: _Edge, points: _Curve, label: tuple[float, float, str]) -> str:
+def _draw_edge(edge: _Edge, points: _Curve, caption: tuple[float, float, str]) -> str:
     (x0, y0), (x1, y1), (x2, y2), (x3, y3) = points
-    x, y, text = label
+    x, y, text = caption
     rows = " ".join(map(str, edge.rows))
     tooltip = escape("\n".join(edge.labels))
     return (

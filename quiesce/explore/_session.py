@@ -80,7 +80,7 @@ class Session(Generic[St]):
         self._properties = tuple(model.properties())
         self._states: list[St] = []
         self._numbers: dict[St, int] = {}
-        self._controls: list[dict[str, str | None]] = []
+        self._controls: dict[int, dict[str, str | None]] = {}  # by state number
 
     def document(self, *, served: bool) -> dict[str, Any]:
         """The page's data (module doc), the frames of the path included."""
@@ -108,9 +108,10 @@ class Session(Generic[St]):
             "served": served,
             "properties": properties,
             "violation": violation,
-            "diagrams": {name: table_svg(table) for name, table in tables.items()},
+            "diagrams": {table_name: table_svg(table) for table_name, table in tables.items()},
             "rows": {
-                name: [_row_text(row) for row in table.rows] for name, table in tables.items()
+                table_name: [_row_text(row) for row in table.rows]
+                for table_name, table in tables.items()
             },
             "instances": [{"name": i.name, "table": i.table.name} for i in self.instances],
             "frames": self._path_frames(),
@@ -139,32 +140,31 @@ class Session(Generic[St]):
         self, state: St, step: tuple[St, Action] | None, *, via: int | None
     ) -> dict[str, Any]:
         model = self.model
+        number = self._number(state)
+        shown = described(model, state)
         moves = list(model.successors(state))
-        frame: dict[str, Any] = {
-            "id": self._number(state),
-            "action": None if step is None else step[1].label,
-            "fault": False if step is None else step[1].fault,
-            "via": via,
-            "state": described(model, state),
-            "changes": [],
-            "controls": {},
-            "fired": {},
-            "holds": {p.name: bool(p.holds(state)) for p in self._properties},
-            "stall": _stall(model, state, moves),
-            "actions": [{"label": a.label, "fault": a.fault} for a, _ in moves],
-        }
         if step is None:
+            action, moved, diff = None, {}, []
             now = controls(model, state, self.instances)
         else:
             before, action = step
             moved = fired(model, before, action, state, self.instances)
-            previous = self._controls[self._numbers[before]]
-            now = controls(model, state, self.instances, (previous, moved))
-            frame["fired"] = {name: list(one.rows) for name, one in moved.items()}
-            frame["changes"] = changes(described(model, before), frame["state"])
-        # A state's control states are the same whichever path reached it: keep the first.
-        frame["controls"] = self._remember(frame["id"], now)
-        return frame
+            now = controls(model, state, self.instances, (self._controls_of(before), moved))
+            diff = changes(described(model, before), shown)
+        return {
+            "id": number,
+            "action": None if action is None else action.label,
+            "fault": action is not None and action.fault,
+            "via": via,
+            "state": shown,
+            "changes": diff,
+            # A state's control states are the same whichever path reached it: keep the first.
+            "controls": self._controls.setdefault(number, now),
+            "fired": {name: list(one.rows) for name, one in moved.items()},
+            "holds": {p.name: bool(p.holds(state)) for p in self._properties},
+            "stall": _stall(model, state, moves),
+            "actions": [{"label": a.label, "fault": a.fault} for a, _ in moves],
+        }
 
     def _number(self, state: St) -> int:
         number = self._numbers.get(state)
@@ -173,10 +173,8 @@ class Session(Generic[St]):
             self._states.append(state)
         return number
 
-    def _remember(self, number: int, controls: dict[str, str | None]) -> dict[str, str | None]:
-        if number == len(self._controls):
-            self._controls.append(controls)
-        return self._controls[number]
+    def _controls_of(self, state: St) -> dict[str, str | None]:
+        return self._controls[self._numbers[state]]
 
 
 def changes(before: Any, after: Any) -> list[dict[str, Any]]:

@@ -69,7 +69,7 @@ def controls(
     """
     read = _read_controls(model, state, instances)
     if step is None:
-        return read or {i.name: label(i.table.initial) for i in instances}
+        return read if read is not None else {i.name: label(i.table.initial) for i in instances}
     before, moved = step
     now: dict[str, str | None] = {}
     for instance in instances:

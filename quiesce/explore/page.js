@@ -24,6 +24,7 @@ function el(tag, attrs = {}, ...children) {
 }
 
 const text = (value) => (value === undefined || value === null ? "-" : JSON.stringify(value));
+const classNames = (names) => names.filter(Boolean).join(" ");
 
 function show(step) {
   cursor = Math.max(0, Math.min(frames.length - 1, step));
@@ -79,7 +80,8 @@ function renderHeader(frame) {
   banner.hidden = !violation;
   if (violation) {
     const loop = violation.loop_from === null ? "" : `, looping back to step ${violation.loop_from}`;
-    banner.textContent = `${violation.property} violated (${violation.kind}) at step ${violation.step}${loop}`;
+    const where = `at step ${violation.step}${loop}`;
+    banner.textContent = `${violation.property} violated (${violation.kind}) ${where}`;
     banner.className = cursor === violation.step ? "at" : "";
   }
 }
@@ -87,9 +89,9 @@ function renderHeader(frame) {
 function renderPath() {
   $("path").replaceChildren(
     ...frames.map((frame, i) => {
-      const classes = [i === cursor ? "current" : "", violation && i === violation.step ? "violation" : ""];
+      const classes = [i === cursor && "current", violation && i === violation.step && "violation"];
       const label = i === 0 ? "initial state" : frame.action + (frame.fault ? " [fault]" : "");
-      return el("li", { class: classes.join(" ").trim(), onclick: () => show(i) }, label);
+      return el("li", { class: classNames(classes), onclick: () => show(i) }, label);
     }),
   );
 }
@@ -99,36 +101,45 @@ function renderActions(frame) {
   $("actions").replaceChildren(
     ...frame.actions.map((action, i) => {
       const taken = next !== undefined && next.via === i;
-      const button = el("button", { class: [taken ? "taken" : "", action.fault ? "fault" : ""].join(" ").trim() }, action.label);
+      const button = el("button", { class: classNames([taken && "taken", action.fault && "fault"]) },
+        action.label);
       if (data.served || taken) button.addEventListener("click", () => take(i));
       else button.disabled = true;
       return el("li", {}, button);
     }),
   );
-  $("actions-note").textContent = frame.actions.length === 0
-    ? "no action is enabled here"
-    : data.served ? "" : "a saved page follows its path only; serve it (no --html) to step anywhere";
+  const saved = "a saved page follows its path only; serve it (no --html) to step anywhere";
+  $("actions-note").textContent = frame.actions.length === 0 ? "no action is enabled here"
+    : data.served ? "" : saved;
+}
+
+// An always property holds or fails in each state; no_stall is judged on paths, so a state
+// only shows whether it is a goal, a deadlock, or moving on (unknown), unless it is where
+// the violation ends.
+function statusOf(name, frame, violatedHere) {
+  if (violatedHere) return "fails";
+  if (name in frame.holds) return frame.holds[name] ? "holds" : "fails";
+  return { goal: "holds", deadlock: "fails" }[frame.stall] || "unknown";
 }
 
 function renderProperties(frame) {
   $("properties").replaceChildren(
     ...data.properties.map((property) => {
       const here = violation && cursor === violation.step && violation.property === property.name;
-      let status;
-      if (property.name in frame.holds) status = frame.holds[property.name] ? "holds" : "fails";
-      else status = frame.stall === "deadlock" ? "fails" : frame.stall === "goal" ? "holds" : "unknown";
-      const note = property.name in frame.holds ? "" : ` (${frame.stall})`;
-      return el("li", { class: `${status}${here ? " violated" : ""}`, "data-property": property.name },
+      const always = property.name in frame.holds;
+      const note = always ? "" : ` (${frame.stall})`;
+      const status = classNames([statusOf(property.name, frame, here), here && "violated"]);
+      return el("li", { class: status, "data-property": property.name },
         property.name + note, " ", el("span", { class: "doc" }, property.doc));
     }),
   );
 }
 
 function renderChanges(frame) {
-  const rows = frame.changes.map((change) =>
-    el("tr", {}, el("td", {}, change.field), el("td", {}, text(change.before)), el("td", {}, "\u2192 " + text(change.after))),
-  );
-  $("changes").replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", { class: "muted" }, cursor ? "nothing" : "the initial state"))]));
+  const rows = frame.changes.map((change) => el("tr", {}, el("td", {}, change.field),
+    el("td", {}, text(change.before)), el("td", {}, "\u2192 " + text(change.after))));
+  const none = el("tr", {}, el("td", { class: "muted" }, cursor ? "nothing" : "the initial state"));
+  $("changes").replaceChildren(...(rows.length ? rows : [none]));
 }
 
 function coveredRows() {
@@ -146,8 +157,10 @@ function renderTables(frame, covered) {
   for (const instance of data.instances) {
     const card = document.querySelector(`.instance[data-instance="${CSS.escape(instance.name)}"]`);
     const current = frame.controls[instance.name];
-    card.querySelector("h3 b").textContent = current === null ? "(not started)" : current;
-    card.querySelectorAll(".node").forEach((node) => node.classList.toggle("current", node.dataset.state === current));
+    card.querySelector("h3 b").textContent = current === null ? "(absent)" : current;
+    card.querySelectorAll(".node").forEach((node) => {
+      node.classList.toggle("current", node.dataset.state === current);
+    });
     const fired = new Set(frame.fired[instance.name] || []);
     const seen = covered[instance.name] || new Set();
     card.querySelectorAll(".edge").forEach((edge) => {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +70,12 @@ def test_errors_exit_2_naming_the_problem(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "cannot be read" in missing.stderr
     both = runner.invoke(main, ["explore", "--trace", "x.json", "--walks", "3"])
     assert both.exit_code == 2 and "--trace takes neither" in both.stderr
+
+
+def test_a_taken_port_is_an_error_naming_it() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ran = CliRunner().invoke(main, ["explore", "two-phase", "--port", str(port)])
+    assert ran.exit_code == 2 and f"cannot serve on 127.0.0.1:{port}" in ran.stderr
