@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("quiesce.protocol",),
     ("quiesce.adapters",),
     ("quiesce.models", "quiesce.testing"),
-    ("quiesce.harness",),
+    ("quiesce.harness", "quiesce.explore"),
     ("quiesce.cli", "quiesce.__main__", "quiesce"),
 )
 # Rooms of one layer that must not know each other.

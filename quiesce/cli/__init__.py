@@ -27,6 +27,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "diagrams": ("quiesce.cli._diagram", "diagrams"),
     "check": ("quiesce.cli._check", "check"),
     "mutants": ("quiesce.cli._mutants", "mutants"),
+    "explore": ("quiesce.cli._explore", "explore"),
     "serve": ("quiesce.cli._serve", "serve"),
     "conform": ("quiesce.cli._conform", "conform"),
     "chaos": ("quiesce.cli._chaos", "chaos"),
