@@ -16,8 +16,10 @@ from typing import Any
 
 import click
 
-from quiesce.cli._check import DEFAULT_MODEL, _parse_settings
+from quiesce.cli._check import DEFAULT_MODEL
 from quiesce.cli._output import fail
+from quiesce.cli._paths import InputFile, OutputFile
+from quiesce.cli._values import Name, Setting
 from quiesce.explore import Session, TraceFile, read_trace, render_page, serve
 from quiesce.fsm import QuiesceError
 from quiesce.models import Model, Trace, Violation, build_model, check, walk
@@ -26,20 +28,22 @@ __all__ = ["explore"]
 
 
 @click.command()
-@click.argument("model_name", metavar="[MODEL]", required=False)
-@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="A model parameter.")
-@click.option("--mutant", help="Open the counterexample of a variant that reintroduces a bug.")
+@click.argument("model_name", metavar="[MODEL]", type=Name(), required=False)
+@click.option("--set", "settings", multiple=True, type=Setting(), help="A model parameter.")
+@click.option(
+    "--mutant", type=Name(), help="Open the counterexample of a variant that reintroduces a bug."
+)
 @click.option(
     "--walks",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, 1_000_000),
     help="Find the counterexample by N seeded random walks instead of a full check.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --walks.")
-@click.option("--max-states", type=click.IntRange(min=1), help="Bound the full check.")
+@click.option("--max-states", type=click.IntRange(1, 100_000_000), help="Bound the full check.")
 @click.option(
     "--trace",
     "trace_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=InputFile(),
     help="Open this counterexample: the JSON of `quiesce check --json` (or one violation).",
 )
 @click.option(
@@ -52,12 +56,12 @@ __all__ = ["explore"]
 @click.option(
     "--html",
     "html_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputFile(),
     help="Write the page as one self-contained HTML file instead of serving it.",
 )
 def explore(
     model_name: str | None,
-    settings: tuple[str, ...],
+    settings: tuple[tuple[str, str], ...],
     mutant: str | None,
     walks: int | None,
     seed: int,
@@ -79,7 +83,7 @@ def explore(
         raise click.UsageError("--trace takes neither --walks nor --max-states")
     try:
         recorded = None if trace_path is None else read_trace(trace_path)
-        name, parsed, mutant = _which_model(model_name, _parse_settings(settings), mutant, recorded)
+        name, parsed, mutant = _which_model(model_name, dict(settings), mutant, recorded)
         model = build_model(name, parsed, mutant=mutant)
         if recorded is not None:
             path: Trace[Any] | Violation[Any] | None = recorded.replay(model)

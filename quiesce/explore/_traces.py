@@ -89,6 +89,9 @@ def read_trace(path: Path) -> TraceFile:
         document: Any = json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise TraceFileError(path, f"cannot be read ({error.strerror})") from error
+    except UnicodeDecodeError as error:
+        detail = f"byte {error.object[error.start]:#04x} at offset {error.start}"
+        raise TraceFileError(path, f"is not UTF-8 text ({detail})") from error
     except json.JSONDecodeError as error:
         raise TraceFileError(path, f"is not JSON ({error})") from error
     origin: dict[str, Any] = {}

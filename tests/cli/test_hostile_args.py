@@ -20,6 +20,7 @@ Nothing starts for real: `serve` is given a port that is already taken, and `cha
 
 from __future__ import annotations
 
+import errno
 import math
 import socket
 import subprocess
@@ -35,7 +36,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from quiesce.cli import _chaos, _conform, main
+from quiesce.cli import _chaos, _conform, _explore, main
 from quiesce.cli._paths import InputFile, OutputDir, OutputFile
 from quiesce.cli._values import FiniteFloatRange, HttpUrl, Name, Setting
 from quiesce.harness import ChaosError
@@ -280,6 +281,7 @@ def _baselines(files: _Files, port: int) -> dict[str, _Baseline]:
             ("--url=http://127.0.0.1:9", "--role=agent", token), late_failure=STUB
         ),
         "chaos": _Baseline((f"--workdir={files.root / 'chaos'}",), late_failure=STUB),
+        "explore": _Baseline((), ("two-phase",), late_failure=STUB),
     }
 
 
@@ -314,7 +316,11 @@ def stubs(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_serving(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("serve started serving: a hostile value was accepted")
 
+    def no_page(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.EADDRINUSE, STUB)
+
     monkeypatch.setattr(_chaos, "run_chaos", no_chaos)
+    monkeypatch.setattr(_explore, "serve", no_page)
     monkeypatch.setattr(_conform, "check_conformance", no_conformance)
     monkeypatch.setattr("uvicorn.Server.run", no_serving)
 

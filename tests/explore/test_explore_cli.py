@@ -67,8 +67,9 @@ def test_errors_exit_2_naming_the_problem(tmp_path: Path) -> None:
     unknown = runner.invoke(main, ["explore", "two-phase", "--mutant", "nope"])
     assert unknown.exit_code == 2 and "no mutant 'nope'" in unknown.stderr
     missing = runner.invoke(main, ["explore", "--trace", str(tmp_path / "absent.json")])
-    assert missing.exit_code == 2 and "cannot be read" in missing.stderr
-    both = runner.invoke(main, ["explore", "--trace", "x.json", "--walks", "3"])
+    assert missing.exit_code == 2 and "does not exist" in missing.stderr
+    (tmp_path / "x.json").write_text("[]")
+    both = runner.invoke(main, ["explore", "--trace", str(tmp_path / "x.json"), "--walks", "3"])
     assert both.exit_code == 2 and "--trace takes neither" in both.stderr
 
 
