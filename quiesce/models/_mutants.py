@@ -11,10 +11,11 @@ survives.
 How a mutant is built. Where the bug lives in a table it is a derived table
 (`without_row`, `retarget`, `without_guard`, `derive`) run through the very same model
 (`Hooks`): the controller's tables are the coordinator's parameters, the participant's
-tables and the coordinator's helpers are module attributes swapped only while the model
-steps. Where the explorer cannot express the scenario (the M9 restore planning, the
-setup refusals, a liveness bug whose symptom is "the checkpoint keeps failing"), the
-killing check is a scripted scenario run (`scenario:<name>`) that drives the real
+tables (`ParticipantRules`) and its recovery from a journal are the composed system's;
+the coordinator's helpers are module attributes swapped only while the model steps.
+Where the explorer cannot express the scenario (the M9 restore planning, the setup
+refusals, a liveness bug whose symptom is "the checkpoint keeps failing"), the killing
+check is a scripted scenario run (`scenario:<name>`) that drives the real
 `System` with the mutant applied and asserts the fixed behaviour, as
 `tests/protocol/test_scenarios.py` does.
 
@@ -33,7 +34,6 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal
 
-import quiesce.models._system as _system_module
 from quiesce.fsm import Table, label, on
 from quiesce.models._explorer import check
 from quiesce.models._protocol_model import Hooks, ProtocolModel, ProtocolParams, _Patched
@@ -70,10 +70,9 @@ from quiesce.protocol.machines import (
     RestoreState,
 )
 from quiesce.protocol.participant import (
+    Journal,
+    ParticipantRules,
     ParticipantState,
-    _agent_role,
-    _control_ops,
-    _journal,
     handle,
     new_participant,
 )
@@ -181,19 +180,11 @@ def _small(**overrides: Any) -> dict[str, Any]:
     return base
 
 
-def _patch(*patches: tuple[Any, Any, Any], **tables: Table[Any, Any]) -> Callable[[], Hooks]:
+def _patch(*patches: tuple[Any, Any, Any], **fields: Any) -> Callable[[], Hooks]:
     def build() -> Hooks:
-        return Hooks(patches=tuple(patches), **tables)
+        return Hooks(patches=tuple(patches), **fields)
 
     return build
-
-
-def _fence(table: Table[Any, Any]) -> tuple[Any, str, Any]:
-    return (_control_ops, "CONTROL_FENCE", table)
-
-
-def _agent_table(table: Table[Any, Any]) -> tuple[Any, str, Any]:
-    return (_agent_role, "AGENT_EXECUTION", table)
 
 
 # ------------------------------------------------------------------ scenario mutants (tables)
@@ -338,15 +329,11 @@ def _live_level_ignored(self: Any, environment: str, default: Any) -> Any:
     return default
 
 
-def _journal_loses_everything(journal: Any, incarnation: str) -> ParticipantState:
+def _journal_loses_everything(
+    journal: Journal, incarnation: str, _rules: ParticipantRules
+) -> ParticipantState:
     # S19 mutant: a restart comes back with a fresh fence and role (nothing was durable).
-    config = journal.config if hasattr(journal, "config") else None
-    if config is None:
-        return _ORIGINAL_FROM_JOURNAL(journal, incarnation)
-    return new_participant(config, incarnation)
-
-
-_ORIGINAL_FROM_JOURNAL = _journal.from_journal
+    return new_participant(journal.config, incarnation)
 
 
 def _no_discards(value: Any, op_id: OpId, restored: Iterable[Any]) -> tuple[Any, ...]:
@@ -697,7 +684,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S15",
             "a delayed prepare(X) after resume(X) is accepted (no high-watermark check)",
-            _patch(_fence(_s15_fence())),
+            _patch(participant=ParticipantRules(fence=_s15_fence())),
             "I3",
             _small(faults=1),
         ),
@@ -715,7 +702,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S17",
             "retire tombstones a completed, un-ACKed execution",
-            _patch(_agent_table(_s17_agent())),
+            _patch(participant=ParticipantRules(agent=_s17_agent())),
             "I1",
             _small(attempts=2, triggers=0),
         ),
@@ -733,7 +720,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S19",
             "a restarted participant comes back without its fence and results",
-            _patch((_system_module, "from_journal", _journal_loses_everything)),
+            _patch(recover=_journal_loses_everything),
             "I1",
             _small(triggers=0, faults=1, crashes=True),
         ),
@@ -765,8 +752,8 @@ def _hooks_for(table_name: str, table: Table[Any, Any]) -> Callable[[], Hooks]:
     if table_name == "deadline_registry":
         return _patch(deadlines=table)
     if table_name == "control_fence":
-        return _patch(_fence(table))
-    return _patch(_agent_table(table))
+        return _patch(participant=ParticipantRules(fence=table))
+    return _patch(participant=ParticipantRules(agent=table))
 
 
 _GENERATED_BOUND = 20_000

@@ -89,7 +89,14 @@ from quiesce.protocol.machines import (
     RegistryState,
     group_of_timer,
 )
-from quiesce.protocol.participant import ParticipantState, new_participant
+from quiesce.protocol.participant import (
+    PARTICIPANT_RULES,
+    ParticipantRules,
+    ParticipantState,
+    Recovery,
+    from_journal,
+    new_participant,
+)
 from quiesce.protocol.wire import CommitReply, ErrorReply, Message
 
 __all__ = [
@@ -240,16 +247,20 @@ class Hooks:
     """What a mutant swaps, so it runs through the very same model.
 
     `checkpoint`, `gate`, `deadlines`: the controller's tables (the coordinator takes them
-    as parameters). `patches`: `(module, attribute) -> value` pairs set while the model
-    steps and restored after, for behaviour that lives in module-level tables or functions
-    (the participant's `control_fence` and `agent_execution`, the cause classification, a
-    coordinator method). The unmutated model has no patches.
+    as parameters). `participant`: the participants' tables (`ParticipantRules`, which
+    `System` passes to every participant step) and `recover`: how a crashed participant
+    comes back from its journal (`System` calls it). `patches`: `(module, attribute) ->
+    value` pairs set while the model steps and restored after, for behaviour that lives in
+    module-level tables or functions (the cause classification, a coordinator method). The
+    unmutated model has no patches.
     """
 
     checkpoint: Table[Any, Any] = CHECKPOINT
     gate: Table[Any, Any] = ADMISSION_GATE
     deadlines: Table[Any, Any] = DEADLINE_REGISTRY
     patches: tuple[tuple[Any, Any, Any], ...] = ()
+    participant: ParticipantRules = PARTICIPANT_RULES
+    recover: Recovery = from_journal
 
 
 class _Patched:
@@ -309,7 +320,12 @@ class ProtocolModel(Model[PState]):
             gate=self.hooks.gate,
             deadlines=self.hooks.deadlines,
         )
-        self.system = System(coordinator, turns=self.p.turns)
+        self.system = System(
+            coordinator,
+            turns=self.p.turns,
+            rules=self.hooks.participant,
+            recover=self.hooks.recover,
+        )
         self.agents = tuple(
             "agent" if self.p.agents == 1 else f"agent{i}" for i in range(self.p.agents)
         )

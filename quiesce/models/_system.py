@@ -31,6 +31,11 @@ A controller crash keeps the store, the trainer anchor and the participants (and
 already in flight, which may still arrive: S15); the restarted controller finishes the
 in-flight id, restores (M9) and is idle again once its calls are delivered. A participant
 crash keeps exactly its journal (§6).
+
+What runs where: the coordinator is the caller's (its tables are its parameters); every
+participant steps by the `ParticipantRules` given as `rules` and comes back from a crash
+through `recover` (`from_journal` by default), so a mutant of either side runs through
+these very actions.
 """
 
 from __future__ import annotations
@@ -85,7 +90,10 @@ from quiesce.protocol.controller import (
     WriteStaging,
 )
 from quiesce.protocol.participant import (
+    PARTICIPANT_RULES,
+    ParticipantRules,
     ParticipantState,
+    Recovery,
     capabilities,
     from_journal,
     handle,
@@ -219,16 +227,26 @@ Effects = tuple[ControllerEffect, ...]
 
 
 class System:
-    """The actions of the composed system (pure; holds only the coordinator).
+    """The actions of the composed system (pure; holds only the coordinator, the
+    participants' `rules` and their `recover`y from a journal).
 
     >>> from quiesce.protocol._config import QuiesceConfig
     >>> system = System(Coordinator(QuiesceConfig()))  # doctest: +SKIP
     >>> state, effects = system.start([policy, agent, resources])  # doctest: +SKIP
     """
 
-    def __init__(self, coordinator: Coordinator, *, turns: int = 2) -> None:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        *,
+        turns: int = 2,
+        rules: ParticipantRules = PARTICIPANT_RULES,
+        recover: Recovery = from_journal,
+    ) -> None:
         self.coordinator = coordinator
         self.turns = turns  # turns of every dispatched rollout
+        self.rules = rules
+        self.recover = recover
         self.save_period = coordinator.config.save_period
         self.keep_latest_k = coordinator.config.keep_latest_k
 
@@ -281,7 +299,7 @@ class System:
     ) -> tuple[SystemState, Message, Effects]:
         """An agent execution reports progress (`boundary`, `finish`); a finish that
         completes is reported to the controller as `RolloutCompleted`."""
-        after, reply, _ = handle(state.participant(agent), op, request, state.now)
+        after, reply, _ = handle(state.participant(agent), op, request, state.now, rules=self.rules)
         state = _with_participant(state, after)
         events: list[ControllerInput] = []
         if isinstance(reply, ExecutionReply) and reply.receipt is not None and op == "finish":
@@ -318,7 +336,8 @@ class System:
             state = replace(state, messages=rest)
             return self._feed(state, [Reply(call.participant, call.op, call.op_id, message.reply)])
         participant = state.participant(call.participant)
-        after, reply, _ = handle(participant, call.op, _request(call, state.store), state.now)
+        request = _request(call, state.store)
+        after, reply, _ = handle(participant, call.op, request, state.now, rules=self.rules)
         state = _with_participant(replace(state, messages=rest), after)
         return replace(state, messages=(*state.messages, InFlight(call, reply))), ()
 
@@ -370,7 +389,9 @@ class System:
     ) -> tuple[SystemState, Message]:
         """A stale request arrives at `participant` long after it was sent; its reply goes
         nowhere (the call it answered is long over)."""
-        after, reply, _ = handle(state.participant(participant), op, request, state.now)
+        after, reply, _ = handle(
+            state.participant(participant), op, request, state.now, rules=self.rules
+        )
         return _with_participant(state, after), reply
 
     # ------------------------------------------------------------------ time and crashes
@@ -411,7 +432,7 @@ class System:
     ) -> tuple[SystemState, Effects]:
         """Participant `name` dies and restarts as `incarnation`, keeping its journal (§6);
         requests and replies in flight to or from it are lost."""
-        rebuilt = from_journal(journal_of(state.participant(name)), incarnation)
+        rebuilt = self.recover(journal_of(state.participant(name)), incarnation, self.rules)
         state = _with_participant(state, rebuilt)
         effects: list[ControllerEffect] = []
         while True:
@@ -513,7 +534,8 @@ class System:
                 turns=self.turns,
                 resume_from_turn=effect.resume_from_turn,
             )
-            after, reply, _ = handle(state.participant(effect.agent), "begin", request, state.now)
+            agent = state.participant(effect.agent)
+            after, reply, _ = handle(agent, "begin", request, state.now, rules=self.rules)
             if isinstance(reply, ErrorReply):
                 queue.append(RolloutFailed(effect.rollout_id, effect.attempt))
             return _with_participant(state, after)

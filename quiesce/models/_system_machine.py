@@ -97,6 +97,7 @@ from quiesce.adapters import (
 )
 from quiesce.fsm import QuiesceError
 from quiesce.models._protocol_model import Hooks, _Patched
+from quiesce.models._registry import UnsupportedOption
 from quiesce.protocol import OpId, QuiesceConfig
 from quiesce.protocol.controller import (
     ControllerEffect,
@@ -120,7 +121,7 @@ from quiesce.protocol.controller import (
     restore_active,
 )
 from quiesce.protocol.machines import CheckpointState, GateState, GroupState, group_of_timer
-from quiesce.protocol.participant import ParticipantOp
+from quiesce.protocol.participant import PARTICIPANT_RULES, ParticipantOp, from_journal
 from quiesce.protocol.wire import BeginRequest, ControlRequest, ErrorReply, Message
 
 __all__ = [
@@ -295,6 +296,14 @@ class SystemRun:
     ) -> None:
         self.config = config or _default_config(30.0)
         self.hooks = hooks or Hooks()
+        if self.hooks.participant != PARTICIPANT_RULES or self.hooks.recover is not from_journal:
+            # The in-memory fleet's hosts step their participants by the protocol's rules.
+            raise UnsupportedOption(
+                "system_machine",
+                "mutant",
+                "participant tables and journal recovery run in the protocol model only "
+                "(quiesce check --mutant NAME); give this machine controller hooks",
+            )
         self.turns = turns
         self.clock = VirtualClock(seed=seed)
         self.root = Path(tempfile.mkdtemp(prefix="quiesce-machine-", dir=_scratch_dir()))
@@ -930,7 +939,8 @@ class SystemMachine(RuleBasedStateMachine):
 
 
 def system_machine(hooks: Hooks | None = None, *, name: str = "") -> type[SystemMachine]:
-    """A `SystemMachine` subclass whose controller runs `hooks` (a mutant's tables and
-    patches); `name` names the class (default: the unmutated protocol)."""
+    """A `SystemMachine` subclass whose controller runs `hooks` (a controller mutant's
+    tables and patches; participant rules are refused with `UnsupportedOption` when the
+    run starts); `name` names the class (default: the unmutated protocol)."""
     label = name or "SystemMachine"
     return type(label, (SystemMachine,), {"hooks": hooks})
