@@ -3,7 +3,9 @@
 The explorer (`check`) is an explicit-state BFS model checker over a `Model`; models are
 registered by name for `quiesce check`; `walk` takes seeded random walks through a model
 too big to exhaust (`quiesce check --walks N`). `TwoPhase` is Lamport's two-phase commit written as
-quiesce tables, the standard yardstick (288 distinct states with 3 RMs).
+quiesce tables, the standard yardstick (288 distinct states with 3 RMs). `SCENARIOS` scripts
+PROTOCOL.md §7 on the composed `System`; the mutant catalog (`MUTANTS`, `verify`) runs them
+and the explorer against known bugs.
 
 >>> from quiesce.models import build_model, check
 >>> check(build_model("two-phase", {"rms": "3"})).distinct_states
@@ -48,6 +50,13 @@ from quiesce.models._registry import (
     known_models,
     register_model,
 )
+from quiesce.models._scenarios import (
+    SCENARIO_PARAMS,
+    SCENARIOS,
+    Scenario,
+    ScenarioFailed,
+    scenario_system,
+)
 from quiesce.models._system import InFlight, Store, System, SystemState
 from quiesce.models._system_machine import (
     CallRecord,
@@ -78,6 +87,8 @@ __all__ = [
     "MUTANTS",
     "NO_STALL",
     "PROTOCOL_SPEC",
+    "SCENARIOS",
+    "SCENARIO_PARAMS",
     "STEP_TIMEOUT_S",
     "TWO_PHASE_RM",
     "TWO_PHASE_TM",
@@ -96,6 +107,8 @@ __all__ = [
     "ProtocolModel",
     "ProtocolParams",
     "RmInput",
+    "Scenario",
+    "ScenarioFailed",
     "Step",
     "Store",
     "System",
@@ -123,6 +136,7 @@ __all__ = [
     "mermaid_sequence",
     "register_model",
     "sample_generated",
+    "scenario_system",
     "system_machine",
     "table_state_machine",
     "verify",

@@ -222,6 +222,12 @@ class SystemState:
         """Indexes of in-flight replies, oldest first."""
         return tuple(i for i, m in enumerate(self.messages) if m.reply is not None)
 
+    def with_participant(self, participant: ParticipantState) -> SystemState:
+        """This state with `participant` in place of the one of the same name."""
+        name = participant.config.name
+        members = tuple(participant if p.config.name == name else p for p in self.participants)
+        return replace(self, participants=members)
+
 
 Effects = tuple[ControllerEffect, ...]
 
@@ -300,7 +306,7 @@ class System:
         """An agent execution reports progress (`boundary`, `finish`); a finish that
         completes is reported to the controller as `RolloutCompleted`."""
         after, reply, _ = handle(state.participant(agent), op, request, state.now, rules=self.rules)
-        state = _with_participant(state, after)
+        state = state.with_participant(after)
         events: list[ControllerInput] = []
         if isinstance(reply, ExecutionReply) and reply.receipt is not None and op == "finish":
             receipt = reply.receipt
@@ -338,7 +344,7 @@ class System:
         participant = state.participant(call.participant)
         request = _request(call, state.store)
         after, reply, _ = handle(participant, call.op, request, state.now, rules=self.rules)
-        state = _with_participant(replace(state, messages=rest), after)
+        state = replace(state, messages=rest).with_participant(after)
         return replace(state, messages=(*state.messages, InFlight(call, reply))), ()
 
     def drop(self, state: SystemState, index: int) -> tuple[SystemState, Effects]:
@@ -392,7 +398,7 @@ class System:
         after, reply, _ = handle(
             state.participant(participant), op, request, state.now, rules=self.rules
         )
-        return _with_participant(state, after), reply
+        return state.with_participant(after), reply
 
     # ------------------------------------------------------------------ time and crashes
 
@@ -433,7 +439,7 @@ class System:
         """Participant `name` dies and restarts as `incarnation`, keeping its journal (§6);
         requests and replies in flight to or from it are lost."""
         rebuilt = self.recover(journal_of(state.participant(name)), incarnation, self.rules)
-        state = _with_participant(state, rebuilt)
+        state = state.with_participant(rebuilt)
         effects: list[ControllerEffect] = []
         while True:
             lost = [i for i, m in enumerate(state.messages) if m.call.participant == name]
@@ -538,7 +544,7 @@ class System:
             after, reply, _ = handle(agent, "begin", request, state.now, rules=self.rules)
             if isinstance(reply, ErrorReply):
                 queue.append(RolloutFailed(effect.rollout_id, effect.attempt))
-            return _with_participant(state, after)
+            return state.with_participant(after)
         return state
 
     @staticmethod
@@ -578,14 +584,6 @@ def _load(store: Store, snapshot_id: OpId) -> SnapshotLoaded | SnapshotLoadFaile
     if snapshot is None or snapshot_id not in store.published or snapshot.ledger is None:
         return SnapshotLoadFailed(snapshot_id, "corrupt")
     return SnapshotLoaded(snapshot_id, snapshot.digests, snapshot.ledger)
-
-
-def _with_participant(state: SystemState, participant: ParticipantState) -> SystemState:
-    name = participant.config.name
-    return replace(
-        state,
-        participants=tuple(participant if p.config.name == name else p for p in state.participants),
-    )
 
 
 def _request(call: Call, store: Store) -> Any:
