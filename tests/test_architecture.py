@@ -46,7 +46,7 @@ PENDING_PRIVATE_IMPORTS = {
     "quiesce/models/_mutants.py imports quiesce.protocol.controller._restore_plan",
     "tests/models/test_protocol_model.py imports quiesce.protocol.controller._restore_flow",
 }
-PENDING_CYCLES = [["quiesce.models._protocol_model", "quiesce.models._protocol_symmetry"]]
+PENDING_CYCLES: list[list[str]] = []
 PENDING_CLASHES = {"Rejection", "Selection"}
 
 

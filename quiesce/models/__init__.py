@@ -36,8 +36,9 @@ from quiesce.models._mutants import (
     sample_generated,
     verify,
 )
-from quiesce.models._protocol_model import Hooks, ProtocolModel, ProtocolParams
+from quiesce.models._protocol_model import Hooks, ProtocolModel
 from quiesce.models._protocol_spec import PROTOCOL_SPEC
+from quiesce.models._protocol_state import ProtocolParams
 from quiesce.models._random_walks import walk
 from quiesce.models._registry import (
     BadModelParam,
@@ -58,13 +59,8 @@ from quiesce.models._scenarios import (
     scenario_system,
 )
 from quiesce.models._system import InFlight, Store, System, SystemState
-from quiesce.models._system_machine import (
-    CallRecord,
-    SystemMachine,
-    SystemRun,
-    SystemViolation,
-    system_machine,
-)
+from quiesce.models._system_ledger import CallRecord, SystemViolation
+from quiesce.models._system_machine import SystemMachine, SystemRun, system_machine
 from quiesce.models._table_machine import (
     TableMachine,
     arg_examples,

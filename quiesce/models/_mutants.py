@@ -15,9 +15,9 @@ tables (`ParticipantRules`) and its recovery from a journal are the composed sys
 the coordinator's helpers are module attributes swapped only while the model steps.
 Where the explorer cannot express the scenario (the M9 restore planning, the setup
 refusals, a liveness bug whose symptom is "the checkpoint keeps failing"), the killing
-check is a scripted scenario run (`scenario:<name>`) that drives the real
-`System` with the mutant applied and asserts the fixed behaviour, as
-`tests/protocol/test_scenarios.py` does.
+check is a scripted scenario run (`scenario:<name>`): one of the §7 scripts of
+`quiesce.models._scenarios` (those `tests/protocol/test_scenarios.py` runs), driven on
+the mutant's own composed system (`scenario_system(hooks)`).
 
 >>> verify(MUTANTS["S2_boolean_suspend"]).killed  # doctest: +SKIP
 True
@@ -36,7 +36,8 @@ from typing import Any, Literal
 
 from quiesce.fsm import Table, Value, label, on
 from quiesce.models._explorer import check
-from quiesce.models._protocol_model import Hooks, ProtocolModel, ProtocolParams, _Patched
+from quiesce.models._protocol_model import Hooks, ProtocolModel, _Patched
+from quiesce.models._protocol_state import ProtocolParams
 from quiesce.models._random_walks import walk
 from quiesce.models._scenarios import SCENARIOS, Scenario, ScenarioFailed, scenario_system
 from quiesce.models._system import System

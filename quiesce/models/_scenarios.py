@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeAlias
 
 from quiesce.fsm import QuiesceError, Value
-from quiesce.models._protocol_model import Hooks, ProtocolModel, ProtocolParams
+from quiesce.models._protocol_model import Hooks, ProtocolModel
+from quiesce.models._protocol_state import ProtocolParams
 from quiesce.models._system import System, SystemState
 from quiesce.protocol import (
     Cause,
