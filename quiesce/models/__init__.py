@@ -52,7 +52,6 @@ from quiesce.models._registry import (
     register_model,
 )
 from quiesce.models._scenarios import (
-    SCENARIO_PARAMS,
     SCENARIOS,
     Scenario,
     ScenarioFailed,
@@ -84,7 +83,6 @@ __all__ = [
     "NO_STALL",
     "PROTOCOL_SPEC",
     "SCENARIOS",
-    "SCENARIO_PARAMS",
     "STEP_TIMEOUT_S",
     "TWO_PHASE_RM",
     "TWO_PHASE_TM",
