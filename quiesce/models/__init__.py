@@ -3,7 +3,9 @@
 The explorer (`check`) is an explicit-state BFS model checker over a `Model`; models are
 registered by name for `quiesce check`; `walk` takes seeded random walks through a model
 too big to exhaust (`quiesce check --walks N`). `TwoPhase` is Lamport's two-phase commit written as
-quiesce tables, the standard yardstick (288 distinct states with 3 RMs).
+quiesce tables, the standard yardstick (288 distinct states with 3 RMs). `SCENARIOS` scripts
+PROTOCOL.md §7 on the composed `System`; the mutant catalog (`MUTANTS`, `verify`) runs them
+and the explorer against known bugs.
 
 >>> from quiesce.models import build_model, check
 >>> check(build_model("two-phase", {"rms": "3"})).distinct_states
@@ -34,8 +36,9 @@ from quiesce.models._mutants import (
     sample_generated,
     verify,
 )
-from quiesce.models._protocol_model import Hooks, ProtocolModel, ProtocolParams
+from quiesce.models._protocol_model import Hooks, ProtocolModel
 from quiesce.models._protocol_spec import PROTOCOL_SPEC
+from quiesce.models._protocol_state import ProtocolParams
 from quiesce.models._random_walks import walk
 from quiesce.models._registry import (
     BadModelParam,
@@ -48,14 +51,15 @@ from quiesce.models._registry import (
     known_models,
     register_model,
 )
-from quiesce.models._system import InFlight, Store, System, SystemState
-from quiesce.models._system_machine import (
-    CallRecord,
-    SystemMachine,
-    SystemRun,
-    SystemViolation,
-    system_machine,
+from quiesce.models._scenarios import (
+    SCENARIOS,
+    Scenario,
+    ScenarioFailed,
+    scenario_system,
 )
+from quiesce.models._system import InFlight, Store, System, SystemState
+from quiesce.models._system_ledger import CallRecord, SystemViolation
+from quiesce.models._system_machine import SystemMachine, SystemRun, system_machine
 from quiesce.models._table_machine import (
     TableMachine,
     arg_examples,
@@ -78,6 +82,7 @@ __all__ = [
     "MUTANTS",
     "NO_STALL",
     "PROTOCOL_SPEC",
+    "SCENARIOS",
     "STEP_TIMEOUT_S",
     "TWO_PHASE_RM",
     "TWO_PHASE_TM",
@@ -96,6 +101,8 @@ __all__ = [
     "ProtocolModel",
     "ProtocolParams",
     "RmInput",
+    "Scenario",
+    "ScenarioFailed",
     "Step",
     "Store",
     "System",
@@ -123,6 +130,7 @@ __all__ = [
     "mermaid_sequence",
     "register_model",
     "sample_generated",
+    "scenario_system",
     "system_machine",
     "table_state_machine",
     "verify",

@@ -11,12 +11,13 @@ survives.
 How a mutant is built. Where the bug lives in a table it is a derived table
 (`without_row`, `retarget`, `without_guard`, `derive`) run through the very same model
 (`Hooks`): the controller's tables are the coordinator's parameters, the participant's
-tables and the coordinator's helpers are module attributes swapped only while the model
-steps. Where the explorer cannot express the scenario (the M9 restore planning, the
-setup refusals, a liveness bug whose symptom is "the checkpoint keeps failing"), the
-killing check is a scripted scenario run (`scenario:<name>`) that drives the real
-`System` with the mutant applied and asserts the fixed behaviour, as
-`tests/protocol/test_scenarios.py` does.
+tables (`ParticipantRules`) and its recovery from a journal are the composed system's;
+the coordinator's helpers are module attributes swapped only while the model steps.
+Where the explorer cannot express the scenario (the M9 restore planning, the setup
+refusals, a liveness bug whose symptom is "the checkpoint keeps failing"), the killing
+check is a scripted scenario run (`scenario:<name>`): one of the §7 scripts of
+`quiesce.models._scenarios` (those `tests/protocol/test_scenarios.py` runs), driven on
+the mutant's own composed system (`scenario_system(hooks)`).
 
 >>> verify(MUTANTS["S2_boolean_suspend"]).killed  # doctest: +SKIP
 True
@@ -33,21 +34,27 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal
 
-import quiesce.models._system as _system_module
-from quiesce.fsm import Table, label, on
+from quiesce.fsm import Table, Value, label, on
 from quiesce.models._explorer import check
-from quiesce.models._protocol_model import Hooks, ProtocolModel, ProtocolParams, _Patched
+from quiesce.models._protocol_model import Hooks, ProtocolModel, _Patched
+from quiesce.models._protocol_state import ProtocolParams
 from quiesce.models._random_walks import walk
-from quiesce.models._system import System, SystemState
-from quiesce.protocol import CAUSES, Cause, Classification, Disposition, OpId, QuiesceConfig
+from quiesce.models._scenarios import SCENARIOS, Scenario, ScenarioFailed, scenario_system
+from quiesce.models._system import System
+from quiesce.protocol import (
+    CAUSES,
+    Cause,
+    Classification,
+    Disposition,
+    OpId,
+    OverrideRefines,
+    RecoveryLevel,
+)
 from quiesce.protocol.controller import (
     CaptureCut,
-    Coordinator,
+    EnvironmentTraits,
     Fleet,
-    GroupOpened,
     Op,
-    Outcome,
-    PeriodElapsed,
     Reply,
     _coordinator,
     _recovery_levels,
@@ -70,20 +77,12 @@ from quiesce.protocol.machines import (
     RestoreState,
 )
 from quiesce.protocol.participant import (
+    Journal,
+    ParticipantRules,
     ParticipantState,
-    _agent_role,
-    _control_ops,
-    _journal,
-    handle,
     new_participant,
 )
-from quiesce.protocol.wire import (
-    Continuation,
-    FinishRequest,
-    PrepareReply,
-    RestoreReply,
-    RetireRequest,
-)
+from quiesce.protocol.wire import Continuation, PrepareReply, RestoreReply
 
 __all__ = [
     "GENERATED_PARAMS",
@@ -119,7 +118,7 @@ class Mutant:
     hooks: Callable[[], Hooks]
     killed_by: str
     params: Mapping[str, Any] = field(default_factory=dict)
-    scripted: Callable[[], None] | None = None
+    scripted: Scenario | None = None
     max_states: int = 50_000
     walks: int = 0
     walk_params: Mapping[str, Any] = field(default_factory=dict)
@@ -181,19 +180,11 @@ def _small(**overrides: Any) -> dict[str, Any]:
     return base
 
 
-def _patch(*patches: tuple[Any, Any, Any], **tables: Table[Any, Any]) -> Callable[[], Hooks]:
+def _patch(*patches: tuple[Any, Any, Any], **fields: Any) -> Callable[[], Hooks]:
     def build() -> Hooks:
-        return Hooks(patches=tuple(patches), **tables)
+        return Hooks(patches=tuple(patches), **fields)
 
     return build
-
-
-def _fence(table: Table[Any, Any]) -> tuple[Any, str, Any]:
-    return (_control_ops, "CONTROL_FENCE", table)
-
-
-def _agent_table(table: Table[Any, Any]) -> tuple[Any, str, Any]:
-    return (_agent_role, "AGENT_EXECUTION", table)
 
 
 # ------------------------------------------------------------------ scenario mutants (tables)
@@ -338,15 +329,11 @@ def _live_level_ignored(self: Any, environment: str, default: Any) -> Any:
     return default
 
 
-def _journal_loses_everything(journal: Any, incarnation: str) -> ParticipantState:
+def _journal_loses_everything(
+    journal: Journal, incarnation: str, _rules: ParticipantRules
+) -> ParticipantState:
     # S19 mutant: a restart comes back with a fresh fence and role (nothing was durable).
-    config = journal.config if hasattr(journal, "config") else None
-    if config is None:
-        return _ORIGINAL_FROM_JOURNAL(journal, incarnation)
-    return new_participant(config, incarnation)
-
-
-_ORIGINAL_FROM_JOURNAL = _journal.from_journal
+    return new_participant(journal.config, incarnation)
 
 
 def _no_discards(value: Any, op_id: OpId, restored: Iterable[Any]) -> tuple[Any, ...]:
@@ -382,75 +369,20 @@ def _lower_allowing_refinement(target: Any, environments: Any, overrides: Any = 
 
 # ------------------------------------------------------------------ scripted scenario checks
 
+# The §7 scripts that kill a mutant the explorer cannot express, shared with
+# tests/protocol/test_scenarios.py; `verify` runs them on the mutant's `scenario_system`.
+_scenario_s8 = SCENARIOS["s8_background_ack_failure_is_caught_by_the_strict_flush"]
+_scenario_s10 = SCENARIOS["s10_completion_after_the_flush_is_acked_and_prepare_retried_until_ready"]
+_scenario_s13 = SCENARIOS["s13_unknown_recovery_mode_is_refused_at_setup_naming_the_server"]
+_scenario_s14 = SCENARIOS["s14_unmanaged_multi_worker_server_is_refused_at_setup"]
 
-def _system(config: QuiesceConfig | None = None) -> tuple[System, SystemState]:
-    system = System(Coordinator(config or QuiesceConfig(max_consecutive_failures=5)))
-    participants = [
-        new_participant({"name": "policy", "role": "policy"}, "p1"),
-        new_participant({"name": "agent", "role": "agent"}, "a1"),
-        new_participant(
-            {"name": "resources", "role": "resources", "recovery_mode": "stateless"}, "r1"
-        ),
-    ]
-    state, _ = system.start(participants)
-    return system, state
+# The mutants of S11 (overrides), S12 and S16 replace a function of a private controller
+# module, which the composed system never calls through that module's attribute: their
+# killers call it there directly, and the system they are given plays no part.
 
 
-def _drain(system: System, state: SystemState) -> tuple[SystemState, list[Any]]:
-    effects: list[Any] = []
-    for _ in range(200):
-        if not state.messages:
-            return state, effects
-        state, more = system.deliver(state, 0)
-        effects.extend(more)
-    raise AssertionError("messages never settled")
-
-
-def _outcomes(effects: Iterable[Any]) -> list[tuple[str, str]]:
-    return [(e.result, e.reason) for e in effects if isinstance(e, Outcome)]
-
-
-def _scenario_s8() -> None:
-    """test_s8: a dead background ACK drain is caught by the strict flush."""
-    system, state = _system()
-    state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
-    state, _, _ = system.finish(state, "agent", "g0/0", 0)
-    [ack] = state.requests(Op.ACK)
-    state, _ = system.fail(state, ack, Cause.IO_ERROR)
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
-    state, effects = _drain(system, state)
-    if _outcomes(effects) != [("completed", "completed")]:
-        state, more = (
-            system.fire_timer(
-                state, _coordinator.prepare_deadline_timer(state.controller.attempt.op_id)
-            )
-            if state.controller.attempt
-            else (state, [])
-        )
-        raise AssertionError(f"strict flush missing: outcomes {_outcomes([*effects, *more])}")
-
-
-def _scenario_s10() -> None:
-    """test_s10: a completion after the flush is ACKed and prepare retried until ready."""
-    system, state = _system()
-    state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
-    state, early = _drain(system, state)
-    state, _, _ = system.finish(state, "agent", "g0/0", 0)
-    state, more = _drain(system, state)
-    attempt = state.controller.attempt
-    if attempt is None:
-        raise AssertionError(f"the attempt ended before its retry: {_outcomes([*early, *more])}")
-    state, _ = system.fire_timer(state, _coordinator.prepare_retry_timer(attempt.op_id))
-    state, effects = _drain(system, state)
-    if _outcomes(effects) != [("completed", "completed")]:
-        raise AssertionError(f"not retried until ready: {_outcomes(effects)}")
-
-
-def _scenario_s12() -> None:
-    """test_s12: restart_only continuations are discarded before resume."""
-    from quiesce.fsm import Value
-
+def _scenario_s12(_system: System) -> None:
+    """S12: restart_only continuations are discarded before resume."""
     paused = Value(RestoreState.RESTORED_PAUSED, RESTORE.start().data)
     restored = [
         (
@@ -468,83 +400,30 @@ def _scenario_s12() -> None:
     ]
     discards = _restore.plan_discards(paused, OpId(2, 1, 0, "rs"), restored)
     if [(d.rollout_id, d.attempt) for d in discards] != [("g0/0", 1)]:
-        raise AssertionError(f"restart_only continuation kept: {discards}")
+        raise ScenarioFailed(f"restart_only continuation kept: {discards}")
 
 
-def _scenario_s13() -> None:
-    """test_s13: an unknown recovery mode is refused at setup, naming the server."""
-    system = System(Coordinator(QuiesceConfig()))
-    odd = new_participant(
-        {"name": "res-7", "role": "resources", "recovery_mode": "snapshotty"}, "r"
-    )
-    try:
-        system.start([odd])
-    except _recovery_levels.UnknownRecoveryMode:
-        return
-    raise AssertionError("unknown recovery mode accepted")
-
-
-def _scenario_s14() -> None:
-    """test_s14: an unmanaged multi-worker server is refused at setup."""
-    system = System(Coordinator(QuiesceConfig()))
-    many = new_participant({"name": "pol-3", "role": "policy", "multi_process": "unmanaged"}, "p")
-    try:
-        system.start([many])
-    except _recovery_levels.UnmanagedMultiProcess:
-        return
-    raise AssertionError("unmanaged multi-process server accepted")
-
-
-def _scenario_s16() -> None:
-    """test_s16: restore digests that differ from the committed ones reject the snapshot."""
+def _scenario_s16(_system: System) -> None:
+    """S16: restore digests that differ from the committed ones reject the snapshot."""
     op = OpId(2, 1, 0, "rs")
     reply = RestoreReply(
         participant="policy", incarnation="p1", op_id=op, status="restored", digest="other"
     )
     verdict = _restore.judge_restore({"policy": "committed"}, {"policy": reply}, {})
     if verdict.action is not _restore.VerdictAction.REJECT:
-        raise AssertionError(f"digest mismatch accepted: {verdict.action}")
+        raise ScenarioFailed(f"digest mismatch accepted: {verdict.action}")
 
 
-def _scenario_s17() -> None:
-    """test_s17: retire of a completed, un-ACKed execution keeps it until the ACK."""
-    agent = new_participant({"name": "agent", "role": "agent"}, "a1")
-    from quiesce.protocol.wire import BeginRequest
-
-    agent, _, _ = handle(
-        agent, "begin", BeginRequest(rollout_id="g0/0", attempt=0, group_id="g0", turns=1)
-    )
-    agent, _, _ = handle(agent, "finish", FinishRequest(rollout_id="g0/0", attempt=0))
-    _, reply, _ = handle(agent, "retire", RetireRequest(rollout_id="g0/0", attempt=0))
-    if getattr(reply, "outcome", None) != "completed_unacknowledged":
-        raise AssertionError(f"retire released a completed result: {reply}")
-
-
-def _scenario_overrides() -> None:
-    """test_recovery_levels: an override finer than the target is refused."""
-    from quiesce.protocol import OverrideRefines, RecoveryLevel
-    from quiesce.protocol.controller import EnvironmentTraits
-
-    envs = [EnvironmentTraits("agent")] if _has_simple_traits() else []
+def _scenario_overrides(_system: System) -> None:
+    """S11: an override finer than the target level is refused."""
+    environments = [EnvironmentTraits("agent")]
     try:
-        _recovery_levels.lower_levels(RecoveryLevel.SIBLING, envs, {"agent": RecoveryLevel.TURN})
+        _recovery_levels.lower_levels(
+            RecoveryLevel.SIBLING, environments, {"agent": RecoveryLevel.TURN}
+        )
     except OverrideRefines:
         return
-    except Exception as error:
-        if "agent" in str(error):
-            return
-        raise
-    raise AssertionError("an override finer than the target was accepted")
-
-
-def _has_simple_traits() -> bool:
-    from quiesce.protocol.controller import EnvironmentTraits
-
-    try:
-        EnvironmentTraits("agent")
-    except TypeError:
-        return False
-    return True
+    raise ScenarioFailed("an override finer than the target was accepted")
 
 
 # ------------------------------------------------------------------ the catalog
@@ -697,7 +576,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S15",
             "a delayed prepare(X) after resume(X) is accepted (no high-watermark check)",
-            _patch(_fence(_s15_fence())),
+            _patch(participant=ParticipantRules(fence=_s15_fence())),
             "I3",
             _small(faults=1),
         ),
@@ -715,7 +594,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S17",
             "retire tombstones a completed, un-ACKed execution",
-            _patch(_agent_table(_s17_agent())),
+            _patch(participant=ParticipantRules(agent=_s17_agent())),
             "I1",
             _small(attempts=2, triggers=0),
         ),
@@ -733,7 +612,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S19",
             "a restarted participant comes back without its fence and results",
-            _patch((_system_module, "from_journal", _journal_loses_everything)),
+            _patch(recover=_journal_loses_everything),
             "I1",
             _small(triggers=0, faults=1, crashes=True),
         ),
@@ -765,8 +644,8 @@ def _hooks_for(table_name: str, table: Table[Any, Any]) -> Callable[[], Hooks]:
     if table_name == "deadline_registry":
         return _patch(deadlines=table)
     if table_name == "control_fence":
-        return _patch(_fence(table))
-    return _patch(_agent_table(table))
+        return _patch(participant=ParticipantRules(fence=table))
+    return _patch(participant=ParticipantRules(agent=table))
 
 
 _GENERATED_BOUND = 20_000
@@ -869,7 +748,7 @@ def verify(mutant: Mutant) -> Verdict:
     if mutant.scripted is not None:
         try:
             with _Patched(hooks.patches):
-                mutant.scripted()
+                mutant.scripted(scenario_system(hooks))
         except Exception as error:
             detail = f"{type(error).__name__}: {error}"
             return Verdict(mutant, True, mutant.killed_by, 0, time.perf_counter() - started, detail)

@@ -6,15 +6,20 @@ same tables the runtime executes) plus an *environment* that plays everything el
 PROTOCOL.md §8: the rollouts' turns and finishes, deadline expiry, the periodic and
 trainer-boundary triggers, the optimizer step, the train switch and the weight sync, the
 trainer, and the faults (request lost, reply lost, 5xx, timeout, a stale delayed request
-redelivered, controller crash, participant crash) under a budget. What it does not know:
-how any of those machines decide; it only offers the moves and watches.
+redelivered, controller crash, participant crash) under a budget; and `Hooks`, what a
+mutant swaps to run through this very model. What it does not know: how any of those
+machines decide; it only offers the moves and watches.
 
-The environment keeps its own ledger (`Env`): what completed, what it trained, what a
-controller crash rolled back, which ids a participant committed, which calls were sent in
-which order, what the controller reported. The properties of §5 (I1-I6, I8 as `always`, I7
-as the explorer's must-style `no_stall`) are judged against that ledger and the
-participants' own states, never against the coordinator's bookkeeping alone, so a
-coordinator that lies to itself is still caught.
+The model is four modules around one set of values (`_protocol_state`: the sizes, the
+state, the cast). The environment keeps its own ledger (`Env`): what completed, what it
+trained, what a controller crash rolled back, which ids a participant committed, which
+calls were sent in which order, what the controller reported. The properties of §5
+(I1-I6, I8 as `always`, I7 as the explorer's must-style `no_stall`) are judged against
+that ledger and the participants' own states, never against the coordinator's bookkeeping
+alone, so a coordinator that lies to itself is still caught (`_protocol_properties`).
+Counterexamples are described and projected onto the engine's tables by
+`_protocol_traces`, and siblings are identified under `--symmetry` by
+`_protocol_symmetry`.
 
 How the state stays small (the explorer's notes):
 - time is abstract. `now` stays 0: every timer may fire at any moment (that *is* the
@@ -44,195 +49,66 @@ from __future__ import annotations
 import contextlib
 import functools
 import signal
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from quiesce.fsm import Table, label
-from quiesce.models._explorer import Action, Always, Model, Trace, always
+from quiesce.fsm import Table
+from quiesce.models._explorer import Action, Always, Model, Trace
+from quiesce.models._protocol_properties import Judge
+from quiesce.models._protocol_state import (
+    CONTROL_OPS,
+    GROUP,
+    Cast,
+    Env,
+    ProtocolParams,
+    PState,
+    executions,
+)
+from quiesce.models._protocol_symmetry import canonical_key
+from quiesce.models._protocol_traces import (
+    describe_message,
+    describe_state,
+    project,
+    sequence_arrow,
+    table_names,
+)
 from quiesce.models._system import InFlight, System, SystemState
-from quiesce.protocol import Cause, OpId, QuiesceConfig
+from quiesce.protocol import Cause, QuiesceConfig
 from quiesce.protocol.controller import (
-    PHASES,
     CallFailed,
-    CaptureCut,
     Coordinator,
-    Dispatch,
     GroupOpened,
     GroupTrained,
-    Op,
     OptimizerStepBegin,
     OptimizerStepEnd,
-    Outcome,
     PeriodElapsed,
-    Publish,
-    Stopped,
     TimerDue,
     TrainerBoundary,
     TrainSwitchBegin,
     TrainSwitchEnd,
     WeightSyncBegin,
     WeightSyncEnd,
-    WriteStaging,
 )
 from quiesce.protocol.machines import (
     ADMISSION_GATE,
     CHECKPOINT,
-    CONTROL_FENCE,
     DEADLINE_REGISTRY,
     AttemptState,
-    CheckpointState,
     ExecState,
-    FenceOp,
-    FenceState,
     GroupState,
-    RegistryState,
     group_of_timer,
 )
-from quiesce.protocol.participant import ParticipantState, new_participant
-from quiesce.protocol.wire import CommitReply, ErrorReply, Message
-
-__all__ = [
-    "GROUP",
-    "Env",
-    "Hooks",
-    "PState",
-    "ProtocolModel",
-    "ProtocolParams",
-]
-
-GROUP = "g0"
-"""The prompt group of the model (one group at the reference size)."""
-
-_ROLES = ("policy", "agent", "resources")
-_PHASE_ORDER = {
-    Op.PREPARE: ("policy", "agent", "resources"),
-    Op.COMMIT: ("agent", "policy", "resources"),
-    Op.RESUME: ("resources", "policy", "agent"),
-    Op.RESTORE: ("policy", "agent", "resources"),
-}
-_CONTROL_OPS = frozenset({Op.PREPARE, Op.COMMIT, Op.RESUME, Op.RESTORE, Op.DISCARD})
-_COMMITTED_STATES = frozenset({FenceState.COMMITTED_PAUSED})
-_WAITING_PHASES = frozenset(
-    {
-        CheckpointState.PREPARING,
-        CheckpointState.COMMITTING,
-        CheckpointState.RELEASING,
-        CheckpointState.ABORTING,
-    }
+from quiesce.protocol.participant import (
+    PARTICIPANT_RULES,
+    ParticipantRules,
+    ParticipantState,
+    Recovery,
+    from_journal,
+    new_participant,
 )
 
-
-@dataclass(frozen=True)
-class ProtocolParams:
-    """The sizes of the model (`--set key=value`); the defaults are PROTOCOL.md §8's
-    reference size.
-
-    >>> ProtocolParams().siblings
-    2
-    """
-
-    siblings: int = 2
-    turns: int = 2
-    attempts: int = 2
-    triggers: int = 2
-    optimizer_steps: int = 1
-    weight_sync: int = 1
-    train_switch: int = 1
-    prepare_retries: int = 2
-    faults: int = 1
-    agents: int = 1
-    max_consecutive_failures: int = 3
-    group_scored: bool = False
-    recovery_mode: str = "restart_only"
-    crashes: bool = True
-
-    def describe(self) -> dict[str, Any]:
-        """The parameters as a JSON-ready mapping."""
-        return {
-            "siblings": self.siblings,
-            "turns": self.turns,
-            "attempts": self.attempts,
-            "triggers": self.triggers,
-            "optimizer_steps": self.optimizer_steps,
-            "weight_sync": self.weight_sync,
-            "train_switch": self.train_switch,
-            "prepare_retries": self.prepare_retries,
-            "faults": self.faults,
-            "agents": self.agents,
-            "max_consecutive_failures": self.max_consecutive_failures,
-            "group_scored": self.group_scored,
-            "recovery_mode": self.recovery_mode,
-            "crashes": self.crashes,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Env:
-    """The environment's own state and its independent ledger (all small, all hashable).
-
-    Budgets: `triggers`, `faults`, `optimizer` (0 not begun, 1 busy, 2 done),
-    `weight_sync`/`train_switch` (same encoding), `retries` (prepare retries left for the
-    attempt `retry_for`). Ledger: `completed` (attempt keys the agent completed, with
-    whether the controller kept it and the rerun count then), `trained`, `rolled_back`,
-    `dispatched` (every begin the controller sent), `committed` (ids any participant
-    committed), `reported` (ids the controller reported `completed`), `failures`
-    (consecutive retryable failures the controller reported), `bad` (violations seen on a
-    transition: property name -> why), `delayed` (a request held back in the network).
-    """
-
-    triggers: int
-    faults: int
-    optimizer: int = 0
-    weight_sync: int = 0
-    train_switch: int = 0
-    trainer_step: int = 0
-    announced: int = 0
-    retries: int = 0
-    retry_for: OpId | None = None
-    epoch: int = 1
-    crashed: tuple[tuple[str, int], ...] = ()
-    completed: frozenset[tuple[str, int, bool, int]] = frozenset()
-    trained: frozenset[tuple[str, int]] = frozenset()
-    rolled_back: frozenset[tuple[str, int]] = frozenset()
-    dispatched: frozenset[tuple[str, int]] = frozenset()
-    committed: frozenset[OpId] = frozenset()
-    commit_steps: frozenset[tuple[OpId, int]] = frozenset()
-    reported: frozenset[OpId] = frozenset()
-    failures: int = 0
-    stops: tuple[str, ...] = ()
-    bad: tuple[tuple[str, str], ...] = ()
-    delayed: tuple[str, Op, Any] | None = None
-    raised: str | None = None
-
-
-class PState:
-    """One model state: the composed system and the environment, hashed once.
-
-    Equality and hash are those of `key`, the system with the parts that carry no
-    information removed (timestamps, per-phase seconds) plus the environment.
-    """
-
-    __slots__ = ("_hash", "env", "key", "system")
-
-    def __init__(self, system: SystemState, env: Env) -> None:
-        self.system = system
-        self.env = env
-        self.key = (system, env)
-        self._hash = hash(self.key)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other: object) -> bool:
-        if self is other:
-            return True
-        if not isinstance(other, PState):
-            return NotImplemented
-        return self._hash == other._hash and self.key == other.key
-
-    def __repr__(self) -> str:
-        return f"PState(phase={label(self.system.controller.phase)}, env={self.env!r})"
+__all__ = ["Hooks", "ProtocolModel"]
 
 
 @dataclass(frozen=True)
@@ -240,16 +116,20 @@ class Hooks:
     """What a mutant swaps, so it runs through the very same model.
 
     `checkpoint`, `gate`, `deadlines`: the controller's tables (the coordinator takes them
-    as parameters). `patches`: `(module, attribute) -> value` pairs set while the model
-    steps and restored after, for behaviour that lives in module-level tables or functions
-    (the participant's `control_fence` and `agent_execution`, the cause classification, a
-    coordinator method). The unmutated model has no patches.
+    as parameters). `participant`: the participants' tables (`ParticipantRules`, which
+    `System` passes to every participant step) and `recover`: how a crashed participant
+    comes back from its journal (`System` calls it). `patches`: `(module, attribute) ->
+    value` pairs set while the model steps and restored after, for behaviour that lives in
+    module-level tables or functions (the cause classification, a coordinator method). The
+    unmutated model has no patches.
     """
 
     checkpoint: Table[Any, Any] = CHECKPOINT
     gate: Table[Any, Any] = ADMISSION_GATE
     deadlines: Table[Any, Any] = DEADLINE_REGISTRY
     patches: tuple[tuple[Any, Any, Any], ...] = ()
+    participant: ParticipantRules = PARTICIPANT_RULES
+    recover: Recovery = from_journal
 
 
 class _Patched:
@@ -309,20 +189,21 @@ class ProtocolModel(Model[PState]):
             gate=self.hooks.gate,
             deadlines=self.hooks.deadlines,
         )
-        self.system = System(coordinator, turns=self.p.turns)
-        self.agents = tuple(
-            "agent" if self.p.agents == 1 else f"agent{i}" for i in range(self.p.agents)
+        self.system = System(
+            coordinator,
+            turns=self.p.turns,
+            rules=self.hooks.participant,
+            recover=self.hooks.recover,
         )
-        self.names = ("policy", *self.agents, "resources")
-        self._roles = {"policy": "policy", "resources": "resources"}
-        self._roles.update({a: "agent" for a in self.agents})
+        self.cast = Cast.of(self.p)
+        self.judge = Judge(self.cast)
         self._actions: dict[tuple[Any, ...], Action] = {}
 
     # ------------------------------------------------------------------ setup
 
-    def _participants(self, incarnation: Mapping[str, int]) -> list[ParticipantState]:
+    def _participants(self) -> list[ParticipantState]:
         out = [new_participant({"name": "policy", "role": "policy"}, "policy-1")]
-        for agent in self.agents:
+        for agent in self.cast.agents:
             config: dict[str, Any] = {"name": agent, "role": "agent"}
             if self.p.group_scored:
                 config.update(group_scored=True, group_size=self.p.siblings)
@@ -342,16 +223,16 @@ class ProtocolModel(Model[PState]):
         return list(self._init_states())
 
     def _init_states(self) -> Iterable[PState]:
-        state, _ = self.system.start(self._participants({}))
+        state, _ = self.system.start(self._participants())
         env = Env(triggers=self.p.triggers, faults=self.p.faults)
-        opened = GroupOpened(GROUP, self.p.siblings, self.agents[0])
+        opened = GroupOpened(GROUP, self.p.siblings, self.cast.agents[0])
         try:
             with self._watchdog():
                 after, effects = self.system.input(state, opened)
         except Exception as error:  # a mutant's core raised or looped opening the group
             yield PState(state, replace(env, raised=f"{type(error).__name__}: {error}"))
             return
-        env = self._observe(after, after, effects, env)
+        env = self.judge.observe(after, after, effects, env)
         yield self._make(after, env)
 
     # ------------------------------------------------------------------ actions
@@ -398,11 +279,11 @@ class ProtocolModel(Model[PState]):
         enabled: list[Action] = []
         # Messages: delivery, and the faults that may strike each one.
         for index, message in enumerate(sys.messages):
-            text = _describe_message(message)
+            text = describe_message(message)
             enabled.append(act(f"deliver {text}", ("deliver", index)))
         # Rollouts: each live execution on an agent ends a turn or finishes.
-        for agent in self.agents:
-            for execution in _executions(sys.participant(agent)):
+        for agent in self.cast.agents:
+            for execution in executions(sys.participant(agent)):
                 if execution.state not in (ExecState.RUNNING, ExecState.PARK_REQUESTED):
                     continue
                 data = execution.data
@@ -462,25 +343,25 @@ class ProtocolModel(Model[PState]):
             enabled.append(act(f"stale {op.value} redelivered to {who}", ("redeliver",)))
         if env.faults > 0:
             for index, message in enumerate(sys.messages):
-                text = _describe_message(message)
+                text = describe_message(message)
                 if message.reply is None:
                     enabled.append(act(f"request lost: {text}", ("drop", index), True))
                     enabled.append(
                         act(f"5xx: {text}", ("fail", index, Cause.PARTICIPANT_ERROR), True)
                     )
                     enabled.append(act(f"timeout: {text}", ("fail", index, Cause.TIMEOUT), True))
-                    if env.delayed is None and message.call.op in _CONTROL_OPS:
+                    if env.delayed is None and message.call.op in CONTROL_OPS:
                         enabled.append(act(f"delayed: {text}", ("delay", index), True))
                 else:
                     enabled.append(act(f"reply lost: {text}", ("drop", index), True))
             for index in self.system.restore_replies(sys):
-                text = _describe_message(sys.messages[index])
+                text = describe_message(sys.messages[index])
                 enabled.append(
                     act(f"wrong digest at restore: {text}", ("wrong_digest", index), True)
                 )
             if p.crashes:
                 enabled.append(act("controller crashes", ("crash_controller",), True))
-                for name in self.names:
+                for name in self.cast.names:
                     enabled.append(act(f"{name} crashes", ("crash_participant", name), True))
         return enabled
 
@@ -637,500 +518,50 @@ class ProtocolModel(Model[PState]):
             sys, effects = system.crash_participant(sys, name, f"{name}-{counts[name]}")
         else:  # pragma: no cover - every payload kind is listed above
             raise ValueError(f"unknown action {action.label!r}")
-        env = self._observe(before, sys, effects, env, delivered=kind == "deliver")
+        env = self.judge.observe(before, sys, effects, env, delivered=kind == "deliver")
         return self._make(sys, env)
 
     def _make(self, sys: SystemState, env: Env) -> PState:
         return PState(_normalise(sys), env)
 
-    # ------------------------------------------------------------------ observation
-
-    def _observe(
-        self,
-        before: SystemState,
-        after: SystemState,
-        effects: Sequence[Any],
-        env: Env,
-        delivered: bool = False,
-    ) -> Env:
-        """Update the environment's ledger from what a step did (effects and the
-        participants' states), and note any violation only a transition can show."""
-        bad = list(env.bad)
-        completed = set(env.completed)
-        dispatched = set(env.dispatched)
-        committed = set(env.committed)
-        commit_steps = set(env.commit_steps)
-        reported = set(env.reported)
-        failures = env.failures
-        stops = list(env.stops)
-        ledger = after.controller.ledger
-        reruns = ledger.counters.group_reruns
-        # Completions: an agent execution that became `completed` in this step.
-        for agent in self.agents:
-            was = {e.data.key: e.state for e in _executions(before.participant(agent))}
-            for execution in _executions(after.participant(agent)):
-                key = execution.data.key
-                if (
-                    execution.state is ExecState.COMPLETED
-                    and was.get(key) is not ExecState.COMPLETED
-                ):
-                    if any(c[:2] == key for c in completed):
-                        continue
-                    kept = _kept(after, key)
-                    completed.add((key[0], key[1], kept, reruns))
-        # The receipts of the ACK batches delivered in this step (their requests left).
-        remaining = {id(m) for m in after.messages}
-        delivered_acks = {
-            (owed.rollout_id, owed.attempt, owed.receipt)
-            for m in before.messages
-            if delivered and m.call.op is Op.ACK and m.reply is None and id(m) not in remaining
-            for owed in m.call.payload or ()
-        }
-        # Only an ACK releases a result (M3, S17): a completed execution that leaves its
-        # agent must leave an acked refusal key behind (a crash keeps it in the journal).
-        for agent in self.agents:
-            now_held = {e.data.key for e in _executions(after.participant(agent))}
-            role = after.participant(agent).role
-            for execution in _executions(before.participant(agent)):
-                key = execution.data.key
-                if execution.state is not ExecState.COMPLETED or key in now_held:
-                    continue
-                keys = getattr(role, "refusal_keys", ())
-                receipt = (key[0], key[1], execution.data.receipt)
-                acked = receipt in keys or receipt in delivered_acks
-                if not acked:
-                    bad.append(("I1", f"{key[0]}#{key[1]} released by its agent without an ACK"))
-        # Commits: a participant whose fence reached committed_paused with an id.
-        for participant in after.participants:
-            fence = participant.fence
-            active = fence.data.active
-            if fence.state in _COMMITTED_STATES and active is not None and active not in committed:
-                committed.add(active)
-                commit_steps.add((active, env.trainer_step))
-        staged: dict[OpId, set[tuple[str, str]]] = {}
-        for effect in effects:
-            if isinstance(effect, Dispatch):
-                key = (effect.rollout_id, effect.attempt)
-                if key in dispatched:
-                    bad.append(("I2", f"attempt {key[0]}#{key[1]} dispatched twice"))
-                dispatched.add(key)
-                self._check_redispatch(after, env, key, completed, bad, effects)
-            elif isinstance(effect, Outcome):
-                if effect.result == "completed":
-                    reported.add(effect.checkpoint_id)
-                    failures = 0
-                elif effect.result == "failed" and effect.retryable:
-                    failures += 1
-            elif isinstance(effect, Stopped):
-                stops.append(effect.reason)
-            elif isinstance(effect, WriteStaging):
-                staged.setdefault(effect.checkpoint_id, set()).add(
-                    (effect.participant, effect.digest)
-                )
-            elif isinstance(effect, CaptureCut):
-                steps = {s for x, s in commit_steps if x == effect.checkpoint_id}
-                if env.optimizer == 1 or any(s != env.trainer_step for s in steps):
-                    bad.append(("I8", f"cut of {effect.checkpoint_id} after the trainer moved"))
-                if effect.ledger is not None and effect.ledger.pending_acks():
-                    bad.append(("I8", f"cut of {effect.checkpoint_id} with ACKs pending"))
-            elif isinstance(effect, Publish):
-                self._check_publish(before, after, effect.checkpoint_id, committed, bad)
-        self._check_order(before, after, bad)
-        if len(bad) > len(env.bad):
-            bad = sorted(set(bad))
-        return replace(
-            env,
-            completed=frozenset(completed),
-            dispatched=frozenset(dispatched),
-            committed=frozenset(committed),
-            commit_steps=frozenset(commit_steps),
-            reported=frozenset(reported),
-            failures=failures,
-            stops=tuple(stops),
-            bad=tuple(bad),
-        )
-
-    def _check_redispatch(
-        self,
-        after: SystemState,
-        env: Env,
-        key: tuple[str, int],
-        completed: set[tuple[str, int, bool, int]],
-        bad: list[tuple[str, str]],
-        effects: Sequence[Any],
-    ) -> None:
-        rollout, attempt = key
-        reruns = after.controller.ledger.counters.group_reruns
-        for done_rollout, done_attempt, kept, reruns_then in completed:
-            if done_rollout != rollout or done_attempt >= attempt or not kept:
-                continue
-            if (done_rollout, done_attempt) in env.rolled_back:
-                continue
-            if reruns <= reruns_then:
-                bad.append(("I2", f"sealed {rollout}#{done_attempt} run again as #{attempt}"))
-        if self.p.group_scored and attempt > 0:
-            group = rollout.rpartition("/")[0]
-            together = {e.rollout_id for e in effects if isinstance(e, Dispatch)}
-            siblings = {f"{group}/{s}" for s in range(self.p.siblings)}
-            if not siblings <= together:
-                bad.append(("I2", f"group-scored sibling {rollout} retried alone"))
-
-    def _check_publish(
-        self,
-        before: SystemState,
-        after: SystemState,
-        op_id: OpId,
-        committed: set[OpId],
-        bad: list[tuple[str, str]],
-    ) -> None:
-        for participant in after.participants:
-            fence = participant.fence
-            if fence.data.active != op_id or fence.state is not FenceState.COMMITTED_PAUSED:
-                bad.append(
-                    (
-                        "I8",
-                        f"{op_id} published while {participant.config.name} is not committed to it",
-                    )
-                )
-                continue
-            reply = fence.data.result(op_id, _COMMIT_OP)
-            if not isinstance(reply, CommitReply):
-                bad.append(("I8", f"{op_id} published without {participant.config.name}'s commit"))
-        attempt = after.controller.attempt
-        if attempt is not None and attempt.op_id == op_id:
-            recorded = {
-                p.config.name: r.digest
-                for p in after.participants
-                if isinstance(r := p.fence.data.result(op_id, _COMMIT_OP), CommitReply)
-            }
-            if dict(attempt.digests) != recorded:
-                bad.append(("I8", f"{op_id} staged digests differ from the participants'"))
-
-    def _check_order(
-        self, before: SystemState, after: SystemState, bad: list[tuple[str, str]]
-    ) -> None:
-        """I5: a control call to a role goes out only when every earlier role of the phase
-        has done that op for that id (checked at the moment the call is sent)."""
-        old = {id(m.call) for m in before.messages}
-        for message in after.messages:
-            call = message.call
-            if message.reply is not None or id(call) in old or call.op not in _CONTROL_OPS:
-                continue
-            if call.op_id is None:
-                continue
-            order = _PHASE_ORDER.get(call.op)
-            if order is None:
-                continue
-            role = self._roles.get(call.participant)
-            if role is None:
-                continue
-            for earlier in order[: order.index(role)]:
-                for participant in after.participants:
-                    if self._roles.get(participant.config.name) != earlier:
-                        continue
-                    if not _done(participant, call.op, call.op_id):
-                        bad.append(
-                            (
-                                "I5",
-                                f"{call.op.value}({call.op_id}) to {call.participant}"
-                                f" before {participant.config.name}",
-                            )
-                        )
-
     # ------------------------------------------------------------------ properties
 
     def properties(self) -> Sequence[Always]:
-        return (
-            always("I1", self._i1, "nothing completed is lost"),
-            always("I2", lambda s: not _flags(s, "I2"), "nothing runs twice"),
-            always("I3", self._i3, "publish-or-abort"),
-            always("I4", self._i4, "gates: held iff some owner holds"),
-            always("I5", lambda s: not _flags(s, "I5"), "phase order (§3)"),
-            always("I6", self._i6, "bounded calls: the controller waits only on live calls"),
-            always("I8", lambda s: not _flags(s, "I8"), "consistent snapshot"),
-        )
-
-    def _i1(self, state: PState) -> bool:
-        if _flags(state, "I1"):
-            return False
-        sys, env = state.system, state.env
-        ledger = sys.controller.ledger
-        held = {
-            e.data.key
-            for agent in self.agents
-            for e in _executions(sys.participant(agent))
-            if e.state is ExecState.COMPLETED
-        }
-        waiting = {a.key for a in ledger.sealed_untrained()}
-        discarded = 0
-        for rollout, attempt, _kept, _ in env.completed:
-            key = (rollout, attempt)
-            if key in env.trained or key in env.rolled_back or key in held or key in waiting:
-                continue
-            # Neither trained, nor waiting, nor held, nor rolled back: it must have been
-            # discarded on purpose (a late completion after its deadline, or a sealed
-            # sibling of a whole-group rerun), and the ledger must have counted it.
-            discarded += 1
-        counters = ledger.counters
-        # Completions the controller no longer owns (compacted, or from before a restart)
-        # are ACKed and counted apart from the ledger.
-        unowned = getattr(sys.controller, "unowned_dropped", 0)
-        counted = counters.discarded_siblings + counters.late_completions_dropped + unowned
-        return discarded <= counted
-
-    def _i3(self, state: PState) -> bool:
-        sys, env = state.system, state.env
-        if sys.controller.phase is not CheckpointState.IDLE:
-            return True
-        if any(m.call.op in _CONTROL_OPS for m in sys.messages):
-            return True
-        for participant in sys.participants:
-            if participant.fence.state is not FenceState.IDLE:
-                return False
-        for op_id in env.committed:
-            if op_id in sys.store.staging:
-                return False
-            if (op_id in sys.store.published) != (op_id in env.reported):
-                return False
-        return True
-
-    def _i4(self, state: PState) -> bool:
-        sys, env = state.system, state.env
-        controller = sys.controller
-        phase = controller.phase
-        checkpoint = phase is not CheckpointState.IDLE
-        gate = {"checkpoint"} if checkpoint else set()
-        if env.weight_sync == 1:
-            gate.add("weight_sync")
-        if env.train_switch == 1:
-            gate.add("train_switch")
-        deadlines = {"checkpoint"} if checkpoint else set()
-        if env.train_switch == 1:
-            deadlines.add("train_switch")
-        # A restarted controller's restore (M9) holds both while it runs, and only then.
-        restore = controller.restore
-        if restore is not None and label(restore.state) not in ("idle", "restore_failed"):
-            gate.add("restore")
-            if "restore" in controller.deadlines.data.holders:
-                deadlines.add("restore")
-        if set(controller.gate.data) != gate or (label(controller.gate.state) == "open") != (
-            not gate
-        ):
-            return False
-        registry = controller.deadlines
-        if set(registry.data.holders) != deadlines:
-            return False
-        running = registry.state is RegistryState.RUNNING
-        if running == bool(deadlines):
-            return False
-        armed = any(group_of_timer(name) is not None for name, _ in sys.timers)
-        return not (armed and not running)
-
-    def _i6(self, state: PState) -> bool:
-        sys = state.system
-        attempt = sys.controller.attempt
-        if attempt is None or sys.controller.phase is CheckpointState.STOPPED:
-            return True
-        flying = {(m.call.participant, m.call.op, m.call.op_id) for m in sys.messages}
-        phase = sys.controller.phase
-        # In abort_pending/release_pending the controller waits on its retry timer, not on
-        # the calls of the failed round.
-        if attempt.phase is not None and phase in _WAITING_PHASES:
-            op = PHASES[attempt.phase][0]
-            timers = {name for name, _ in sys.timers}
-            # A not-ready participant is asked again by the retry timer, and the prepare
-            # deadline bounds the whole phase: both are the controller's own timers.
-            paced = any(t.startswith(("prepare_retry:", "prepare_deadline:")) for t in timers)
-            for participant, op_id in attempt.waiting:
-                if (participant, op, op_id) in flying:
-                    continue
-                if not (participant in attempt.not_ready and paced):
-                    return False
-        if phase not in (CheckpointState.FLUSHING_ACKS, CheckpointState.CAPTURING):
-            return True
-        acking = {m.call.participant for m in sys.messages if m.call.op is Op.ACK}
-        return attempt.acking <= acking
+        return self.judge.properties()
 
     def is_goal(self, state: PState) -> bool:
-        sys, env = state.system, state.env
-        if env.raised:
-            return False
-        phase = sys.controller.phase
-        if phase is CheckpointState.STOPPED:
-            # Legitimate only after more than max_consecutive_failures retryable failures.
-            return env.failures > self.p.max_consecutive_failures
-        if phase is not CheckpointState.IDLE or sys.controller.gate.data:
-            return False
-        if any(m.call.op in _CONTROL_OPS for m in sys.messages):
-            return False
-        return all(p.fence.state is FenceState.IDLE for p in sys.participants)
+        return self.judge.is_goal(state)
 
     # ------------------------------------------------------------------ symmetry
 
     def canonical(self, state: PState) -> Any:
-        return _canonical(self, state)
+        return canonical_key(self.p, state)
 
     # ------------------------------------------------------------------ traces
 
     def describe_state(self, state: PState) -> dict[str, Any]:
-        sys, env = state.system, state.env
-        controller = sys.controller
-        attempt = controller.attempt
-        return {
-            "checkpoint": label(controller.phase),
-            "attempt": None if attempt is None else str(attempt.op_id),
-            "admission_gate": sorted(controller.gate.data),
-            "deadline_registry": [
-                label(controller.deadlines.state),
-                sorted(controller.deadlines.data.holders),
-            ],
-            "fences": {
-                p.config.name: [
-                    label(p.fence.state),
-                    _text(p.fence.data.active),
-                    _text(p.fence.data.high_watermark),
-                ]
-                for p in sys.participants
-            },
-            "executions": {
-                f"{e.data.rollout_id}#{e.data.attempt}": [label(e.state), e.data.turn]
-                for agent in self.agents
-                for e in _executions(sys.participant(agent))
-            },
-            "ledger": {
-                f"{a.rollout_id}#{a.attempt}": label(a.state) for a in controller.ledger.attempts
-            },
-            "messages": [_describe_message(m) for m in sys.messages],
-            "timers": [name for name, _ in sys.timers],
-            "store": {
-                "intent": None if sys.store.intent is None else str(sys.store.intent[0]),
-                "published": sorted(str(x) for x in sys.store.published),
-            },
-            "env": {
-                "triggers_left": env.triggers,
-                "faults_left": env.faults,
-                "trainer_step": env.trainer_step,
-                "completed": sorted(f"{r}#{a}" for r, a, _, _ in env.completed),
-                "trained": sorted(f"{r}#{a}" for r, a in env.trained),
-                "violations": [f"{p}: {why}" for p, why in env.bad],
-                "raised": env.raised,
-            },
-        }
+        return describe_state(self.cast, state)
 
     def tables(self) -> Sequence[str]:
-        names = ["checkpoint", "admission_gate", "deadline_registry"]
-        names += [f"control_fence[{n}]" for n in self.names]
-        for sibling in range(self.p.siblings):
-            for attempt in range(self.p.attempts + 1):
-                # `/` would not survive as a file name (`--trace-out`): g0/1#0 is g0-1#0.
-                names.append(f"agent_execution[{GROUP}-{sibling}#{attempt}]")
-        return names
+        return table_names(self.cast)
 
     def project(self, trace: Trace[PState], table: str) -> list[dict[str, str]]:
         if table not in self.tables():
             return super().project(trace, table)
-        view = _VIEWS[table.partition("[")[0]]
-        target = table.partition("[")[2].rstrip("]")
-        steps: list[dict[str, str]] = []
-        initial = label(_table_of(table).initial)
-        for before, _action, after in trace.transitions():
-            old, new = view(self, before, target), view(self, after, target)
-            if new is None or old == new:
-                continue
-            steps.extend(_table_steps(table, initial if old is None else old, new))
-        return steps
+        return project(self.cast, trace, table)
 
     def participants(self) -> Sequence[str]:
-        return ("environment", "controller", *self.names)
+        return ("environment", "controller", *self.cast.names)
 
     def message(self, before: PState, action: Action, after: PState) -> tuple[str, str, str] | None:
-        kind = action.payload[0]
-        if kind in ("deliver", "drop", "fail", "delay", "wrong_digest"):
-            message = before.system.messages[action.payload[1]]
-            call = message.call
-            what = f"{call.op.value}({_text(call.op_id) or ''})"
-            if kind == "fail":
-                what += f" {action.payload[2].value}"
-            if message.reply is None:
-                return ("controller", call.participant, what)
-            return (call.participant, "controller", f"{what} -> {_reply_text(message.reply)}")
-        if kind in ("turn", "finish"):
-            return (
-                action.payload[1],
-                "controller" if kind == "finish" else action.payload[1],
-                action.label,
-            )
-        if kind == "redeliver":
-            who = before.env.delayed[0] if before.env.delayed else "controller"
-            return ("environment", who, action.label)
-        if kind == "crash_participant":
-            return (action.payload[1], action.payload[1], action.label)
-        return ("environment", "controller", action.label)
+        return sequence_arrow(before, action)
 
 
 # ============================================================================ helpers
 
-_COMMIT_OP = FenceOp.COMMIT
-
-
-def _executions(participant: ParticipantState) -> tuple[Any, ...]:
-    return getattr(participant.role, "executions", ())
-
-
-def _kept(sys: SystemState, key: tuple[str, int]) -> bool:
-    """Did the controller keep this completion (seal it), rather than drop it late?"""
-    try:
-        return sys.controller.ledger.attempt(key).state is AttemptState.SEALED
-    except Exception:
-        return False
-
-
-def _done(participant: ParticipantState, op: Op, op_id: OpId) -> bool:
-    """Has `participant` finished `op` for `op_id` (for the I5 order check)?"""
-    fence = participant.fence
-    if op is Op.PREPARE:
-        return fence.data.active == op_id and fence.state in (
-            FenceState.PREPARED,
-            FenceState.COMMITTING,
-            FenceState.COMMITTED_PAUSED,
-        )
-    if op is Op.COMMIT:
-        return fence.data.active == op_id and fence.state is FenceState.COMMITTED_PAUSED
-    if op is Op.RESTORE:
-        return fence.data.active == op_id and fence.state is FenceState.RESTORED_PAUSED
-    return fence.data.active != op_id
-
-
-def _flags(state: PState, prop: str) -> bool:
-    return any(name == prop for name, _ in state.env.bad)
-
 
 def _call_failed(call: Any, cause: Cause) -> CallFailed:
     return CallFailed(call.participant, call.op, call.op_id, cause)
-
-
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _reply_text(reply: Message) -> str:
-    if isinstance(reply, ErrorReply):
-        return reply.code
-    status = getattr(reply, "status", None)
-    return status or type(reply).__name__
-
-
-def _describe_message(message: InFlight) -> str:
-    call = message.call
-    if call.op_id is not None:
-        what = f"{call.op.value}({call.op_id})"
-    elif call.op is Op.RETIRE:
-        what = f"retire({call.payload[0]}#{call.payload[1]})"
-    else:
-        what = f"{call.op.value}({len(call.payload or ())})"
-    if message.reply is None:
-        return f"{what} -> {call.participant}"
-    return f"{what} <- {call.participant}: {_reply_text(message.reply)}"
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -1164,109 +595,3 @@ def _normalise(sys: SystemState) -> SystemState:
         if ordered != messages:
             sys = replace(sys, messages=ordered)
     return sys
-
-
-# ------------------------------------------------------------------ projections
-
-
-def _view_checkpoint(model: ProtocolModel, state: PState, _target: str) -> str | None:
-    return label(state.system.controller.phase)
-
-
-def _view_gate(model: ProtocolModel, state: PState, _target: str) -> str | None:
-    return label(state.system.controller.gate.state)
-
-
-def _view_registry(model: ProtocolModel, state: PState, _target: str) -> str | None:
-    return label(state.system.controller.deadlines.state)
-
-
-def _view_fence(model: ProtocolModel, state: PState, target: str) -> str | None:
-    return label(state.system.participant(target).fence.state)
-
-
-def _view_execution(model: ProtocolModel, state: PState, target: str) -> str | None:
-    rollout, _, attempt = target.rpartition("#")
-    group, _, sibling = rollout.rpartition("-")
-    rollout = f"{group}/{sibling}"
-    key = (rollout, int(attempt))
-    for agent in model.agents:
-        participant = state.system.participant(agent)
-        for execution in _executions(participant):
-            if execution.data.key == key:
-                return label(execution.state)
-        role = participant.role
-        highest = getattr(role, "highest_retired", None)
-        if highest is not None and key[1] <= highest(rollout):
-            for r, a, receipt in getattr(role, "refusal_keys", ()):
-                if r == rollout and a == key[1]:
-                    return "acked" if receipt else "tombstoned"
-            return "tombstoned"
-    return None
-
-
-_VIEWS: dict[str, Callable[[ProtocolModel, PState, str], str | None]] = {
-    "checkpoint": _view_checkpoint,
-    "admission_gate": _view_gate,
-    "deadline_registry": _view_registry,
-    "control_fence": _view_fence,
-    "agent_execution": _view_execution,
-}
-
-
-def _table_of(table: str) -> Table[Any, Any]:
-    from quiesce.protocol.machines import AGENT_EXECUTION
-
-    tables: dict[str, Table[Any, Any]] = {
-        "checkpoint": CHECKPOINT,
-        "admission_gate": ADMISSION_GATE,
-        "deadline_registry": DEADLINE_REGISTRY,
-        "control_fence": CONTROL_FENCE,
-        "agent_execution": AGENT_EXECUTION,
-    }
-    return tables[table.partition("[")[0]]
-
-
-def _table_steps(table: str, old: str, new: str) -> list[dict[str, str]]:
-    """The table steps of one model step that moved `table` from `old` to `new`.
-
-    One model step may run several transitions of a table at once (a trigger runs
-    `idle -> closing_admission -> flushing_acks -> preparing` in one controller step), so
-    the steps are the shortest chain of the table's own rows from `old` to `new`; each one
-    is a row of the table, so the engine's `--trace` accepts it.
-    """
-    found = _table_of(table)
-    edges: dict[str, list[tuple[str, str]]] = {}
-    for row in found.rows:
-        if row.target is None:
-            continue
-        for source in row.sources:
-            edges.setdefault(label(source), []).append((label(row.input), label(row.target)))
-    previous: dict[str, tuple[str, str]] = {}
-    frontier = [old]
-    seen = {old}
-    while frontier and new not in seen:
-        following = []
-        for here in frontier:
-            for name, target in edges.get(here, ()):
-                if target not in seen:
-                    seen.add(target)
-                    previous[target] = (here, name)
-                    following.append(target)
-        frontier = following
-    if new not in previous:
-        return []
-    chain: list[dict[str, str]] = []
-    at = new
-    while at != old:
-        came_from, via = previous[at]
-        chain.append({"state": came_from, "input": via, "target": at})
-        at = came_from
-    chain.reverse()
-    return chain
-
-
-def _canonical(model: ProtocolModel, state: PState) -> Any:
-    from quiesce.models._protocol_symmetry import canonical_key
-
-    return canonical_key(model, state)

@@ -12,7 +12,8 @@ from dataclasses import fields
 from typing import Any
 
 from quiesce.models._mutants import MUTANTS, mutant_hooks
-from quiesce.models._protocol_model import ProtocolModel, ProtocolParams
+from quiesce.models._protocol_model import ProtocolModel
+from quiesce.models._protocol_state import ProtocolParams
 from quiesce.models._registry import ModelSpec, Param, register_model
 
 __all__ = ["PROTOCOL_SPEC"]

@@ -1,6 +1,6 @@
 """Symmetry of the `protocol` model: the siblings of a prompt group are interchangeable.
 
-What lives here: `canonical_key(model, state)`, the representative `--symmetry` stores for
+What lives here: `canonical_key(params, state)`, the representative `--symmetry` stores for
 a `PState`: the state rewritten under every permutation of the group's siblings (rollout
 ids, receipts, sibling indexes, blocker texts), each turned into an order-free fingerprint
 (sets and collections sorted), and the least of them kept. Two states that differ only by
@@ -13,14 +13,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import fields, is_dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
+from quiesce.models._protocol_state import GROUP, ProtocolParams, PState
 from quiesce.protocol.participant import receipt_for
-
-if TYPE_CHECKING:
-    from quiesce.models._protocol_model import ProtocolModel, PState
 
 __all__ = ["canonical_key"]
 
@@ -113,11 +111,10 @@ class _Renamer:
 _RENAMERS: dict[tuple[str, int, int], list[_Renamer]] = {}
 
 
-def canonical_key(model: ProtocolModel, state: PState) -> Any:
-    """The least fingerprint of `state` over every permutation of the siblings."""
-    from quiesce.models._protocol_model import GROUP
-
-    siblings, attempts = model.p.siblings, model.p.attempts
+def canonical_key(params: ProtocolParams, state: PState) -> Any:
+    """The least fingerprint of `state` (a state of the model at `params`) over every
+    permutation of the siblings."""
+    siblings, attempts = params.siblings, params.attempts
     renamers = _RENAMERS.get((GROUP, siblings, attempts))
     if renamers is None:
         renamers = [

@@ -31,6 +31,11 @@ A controller crash keeps the store, the trainer anchor and the participants (and
 already in flight, which may still arrive: S15); the restarted controller finishes the
 in-flight id, restores (M9) and is idle again once its calls are delivered. A participant
 crash keeps exactly its journal (§6).
+
+What runs where: the coordinator is the caller's (its tables are its parameters); every
+participant steps by the `ParticipantRules` given as `rules` and comes back from a crash
+through `recover` (`from_journal` by default), so a mutant of either side runs through
+these very actions.
 """
 
 from __future__ import annotations
@@ -85,7 +90,10 @@ from quiesce.protocol.controller import (
     WriteStaging,
 )
 from quiesce.protocol.participant import (
+    PARTICIPANT_RULES,
+    ParticipantRules,
     ParticipantState,
+    Recovery,
     capabilities,
     from_journal,
     handle,
@@ -214,21 +222,37 @@ class SystemState:
         """Indexes of in-flight replies, oldest first."""
         return tuple(i for i, m in enumerate(self.messages) if m.reply is not None)
 
+    def with_participant(self, participant: ParticipantState) -> SystemState:
+        """This state with `participant` in place of the one of the same name."""
+        name = participant.config.name
+        members = tuple(participant if p.config.name == name else p for p in self.participants)
+        return replace(self, participants=members)
+
 
 Effects = tuple[ControllerEffect, ...]
 
 
 class System:
-    """The actions of the composed system (pure; holds only the coordinator).
+    """The actions of the composed system (pure; holds only the coordinator, the
+    participants' `rules` and their `recover`y from a journal).
 
     >>> from quiesce.protocol._config import QuiesceConfig
     >>> system = System(Coordinator(QuiesceConfig()))  # doctest: +SKIP
     >>> state, effects = system.start([policy, agent, resources])  # doctest: +SKIP
     """
 
-    def __init__(self, coordinator: Coordinator, *, turns: int = 2) -> None:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        *,
+        turns: int = 2,
+        rules: ParticipantRules = PARTICIPANT_RULES,
+        recover: Recovery = from_journal,
+    ) -> None:
         self.coordinator = coordinator
         self.turns = turns  # turns of every dispatched rollout
+        self.rules = rules
+        self.recover = recover
         self.save_period = coordinator.config.save_period
         self.keep_latest_k = coordinator.config.keep_latest_k
 
@@ -281,8 +305,8 @@ class System:
     ) -> tuple[SystemState, Message, Effects]:
         """An agent execution reports progress (`boundary`, `finish`); a finish that
         completes is reported to the controller as `RolloutCompleted`."""
-        after, reply, _ = handle(state.participant(agent), op, request, state.now)
-        state = _with_participant(state, after)
+        after, reply, _ = handle(state.participant(agent), op, request, state.now, rules=self.rules)
+        state = state.with_participant(after)
         events: list[ControllerInput] = []
         if isinstance(reply, ExecutionReply) and reply.receipt is not None and op == "finish":
             receipt = reply.receipt
@@ -318,8 +342,9 @@ class System:
             state = replace(state, messages=rest)
             return self._feed(state, [Reply(call.participant, call.op, call.op_id, message.reply)])
         participant = state.participant(call.participant)
-        after, reply, _ = handle(participant, call.op, _request(call, state.store), state.now)
-        state = _with_participant(replace(state, messages=rest), after)
+        request = _request(call, state.store)
+        after, reply, _ = handle(participant, call.op, request, state.now, rules=self.rules)
+        state = replace(state, messages=rest).with_participant(after)
         return replace(state, messages=(*state.messages, InFlight(call, reply))), ()
 
     def drop(self, state: SystemState, index: int) -> tuple[SystemState, Effects]:
@@ -370,8 +395,10 @@ class System:
     ) -> tuple[SystemState, Message]:
         """A stale request arrives at `participant` long after it was sent; its reply goes
         nowhere (the call it answered is long over)."""
-        after, reply, _ = handle(state.participant(participant), op, request, state.now)
-        return _with_participant(state, after), reply
+        after, reply, _ = handle(
+            state.participant(participant), op, request, state.now, rules=self.rules
+        )
+        return state.with_participant(after), reply
 
     # ------------------------------------------------------------------ time and crashes
 
@@ -411,8 +438,8 @@ class System:
     ) -> tuple[SystemState, Effects]:
         """Participant `name` dies and restarts as `incarnation`, keeping its journal (§6);
         requests and replies in flight to or from it are lost."""
-        rebuilt = from_journal(journal_of(state.participant(name)), incarnation)
-        state = _with_participant(state, rebuilt)
+        rebuilt = self.recover(journal_of(state.participant(name)), incarnation, self.rules)
+        state = state.with_participant(rebuilt)
         effects: list[ControllerEffect] = []
         while True:
             lost = [i for i, m in enumerate(state.messages) if m.call.participant == name]
@@ -513,10 +540,11 @@ class System:
                 turns=self.turns,
                 resume_from_turn=effect.resume_from_turn,
             )
-            after, reply, _ = handle(state.participant(effect.agent), "begin", request, state.now)
+            agent = state.participant(effect.agent)
+            after, reply, _ = handle(agent, "begin", request, state.now, rules=self.rules)
             if isinstance(reply, ErrorReply):
                 queue.append(RolloutFailed(effect.rollout_id, effect.attempt))
-            return _with_participant(state, after)
+            return state.with_participant(after)
         return state
 
     @staticmethod
@@ -556,14 +584,6 @@ def _load(store: Store, snapshot_id: OpId) -> SnapshotLoaded | SnapshotLoadFaile
     if snapshot is None or snapshot_id not in store.published or snapshot.ledger is None:
         return SnapshotLoadFailed(snapshot_id, "corrupt")
     return SnapshotLoaded(snapshot_id, snapshot.digests, snapshot.ledger)
-
-
-def _with_participant(state: SystemState, participant: ParticipantState) -> SystemState:
-    name = participant.config.name
-    return replace(
-        state,
-        participants=tuple(participant if p.config.name == name else p for p in state.participants),
-    )
 
 
 def _request(call: Call, store: Store) -> Any:

@@ -25,7 +25,8 @@ ledger: what the world itself recorded (the trainer's lineage, the dataloader's
 consumption, the sizes of the groups it opened, the train switch and weight sync it began),
 the participants' own records (fences, high-watermarks), the durable stores (intent
 record, published snapshots), a log of every control call as the participants' clients
-saw it, and the inputs and effects at the coordinator's boundary. The coordinator's own
+saw it, and the inputs and effects at the coordinator's boundary (the records are
+`quiesce.models._system_ledger`'s). The coordinator's own
 bookkeeping (its ledger, gate, registry) is never the evidence; its phase only says *when*
 a property is due ("once the controller is idle").
 
@@ -62,7 +63,6 @@ import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -78,7 +78,6 @@ from hypothesis.stateful import (
 from quiesce.adapters import (
     CONTROL_OPS,
     CUT_ARTIFACT,
-    CompletionsReply,
     ControllerCut,
     ControllerJournal,
     Driver,
@@ -97,6 +96,14 @@ from quiesce.adapters import (
 )
 from quiesce.fsm import QuiesceError
 from quiesce.models._protocol_model import Hooks, _Patched
+from quiesce.models._registry import UnsupportedOption
+from quiesce.models._system_ledger import (
+    CallLog,
+    CallRecord,
+    LoggedParticipant,
+    SystemViolation,
+    World,
+)
 from quiesce.protocol import OpId, QuiesceConfig
 from quiesce.protocol.controller import (
     ControllerEffect,
@@ -120,16 +127,9 @@ from quiesce.protocol.controller import (
     restore_active,
 )
 from quiesce.protocol.machines import CheckpointState, GateState, GroupState, group_of_timer
-from quiesce.protocol.participant import ParticipantOp
-from quiesce.protocol.wire import BeginRequest, ControlRequest, ErrorReply, Message
+from quiesce.protocol.participant import PARTICIPANT_RULES, ParticipantOp, from_journal
 
-__all__ = [
-    "CallRecord",
-    "SystemMachine",
-    "SystemRun",
-    "SystemViolation",
-    "system_machine",
-]
+__all__ = ["SystemMachine", "SystemRun", "system_machine"]
 
 T = TypeVar("T")
 
@@ -152,83 +152,6 @@ _FAULT_OPS = tuple(sorted(CONTROL_OPS - {ParticipantOp.DISCARD}, key=lambda op: 
 _EPSILON = 1e-9
 
 
-class SystemViolation(QuiesceError, AssertionError):
-    """An invariant of PROTOCOL.md §5 failed on the running system: `invariant` names it
-    (`I1`..`I8`), `detail` says what the independent ledger saw."""
-
-    def __init__(self, invariant: str, detail: str) -> None:
-        self.invariant = invariant
-        self.detail = detail
-        super().__init__(f"{invariant}: {detail}")
-
-
-@dataclass(slots=True)
-class CallRecord:
-    """One control call as the participant's client saw it: sent by controller number
-    `generation` (1 for the first, +1 per restart), `ended` None while in flight;
-    `outcome` is `reply`, `refused:<code>` or the failure's class name."""
-
-    generation: int
-    participant: str
-    role: str
-    op: ParticipantOp
-    op_id: OpId | None
-    started: float
-    deadline: float | None
-    key: tuple[str, int] | None = None
-    ended: float | None = None
-    outcome: str = "in_flight"
-
-
-class _LoggedParticipant(Participant):
-    """A participant client that records every call it carries (the call log)."""
-
-    def __init__(self, inner: Participant, role: str, run: SystemRun) -> None:
-        self.name = inner.name
-        self._inner = inner
-        self._role = role
-        self._run = run
-
-    async def send(
-        self, op: ParticipantOp, request: Message | None, deadline_at: float | None
-    ) -> Message:
-        return await self._inner.call(op, request, deadline_at)
-
-    async def call(
-        self, op: ParticipantOp, request: Message | None, deadline_at: float | None = None
-    ) -> Message:
-        """Carry the call through the wrapped client and record it."""
-        op_id = request.op_id if isinstance(request, ControlRequest) else None
-        op_id = getattr(request, "op_id", op_id)
-        key = (request.rollout_id, request.attempt) if isinstance(request, BeginRequest) else None
-        record = CallRecord(
-            self._run.generation,
-            self.name,
-            self._role,
-            op,
-            op_id if isinstance(op_id, OpId) else None,
-            self._run.clock.now(),
-            deadline_at,
-            key,
-        )
-        self._run.calls.append(record)
-        try:
-            reply = await self._inner.call(op, request, deadline_at)
-        except BaseException as error:
-            record.outcome = type(error).__name__
-            raise
-        finally:
-            record.ended = self._run.clock.now()
-        record.outcome = f"refused:{reply.code}" if isinstance(reply, ErrorReply) else "reply"
-        return reply
-
-    async def completions(self, *, deadline_at: float | None = None) -> CompletionsReply:
-        """The wrapped client's completed-but-unACKed receipts."""
-        completions = getattr(self._inner, "completions")  # noqa: B009 - not on the ABC
-        reply: CompletionsReply = await completions(deadline_at=deadline_at)
-        return reply
-
-
 def _scratch_dir() -> str | None:
     """A RAM-backed directory when there is one: the machine checks the protocol, not
     the disk, and fsyncs to a real disk would cost most of its time."""
@@ -247,24 +170,6 @@ def _default_config(rollout_timeout_s: float) -> QuiesceConfig:
         max_consecutive_failures=3,
         keep_latest_k=1000,  # I3 and I8 look at every snapshot ever published
     )
-
-
-@dataclass
-class _World:
-    """What the environment itself did (the independent ledger's inputs)."""
-
-    sizes: dict[int, int] = field(default_factory=dict)
-    pushed: set[int] = field(default_factory=set)
-    budget: int = 0
-    training: tuple[FinishedGroup, ...] | None = None
-    train_switch: bool = False
-    weight_sync: bool = False
-    switch_on: bool = False
-    sync_on: bool = False
-    faults: int = 0
-    crashes: int = 0
-    restarts: int = 0
-    violations: list[SystemViolation] = field(default_factory=list)
 
 
 class SystemRun:
@@ -295,6 +200,14 @@ class SystemRun:
     ) -> None:
         self.config = config or _default_config(30.0)
         self.hooks = hooks or Hooks()
+        if self.hooks.participant != PARTICIPANT_RULES or self.hooks.recover is not from_journal:
+            # The in-memory fleet's hosts step their participants by the protocol's rules.
+            raise UnsupportedOption(
+                "system_machine",
+                "mutant",
+                "participant tables and journal recovery run in the protocol model only "
+                "(quiesce check --mutant NAME); give this machine controller hooks",
+            )
         self.turns = turns
         self.clock = VirtualClock(seed=seed)
         self.root = Path(tempfile.mkdtemp(prefix="quiesce-machine-", dir=_scratch_dir()))
@@ -306,17 +219,16 @@ class SystemRun:
             latency_s=(0.001, 0.004),
             work=WorkConfig(policy_latency_s=(0.05, 0.2), max_service_retries=100_000),
         )
+        self.log = CallLog(self.clock.now)
         self.participants: dict[str, Participant] = {
-            name: _LoggedParticipant(client, self.fleet.configs[name].role, self)
+            name: LoggedParticipant(client, self.fleet.configs[name].role, self.log)
             for name, client in self.fleet.clients.items()
         }
         self.trainer = InMemoryTrainer()
         self.plane = InMemoryDataPlane(self.trainer)
         self.store = SnapshotStore(self.root / "snapshots")
         self.journal = ControllerJournal(self.root / "controller")
-        self.world = _World()
-        self.calls: list[CallRecord] = []
-        self.generation = 0
+        self.world = World()
         self.driver: Driver | None = None
         self._verified: set[str] = set()
         self._tg: TaskGroup | None = None
@@ -327,6 +239,16 @@ class SystemRun:
         self._main = self._loop.create_task(self.clock.run(self._director))
         self._closed = False
         self._do(self._start_controller)
+
+    @property
+    def calls(self) -> list[CallRecord]:
+        """Every control call so far, as the participants' clients saw it (the call log)."""
+        return self.log.calls
+
+    @property
+    def generation(self) -> int:
+        """The running controller's number: 1 for the first, +1 per restart."""
+        return self.log.generation
 
     # ------------------------------------------------------------------ the bridge
 
@@ -413,7 +335,7 @@ class SystemRun:
 
     async def _start_controller(self) -> None:
         assert self._tg is not None
-        self.generation += 1
+        self.log.generation += 1
         # The trainer lives in the controller's process: a switch or sync in progress
         # dies with it, and the new controller starts with none.
         world = self.world
@@ -930,7 +852,8 @@ class SystemMachine(RuleBasedStateMachine):
 
 
 def system_machine(hooks: Hooks | None = None, *, name: str = "") -> type[SystemMachine]:
-    """A `SystemMachine` subclass whose controller runs `hooks` (a mutant's tables and
-    patches); `name` names the class (default: the unmutated protocol)."""
+    """A `SystemMachine` subclass whose controller runs `hooks` (a controller mutant's
+    tables and patches; participant rules are refused with `UnsupportedOption` when the
+    run starts); `name` names the class (default: the unmutated protocol)."""
     label = name or "SystemMachine"
     return type(label, (SystemMachine,), {"hooks": hooks})

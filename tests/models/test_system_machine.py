@@ -17,7 +17,14 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from quiesce.adapters import configure_logging
-from quiesce.models import CallRecord, SystemMachine, SystemRun, SystemViolation, system_machine
+from quiesce.models import (
+    CallRecord,
+    SystemMachine,
+    SystemRun,
+    SystemViolation,
+    UnsupportedOption,
+    system_machine,
+)
 from quiesce.models._mutants import MUTANTS
 from quiesce.protocol import OpId
 from quiesce.protocol.controller import PeriodElapsed
@@ -54,6 +61,14 @@ def test_the_machine_catches_a_deadline_mutant(mutant: str) -> None:
         run_state_machine_as_test(machine, settings=HUNT)
     # Both bugs let a deadline expire while the checkpoint or the train switch holds it.
     assert caught.value.invariant == "I4"
+
+
+@pytest.mark.parametrize("mutant", ["S15_stale_prepare_accepted", "S19_journal_not_durable"])
+def test_a_participant_mutant_is_refused_not_run_unmutated(mutant: str) -> None:
+    # The in-memory fleet steps its participants by the protocol's own rules: the mutant's
+    # participant tables or journal recovery would silently not apply.
+    with pytest.raises(UnsupportedOption, match="protocol model only"):
+        SystemRun(hooks=MUTANTS[mutant].hooks())
 
 
 # ------------------------------------------------------------------ the harness itself

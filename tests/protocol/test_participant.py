@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from quiesce.fsm import Value
+from quiesce.fsm import Value, on
 from quiesce.protocol import ParticipantState, from_journal, handle, journal_of, new_participant
 from quiesce.protocol._errors import LocalProtocolError, UnsupportedOperation
 from quiesce.protocol._messages import (
@@ -25,10 +25,19 @@ from quiesce.protocol._messages import (
     RetireReply,
     StatusReply,
 )
-from quiesce.protocol.machines import FenceState
+from quiesce.protocol.machines import (
+    AGENT_EXECUTION,
+    CONTROL_FENCE,
+    AgentInput,
+    ExecState,
+    FenceInput,
+    FenceState,
+)
 from quiesce.protocol.participant import (
+    PARTICIPANT_RULES,
     CancelExecution,
     JournalWrite,
+    ParticipantRules,
     ReleaseWaiters,
     WakeExecutions,
     agent_policy_call_held,
@@ -233,6 +242,43 @@ def test_s15_a_delayed_prepare_after_its_resume_is_stale() -> None:
     assert after == state and after.fence.state is FenceState.IDLE and effects == ()
     _, replay, _ = control(state, "resume", X)
     assert isinstance(replay, ResumeReply)
+
+
+# ------------------------------------------------------------------ rules: the tables a step fires
+
+
+def test_a_derived_fence_table_runs_through_handle_and_the_default_is_the_protocols() -> None:
+    stale = next(
+        i
+        for i, row in enumerate(CONTROL_FENCE.rows)
+        if row.input is FenceInput.RECV_PREPARE and row.guard == "stale_id"
+    )
+    rules = ParticipantRules(fence=CONTROL_FENCE.without_row(stale))
+    state, _, _ = control(agent(), "resume", X)
+    _, reply, _ = handle(state, "prepare", {"op_id": X, "deadline_at": 9.0}, rules=rules)
+    assert isinstance(reply, PrepareReply) and reply.status == "ready"  # the stale id passes
+    _, reply, _ = handle(state, "prepare", {"op_id": X, "deadline_at": 9.0})
+    refused(reply, "stale_checkpoint")
+    assert ParticipantRules() == PARTICIPANT_RULES
+
+
+def test_a_derived_agent_table_runs_through_handle() -> None:
+    index = next(
+        i
+        for i, row in enumerate(AGENT_EXECUTION.rows)
+        if row.input is AgentInput.RETIRE and ExecState.COMPLETED in row.sources
+    )
+    rows = list(AGENT_EXECUTION.rows)
+    rows[index] = on(ExecState.COMPLETED, AgentInput.RETIRE, ExecState.TOMBSTONED)
+    rules = ParticipantRules(agent=AGENT_EXECUTION.derive("retire_releases", rows=rows))
+    started = {"rollout_id": "r1", "attempt": 0, "group_id": "g1", "turns": 1}
+    state, _, _ = handle(agent(), "begin", started, rules=rules)
+    state, _, _ = handle(state, "finish", {"rollout_id": "r1", "attempt": 0}, rules=rules)
+    retire = {"rollout_id": "r1", "attempt": 0}
+    _, reply, _ = handle(state, "retire", retire, rules=rules)
+    assert isinstance(reply, RetireReply) and reply.outcome == "tombstoned"
+    _, reply, _ = handle(state, "retire", retire)
+    assert isinstance(reply, RetireReply) and reply.outcome == "completed_unacknowledged"
 
 
 def test_invalid_phase_is_typed() -> None:

@@ -1,8 +1,10 @@
 """The participant's room: the control fence, the roles, the journal.
 
-`handle(state, op, now) -> (state, effects)` is one participant's pure step: its fence (M2)
-and its role's machine (M3, M4 or M5). `journal_of` / `from_journal` keep what §6 says must
-survive a crash. Nothing here knows the controller: it sees only wire requests.
+`handle(state, op, request, now) -> (state, reply, effects)` is one participant's pure
+step: its fence (M2) and its role's machine (M3, M4 or M5), whose tables the
+`ParticipantRules` passed as `rules` name (`PARTICIPANT_RULES`, the protocol's own, by
+default). `journal_of` / `from_journal` keep what §6 says must survive a crash. Nothing here
+knows the controller: it sees only wire requests.
 """
 
 from quiesce.protocol.participant._agent_role import (
@@ -22,6 +24,7 @@ from quiesce.protocol.participant._journal import (
     JournalExecution,
     JournalWrite,
     RecordedResult,
+    Recovery,
     from_journal,
     journal_of,
 )
@@ -38,6 +41,7 @@ from quiesce.protocol.participant._participant import (
     policy_call_finished,
     policy_call_started,
 )
+from quiesce.protocol.participant._rules import PARTICIPANT_RULES, ParticipantRules
 from quiesce.protocol.participant._service_roles import (
     PolicyRole,
     ResourcesRole,
@@ -60,6 +64,7 @@ from quiesce.protocol.participant._state import (
 
 __all__ = [
     "CONTROL_HANDLERS",
+    "PARTICIPANT_RULES",
     "AgentRole",
     "Answer",
     "CancelExecution",
@@ -69,10 +74,12 @@ __all__ = [
     "ParticipantConfig",
     "ParticipantEffect",
     "ParticipantOp",
+    "ParticipantRules",
     "ParticipantState",
     "PolicyRole",
     "Readiness",
     "RecordedResult",
+    "Recovery",
     "RefusalKey",
     "ReleaseWaiters",
     "ResourcesRole",

@@ -6,7 +6,8 @@ rollout, the highest attempt that is acked or tombstoned, with its receipt if it
 acked, so a repeated ACK batch is answered again), and the continuations installed by a
 restore and not yet claimed. What it does not know: the fence (the participant passes
 `fence_idle`), the wire (it returns reply fields; refusals are raised as typed `Refusal`s
-before anything changes), or time.
+before anything changes), or time. Its `agent_execution` table comes from the
+`ParticipantRules` every stepping method takes.
 
 An execution leaves the map as soon as it is acked or tombstoned: its refusal key is all
 that remains, so memory stays bounded by the live work plus one key per rollout.
@@ -34,13 +35,13 @@ from quiesce.protocol._errors import (
 )
 from quiesce.protocol._messages import Continuation, Receipt
 from quiesce.protocol.machines import (
-    AGENT_EXECUTION,
     Admission,
     AgentInput,
     Completion,
     ExecState,
     ExecutionData,
 )
+from quiesce.protocol.participant._rules import ParticipantRules
 
 __all__ = ["AgentRole", "Readiness", "SavedTurn", "receipt_for"]
 
@@ -185,20 +186,18 @@ class AgentRole:
             self, refusal_keys=(*keys[:index], (rollout_id, attempt, receipt), *keys[end:])
         )
 
-    def _step(
-        self, execution: Execution, input: AgentInput, arg: Any = None
-    ) -> tuple[Execution, tuple[Any, ...]]:
-        return AGENT_EXECUTION.step(execution, input, arg)
-
-    def _each(self, input: AgentInput, arg: Any = None) -> tuple[AgentRole, list[Key]]:
+    def _each(
+        self, rules: ParticipantRules, input: AgentInput, arg: Any = None
+    ) -> tuple[AgentRole, list[Key]]:
         """Fire `input` on every execution that maps it; report the keys that moved."""
         # One pass: keys do not change, so the kept executions stay in key order.
+        machine = rules.agent
         kept: list[Execution] = []
         gone: list[Execution] = []
         moved: list[Key] = []
         for execution in self.executions:
-            if AGENT_EXECUTION.enabled(execution, input, arg):
-                after, effects = self._step(execution, input, arg)
+            if machine.enabled(execution, input, arg):
+                after, effects = machine.step(execution, input, arg)
                 if after.state is not execution.state or effects:
                     moved.append(execution.data.key)
                 (gone if after.state in _GONE else kept).append(after)
@@ -218,7 +217,14 @@ class AgentRole:
     # ------------------------------------------------------------------ M3 events
 
     def begin(
-        self, key: Key, group_id: str, turns: int, resume_from_turn: int, *, fence_idle: bool
+        self,
+        rules: ParticipantRules,
+        key: Key,
+        group_id: str,
+        turns: int,
+        resume_from_turn: int,
+        *,
+        fence_idle: bool,
     ) -> AgentRole:
         """Start execution `key`, or raise its refusal (`admission_closed`, `stale_attempt`,
         `duplicate_execution`; `unknown_execution` for a continuation nobody saved).
@@ -226,11 +232,12 @@ class AgentRole:
         `resume_from_turn > 0` claims the restored continuation of attempt `key[1] - 1`
         (claimed once: it leaves `restored`, and that attempt is tombstoned)."""
         existing = self.find(key)
-        execution = existing or AGENT_EXECUTION.start(
+        execution = existing or rules.agent.start(
             ExecutionData(key[0], key[1], group_id, turns, min(resume_from_turn, turns))
         )
         retired = key[1] <= self.highest_retired(key[0])
-        after, effects = self._step(execution, AgentInput.BEGIN, Admission(fence_idle, retired))
+        admission = Admission(fence_idle, retired)
+        after, effects = rules.agent.step(execution, AgentInput.BEGIN, admission)
         names = _names(effects)
         if "refuse_admission_closed" in names:
             raise AdmissionClosed(*key)
@@ -254,22 +261,24 @@ class AgentRole:
             )
         return role._with(after)
 
-    def boundary(self, key: Key, turn: int, restart_only_dependency: bool) -> Execution:
+    def boundary(
+        self, rules: ParticipantRules, key: Key, turn: int, restart_only_dependency: bool
+    ) -> Execution:
         """Execution `key` ended `turn`; returns it as stored (a retired key: tombstoned)."""
         execution = self._find_or_tombstone(key)
         if restart_only_dependency and execution.state is not ExecState.TOMBSTONED:
             execution = replace(
                 execution, data=replace(execution.data, restart_only_dependency=True)
             )
-        after, _ = self._step(execution, AgentInput.TURN_BOUNDARY, turn)
+        after, _ = rules.agent.step(execution, AgentInput.TURN_BOUNDARY, turn)
         return after
 
-    def finish(self, key: Key, result: dict[str, Any]) -> Execution:
+    def finish(self, rules: ParticipantRules, key: Key, result: dict[str, Any]) -> Execution:
         """Execution `key`'s `/run` returned; a tombstoned one drops the result."""
         execution = self._find_or_tombstone(key)
         result_json = canonical_json(result)
         done = Completion(receipt_for(key[0], key[1], result_json), result_json)
-        after, _ = self._step(execution, AgentInput.RUN_FINISHED, done)
+        after, _ = rules.agent.step(execution, AgentInput.RUN_FINISHED, done)
         return after
 
     def _find_or_tombstone(self, key: Key) -> Execution:
@@ -287,16 +296,22 @@ class AgentRole:
             return self
         return self._with(execution)
 
-    def policy_call_held(self, key: Key) -> Execution:
+    def policy_call_held(self, rules: ParticipantRules, key: Key) -> Execution:
         """The paused policy holds `key`'s call as a waiter: it freezes at its boundary."""
-        return self._step(self._find_or_tombstone(key), AgentInput.POLICY_CALL_HELD)[0]
+        execution = self._find_or_tombstone(key)
+        return rules.agent.step(execution, AgentInput.POLICY_CALL_HELD)[0]
 
-    def policy_call_resumed(self, key: Key, *, fence_idle: bool) -> Execution:
+    def policy_call_resumed(
+        self, rules: ParticipantRules, key: Key, *, fence_idle: bool
+    ) -> Execution:
         """`key`'s held call proceeds (it parks at its next boundary if the fence is closed)."""
-        after, _ = self._step(self._find_or_tombstone(key), AgentInput.POLICY_RESUMED, fence_idle)
+        execution = self._find_or_tombstone(key)
+        after, _ = rules.agent.step(execution, AgentInput.POLICY_RESUMED, fence_idle)
         return after
 
-    def ack(self, receipts: Iterable[Receipt]) -> tuple[AgentRole, list[Receipt], list[Receipt]]:
+    def ack(
+        self, rules: ParticipantRules, receipts: Iterable[Receipt]
+    ) -> tuple[AgentRole, list[Receipt], list[Receipt]]:
         """Release every exactly-quoted result: `(role, acknowledged, unknown)`. Idempotent:
         the receipt of a rollout's newest acked attempt is acknowledged again."""
         role = self
@@ -309,20 +324,20 @@ class AgentRole:
                 known = (receipt.rollout_id, receipt.attempt, receipt.receipt)
                 (acknowledged if known in role.refusal_keys else unknown).append(receipt)
                 continue
-            after, effects = self._step(execution, AgentInput.RECV_ACK, receipt.receipt)
+            after, effects = rules.agent.step(execution, AgentInput.RECV_ACK, receipt.receipt)
             (unknown if "unknown_receipt" in _names(effects) else acknowledged).append(receipt)
             role = role._with(after)
         return role, acknowledged, unknown
 
-    def retire(self, key: Key) -> tuple[AgentRole, str, Receipt | None]:
+    def retire(self, rules: ParticipantRules, key: Key) -> tuple[AgentRole, str, Receipt | None]:
         """Retire `key`: `(role, outcome, receipt)`; outcome is `tombstoned`,
         `completed_unacknowledged` (only an ACK releases a result) or `already_retired`."""
         execution = self.find(key)
         if execution is None:
             if key[1] <= self.highest_retired(key[0]):
                 return self, "already_retired", None
-            execution = AGENT_EXECUTION.start(ExecutionData(*key))  # retire overtook begin
-        after, effects = self._step(execution, AgentInput.RETIRE)
+            execution = rules.agent.start(ExecutionData(*key))  # retire overtook begin
+        after, effects = rules.agent.step(execution, AgentInput.RETIRE)
         if "answer_completed_unacknowledged" in _names(effects):
             data = execution.data
             receipt = Receipt(rollout_id=key[0], attempt=key[1], receipt=data.receipt)
@@ -331,13 +346,13 @@ class AgentRole:
 
     # ------------------------------------------------------------------ fence-driven
 
-    def close(self) -> AgentRole:
+    def close(self, rules: ParticipantRules) -> AgentRole:
         """The fence started a prepare or restore: every running execution parks."""
-        return self._each(AgentInput.FENCE_PREPARE)[0]
+        return self._each(rules, AgentInput.FENCE_PREPARE)[0]
 
-    def reopen(self) -> tuple[AgentRole, list[Key]]:
+    def reopen(self, rules: ParticipantRules) -> tuple[AgentRole, list[Key]]:
         """The fence retired its op: parked executions run again (their keys are woken)."""
-        return self._each(AgentInput.FENCE_RESUME)
+        return self._each(rules, AgentInput.FENCE_RESUME)
 
     def readiness(self) -> Readiness:
         """Ready iff nothing is running or park_requested and nothing completed is unACKed."""
@@ -378,14 +393,14 @@ class AgentRole:
         """The artifact payload of a commit: the continuations."""
         return {"continuations": [t.to_wire().model_dump() for t in self.continuations()]}
 
-    def install(self, payload: dict[str, Any] | None) -> AgentRole:
+    def install(self, rules: ParticipantRules, payload: dict[str, Any] | None) -> AgentRole:
         """Install a verified artifact: its continuations wait to be claimed (or discarded)."""
         if payload is None:
             raise ValueError("an agent artifact is never empty")
         turns = tuple(
             SavedTurn.from_wire(Continuation.model_validate(c)) for c in payload["continuations"]
         )
-        return replace(self.close(), restored=turns)
+        return replace(self.close(rules), restored=turns)
 
     def discard(self, key: Key) -> AgentRole:
         """Drop the restored continuation of `key` (idempotent: an absent one is a no-op)."""

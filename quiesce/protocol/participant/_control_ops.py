@@ -4,7 +4,8 @@ What lives here: for each control operation, the fence step that decides whether
 (`control_fence` rows: refusals, replays, conflicts, stale ids) and the role's work when
 the fence says `FenceStart` (park/drain/freeze, export, reopen, verify and import), then the
 outcome input that records a success. Start and outcome run in one call: this core never
-leaves the fence `committing` or `restoring` between two requests.
+leaves the fence `committing` or `restoring` between two requests. The fence and role
+tables are those of the `ParticipantRules` each handler takes.
 
 Artifacts are deterministic bytes: canonical JSON naming participant, role and snapshot
 id, or empty when the role saves nothing; the reply carries them base64 with the SHA-256
@@ -39,7 +40,6 @@ from quiesce.protocol._messages import (
     ResumeReply,
 )
 from quiesce.protocol.machines import (
-    CONTROL_FENCE,
     FenceCall,
     FenceInput,
     FenceOp,
@@ -49,6 +49,7 @@ from quiesce.protocol.machines import (
     FenceStart,
 )
 from quiesce.protocol.participant._agent_role import AgentRole, canonical_json
+from quiesce.protocol.participant._rules import ParticipantRules
 from quiesce.protocol.participant._state import (
     ParticipantConfig,
     ParticipantState,
@@ -72,11 +73,14 @@ def artifact_digest(artifact: bytes) -> str:
 # ---------------------------------------------------------------------- fence-run ops
 
 Work: TypeAlias = Callable[[ParticipantState, OpId], Result]
+ControlHandler: TypeAlias = Callable[[ParticipantRules, ParticipantState, Any], Result]
 
 
-def _control(state: ParticipantState, input: FenceInput, call: FenceCall, work: Work) -> Result:
+def _control(
+    rules: ParticipantRules, state: ParticipantState, input: FenceInput, call: FenceCall, work: Work
+) -> Result:
     """Step the fence; answer a refusal or replay, or run the role's `work` on a start."""
-    fence, effects = CONTROL_FENCE.step(state.fence, input, call)
+    fence, effects = rules.fence.step(state.fence, input, call)
     effect = effects[0]
     if isinstance(effect, FenceRefusal):
         raise effect.error()
@@ -92,15 +96,20 @@ def _control(state: ParticipantState, input: FenceInput, call: FenceCall, work: 
 
 
 def _outcome(
-    state: ParticipantState, input: FenceInput, op: FenceOp, op_id: OpId, reply: Message
+    rules: ParticipantRules,
+    state: ParticipantState,
+    input: FenceInput,
+    op: FenceOp,
+    op_id: OpId,
+    reply: Message,
 ) -> ParticipantState:
-    fence, _ = CONTROL_FENCE.step(state.fence, input, FenceCall(op, op_id, reply))
+    fence, _ = rules.fence.step(state.fence, input, FenceCall(op, op_id, reply))
     return replace(state, fence=fence)
 
 
-def _prepare(state: ParticipantState, req: ControlRequest) -> Result:
+def _prepare(rules: ParticipantRules, state: ParticipantState, req: ControlRequest) -> Result:
     def work(state: ParticipantState, op_id: OpId) -> Result:
-        role = state.role.close()
+        role = state.role.close(rules)
         ready = role.readiness()
         reply = PrepareReply(
             **stamp(state),
@@ -112,23 +121,21 @@ def _prepare(state: ParticipantState, req: ControlRequest) -> Result:
             completed_unacknowledged=ready.completed_unacknowledged,
         )
         outcome = FenceInput.PREPARE_READY if ready.ready else FenceInput.PREPARE_NOT_READY
-        return (
-            _outcome(replace(state, role=role), outcome, FenceOp.PREPARE, op_id, reply),
-            reply,
-            (),
-        )
+        prepared = replace(state, role=role)
+        return _outcome(rules, prepared, outcome, FenceOp.PREPARE, op_id, reply), reply, ()
 
-    return _control(state, FenceInput.RECV_PREPARE, FenceCall(FenceOp.PREPARE, req.op_id), work)
+    call = FenceCall(FenceOp.PREPARE, req.op_id)
+    return _control(rules, state, FenceInput.RECV_PREPARE, call, work)
 
 
-def _commit(state: ParticipantState, req: ControlRequest) -> Result:
+def _commit(rules: ParticipantRules, state: ParticipantState, req: ControlRequest) -> Result:
     def work(state: ParticipantState, op_id: OpId) -> Result:
         ready = state.role.readiness()
         if not ready.ready:  # e.g. a policy resumed early let a frozen turn run on
             reason = "not quiescent: " + ", ".join(ready.blockers)
             failed = CommitReply(**stamp(state), op_id=op_id, status="failed", reason=reason)
             return (
-                _outcome(state, FenceInput.COMMIT_FAILED, FenceOp.COMMIT, op_id, failed),
+                _outcome(rules, state, FenceInput.COMMIT_FAILED, FenceOp.COMMIT, op_id, failed),
                 failed,
                 (),
             )
@@ -142,44 +149,44 @@ def _commit(state: ParticipantState, req: ControlRequest) -> Result:
             artifact=base64.b64encode(artifact).decode("ascii"),
             continuations=tuple(t.to_wire() for t in saved),
         )
-        return _outcome(state, FenceInput.COMMIT_DONE, FenceOp.COMMIT, op_id, reply), reply, ()
+        committed = _outcome(rules, state, FenceInput.COMMIT_DONE, FenceOp.COMMIT, op_id, reply)
+        return committed, reply, ()
 
-    return _control(state, FenceInput.RECV_COMMIT, FenceCall(FenceOp.COMMIT, req.op_id), work)
+    call = FenceCall(FenceOp.COMMIT, req.op_id)
+    return _control(rules, state, FenceInput.RECV_COMMIT, call, work)
 
 
-def _resume(state: ParticipantState, req: ControlRequest) -> Result:
+def _resume(rules: ParticipantRules, state: ParticipantState, req: ControlRequest) -> Result:
     def work(state: ParticipantState, op_id: OpId) -> Result:
         effects: tuple[RoleEffect, ...] = ()
         if isinstance(state.role, AgentRole):
-            role, woken = state.role.reopen()
+            role, woken = state.role.reopen(rules)
             effects = (WakeExecutions(tuple(woken)),) if woken else ()
             return replace(state, role=role), reply, effects
-        service, released = state.role.reopen()
+        service, released = state.role.reopen(rules)
         effects = (ReleaseWaiters(released),) if released else ()
         return replace(state, role=service), reply, effects
 
     reply = ResumeReply(**stamp(state), op_id=req.op_id, retired=req.op_id)
-    return _control(
-        state, FenceInput.RECV_RESUME, FenceCall(FenceOp.RESUME, req.op_id, reply), work
-    )
+    call = FenceCall(FenceOp.RESUME, req.op_id, reply)
+    return _control(rules, state, FenceInput.RECV_RESUME, call, work)
 
 
-def _restore(state: ParticipantState, req: RestoreRequest) -> Result:
+def _restore(rules: ParticipantRules, state: ParticipantState, req: RestoreRequest) -> Result:
     def work(state: ParticipantState, op_id: OpId) -> Result:
-        closed = replace(state, role=state.role.close())
+        closed = replace(state, role=state.role.close(rules))
         try:
             artifact = base64.b64decode(req.artifact, validate=True)
         except (binascii.Error, ValueError):
-            return _restore_failed(closed, op_id, "", "artifact is not base64")
+            return _restore_failed(rules, closed, op_id, "", "artifact is not base64")
         digest = artifact_digest(artifact)
         if digest != req.expected_digest:
-            return _restore_failed(
-                closed, op_id, digest, f"digest {digest} != expected {req.expected_digest}"
-            )
+            why = f"digest {digest} != expected {req.expected_digest}"
+            return _restore_failed(rules, closed, op_id, digest, why)
         try:
-            role = closed.role.install(_unpack(state.config, req.snapshot_id, artifact))
+            role = closed.role.install(rules, _unpack(state.config, req.snapshot_id, artifact))
         except (ValueError, KeyError, TypeError, ValidationError) as error:
-            return _restore_failed(closed, op_id, digest, f"artifact refused: {error}")
+            return _restore_failed(rules, closed, op_id, digest, f"artifact refused: {error}")
         installed = replace(closed, role=role)
         reply = RestoreReply(
             **stamp(state),
@@ -189,24 +196,28 @@ def _restore(state: ParticipantState, req: RestoreRequest) -> Result:
             continuations=_restored(role),
         )
         return (
-            _outcome(installed, FenceInput.RESTORE_DONE, FenceOp.RESTORE, op_id, reply),
+            _outcome(rules, installed, FenceInput.RESTORE_DONE, FenceOp.RESTORE, op_id, reply),
             reply,
             (),
         )
 
-    return _control(state, FenceInput.RECV_RESTORE, FenceCall(FenceOp.RESTORE, req.op_id), work)
+    call = FenceCall(FenceOp.RESTORE, req.op_id)
+    return _control(rules, state, FenceInput.RECV_RESTORE, call, work)
 
 
-def _restore_failed(state: ParticipantState, op_id: OpId, digest: str, reason: str) -> Result:
+def _restore_failed(
+    rules: ParticipantRules, state: ParticipantState, op_id: OpId, digest: str, reason: str
+) -> Result:
     reply = RestoreReply(**stamp(state), op_id=op_id, status="failed", digest=digest, reason=reason)
-    return _outcome(state, FenceInput.RESTORE_FAILED, FenceOp.RESTORE, op_id, reply), reply, ()
+    failed = _outcome(rules, state, FenceInput.RESTORE_FAILED, FenceOp.RESTORE, op_id, reply)
+    return failed, reply, ()
 
 
 def _restored(role: RoleState) -> tuple[Continuation, ...]:
     return tuple(t.to_wire() for t in role.restored) if isinstance(role, AgentRole) else ()
 
 
-def _discard(state: ParticipantState, req: DiscardRequest) -> Result:
+def _discard(rules: ParticipantRules, state: ParticipantState, req: DiscardRequest) -> Result:
     def work(state: ParticipantState, op_id: OpId) -> Result:
         role = state.role
         if isinstance(role, AgentRole):
@@ -222,7 +233,8 @@ def _discard(state: ParticipantState, req: DiscardRequest) -> Result:
         )
         return replace(state, role=role), reply, ()
 
-    return _control(state, FenceInput.RECV_DISCARD, FenceCall(FenceOp.DISCARD, req.op_id), work)
+    call = FenceCall(FenceOp.DISCARD, req.op_id)
+    return _control(rules, state, FenceInput.RECV_DISCARD, call, work)
 
 
 # ------------------------------------------------------------------------- artifacts
@@ -255,7 +267,7 @@ def _unpack(config: ParticipantConfig, snapshot_id: OpId, artifact: bytes) -> di
     return payload
 
 
-CONTROL_HANDLERS: dict[str, Callable[[ParticipantState, Any], Result]] = {
+CONTROL_HANDLERS: dict[str, ControlHandler] = {
     "prepare": _prepare,
     "commit": _commit,
     "resume": _resume,

@@ -3,15 +3,16 @@
 What lives here: what a participant must keep across a crash (fence: active id, phase,
 high-watermark, recorded results; completed-but-unACKed results; refusal keys; restored
 continuations not yet claimed), the `JournalWrite` effect that carries it, and
-`from_journal`, which rebuilds the state under a new incarnation. What it does not know:
-where or how the adapter stores it (fsync before replying is the adapter's duty).
+`from_journal`, which rebuilds the state under a new incarnation (`Recovery` is its type,
+so a model checker can pass a variant). What it does not know: where or how the adapter
+stores it (fsync before replying is the adapter's duty).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from quiesce.fsm import Value
 from quiesce.protocol._ids import OpIdField
@@ -25,6 +26,7 @@ from quiesce.protocol._messages import (
 )
 from quiesce.protocol.machines import ExecState, ExecutionData, FenceData, FenceOp, FenceState
 from quiesce.protocol.participant._agent_role import AgentRole, SavedTurn
+from quiesce.protocol.participant._rules import PARTICIPANT_RULES, ParticipantRules
 from quiesce.protocol.participant._state import ParticipantConfig, ParticipantState, fresh_role
 
 __all__ = [
@@ -32,6 +34,7 @@ __all__ = [
     "JournalExecution",
     "JournalWrite",
     "RecordedResult",
+    "Recovery",
     "RefusalKey",
     "from_journal",
     "journal_of",
@@ -134,14 +137,17 @@ _AFTER_CRASH = {
 
 
 def from_journal(
-    journal: Journal | Mapping[str, Any] | str | bytes, incarnation: str
+    journal: Journal | Mapping[str, Any] | str | bytes,
+    incarnation: str,
+    rules: ParticipantRules = PARTICIPANT_RULES,
 ) -> ParticipantState:
     """Rebuild a participant after a crash (§6) under its new `incarnation`.
 
     Kept: fence (active id, phase, high-watermark, recorded results), completed-but-unACKed
     results, refusal keys, restored continuations. Dropped: running executions, calls and
     mutations in flight (they died with the process). A fence caught `committing` or
-    `restoring` comes back `prepared` / `restore_failed_paused` (a failed op)."""
+    `restoring` comes back `prepared` / `restore_failed_paused` (a failed op); a fenced
+    policy or resources role closes again by `rules`."""
     if isinstance(journal, str | bytes):
         journal = Journal.model_validate_json(journal)
     elif not isinstance(journal, Journal):
@@ -165,8 +171,13 @@ def from_journal(
             restored=tuple(SavedTurn.from_wire(c) for c in journal.restored),
         )
     elif fence_state is not FenceState.IDLE:
-        role = role.close()  # admission is closed whenever the fence is not idle
+        role = role.close(rules)  # admission is closed whenever the fence is not idle
     return ParticipantState(journal.config, incarnation, fence, role)
+
+
+Recovery: TypeAlias = Callable[[Journal, str, ParticipantRules], ParticipantState]
+"""How a crashed participant comes back from its journal: `from_journal(journal,
+incarnation, rules)` (a model checker may pass a variant that loses what §6 keeps)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,9 @@ starts or ends, an agent's call is held by a paused policy). What it does not kn
 transport (HTTP, in-memory and Ray adapters call `handle`), the disk (the durable part of
 §6 leaves as a `JournalWrite` effect, emitted exactly when it changes; `from_journal`
 rebuilds the state after a crash), time, or randomness (the caller picks the incarnation).
+Which tables it fires is a parameter: every entry point takes `rules` (`ParticipantRules`,
+default `PARTICIPANT_RULES`, the protocol's own), so a model checker runs a derived table
+through this very code.
 
 Rules:
 - the fence decides *whether* an operation runs (refusals, replays, conflicts, stale ids:
@@ -58,6 +61,7 @@ from quiesce.protocol.machines import ExecState, ExecutionData, FenceState
 from quiesce.protocol.participant._agent_role import AgentRole
 from quiesce.protocol.participant._control_ops import CONTROL_HANDLERS, artifact_digest
 from quiesce.protocol.participant._journal import Journal, JournalWrite, from_journal, journal_of
+from quiesce.protocol.participant._rules import PARTICIPANT_RULES, ParticipantRules
 from quiesce.protocol.participant._service_roles import PolicyRole, ResourcesRole
 from quiesce.protocol.participant._state import (
     CancelExecution,
@@ -150,14 +154,20 @@ _AGENT_ONLY = (P.ACK, P.RETIRE, P.BEGIN, P.BOUNDARY, P.FINISH)
 
 
 def handle(
-    state: ParticipantState, op: str | Enum, request: Any = None, now: float = 0.0
+    state: ParticipantState,
+    op: str | Enum,
+    request: Any = None,
+    now: float = 0.0,
+    *,
+    rules: ParticipantRules = PARTICIPANT_RULES,
 ) -> Answer:
     """Answer one wire request: `(next_state, reply, effects)`.
 
     `op` is a `ParticipantOp` (or any enum or string with the same value, e.g. the
     coordinator's `Op`); `request` is the op's wire model, or a mapping / JSON text that
-    validates as it. A refusal is an `ErrorReply` and leaves `state` unchanged; effects
-    end with a `JournalWrite` whenever the durable part (§6) changed.
+    validates as it; `rules` names the tables the step fires. A refusal is an `ErrorReply`
+    and leaves `state` unchanged; effects end with a `JournalWrite` whenever the durable
+    part (§6) changed.
 
     >>> state = new_participant({"name": "p", "role": "policy"}, "inc-1")
     >>> state, reply, _ = handle(state, "prepare", {"op_id": "ck-1-1-step0", "deadline_at": 9})
@@ -172,7 +182,7 @@ def handle(
     try:
         model = _parse(parsed_op, request)
         _check_role(state.config, parsed_op)
-        after, reply, effects = _HANDLERS[parsed_op](state, model)
+        after, reply, effects = _HANDLERS[parsed_op](rules, state, model)
     except Refusal as refusal:
         return state, _error(state, refusal), ()
     except TransitionNotAllowed as refused:
@@ -230,7 +240,7 @@ def _error(state: ParticipantState, refusal: Refusal) -> ErrorReply:
     )
 
 
-def _status(state: ParticipantState, _: None) -> Result:
+def _status(_rules: ParticipantRules, state: ParticipantState, _: None) -> Result:
     fence = state.fence
     role_state, live, completed = state.role.summary(fence.state is FenceState.IDLE)
     reply = StatusReply(
@@ -245,7 +255,7 @@ def _status(state: ParticipantState, _: None) -> Result:
     return state, reply, ()
 
 
-def _capabilities(state: ParticipantState, _: None) -> Result:
+def _capabilities(_rules: ParticipantRules, state: ParticipantState, _: None) -> Result:
     return state, capabilities(state), ()
 
 
@@ -282,45 +292,46 @@ def _execution_reply(
     )
 
 
-def _begin(state: ParticipantState, req: BeginRequest) -> Result:
+def _begin(rules: ParticipantRules, state: ParticipantState, req: BeginRequest) -> Result:
     key = (req.rollout_id, req.attempt)
     fence_idle = state.fence.state is FenceState.IDLE
     role = _agent(state).begin(
-        key, req.group_id, req.turns, req.resume_from_turn, fence_idle=fence_idle
+        rules, key, req.group_id, req.turns, req.resume_from_turn, fence_idle=fence_idle
     )
     execution = role.find(key)
     assert execution is not None
     return replace(state, role=role), _execution_reply(state, execution), ()
 
 
-def _boundary(state: ParticipantState, req: BoundaryRequest) -> Result:
+def _boundary(rules: ParticipantRules, state: ParticipantState, req: BoundaryRequest) -> Result:
     role = _agent(state)
-    after = role.boundary((req.rollout_id, req.attempt), req.turn, req.restart_only_dependency)
+    key = (req.rollout_id, req.attempt)
+    after = role.boundary(rules, key, req.turn, req.restart_only_dependency)
     return replace(state, role=role.store(after)), _execution_reply(state, after), ()
 
 
-def _finish(state: ParticipantState, req: FinishRequest) -> Result:
+def _finish(rules: ParticipantRules, state: ParticipantState, req: FinishRequest) -> Result:
     role = _agent(state)
-    after = role.finish((req.rollout_id, req.attempt), req.result)
+    after = role.finish(rules, (req.rollout_id, req.attempt), req.result)
     return replace(state, role=role.store(after)), _execution_reply(state, after), ()
 
 
-def _ack(state: ParticipantState, req: AckRequest) -> Result:
-    role, acknowledged, unknown = _agent(state).ack(req.receipts)
+def _ack(rules: ParticipantRules, state: ParticipantState, req: AckRequest) -> Result:
+    role, acknowledged, unknown = _agent(state).ack(rules, req.receipts)
     reply = AckReply(**stamp(state), acknowledged=tuple(acknowledged), unknown=tuple(unknown))
     return replace(state, role=role), reply, ()
 
 
-def _retire(state: ParticipantState, req: RetireRequest) -> Result:
+def _retire(rules: ParticipantRules, state: ParticipantState, req: RetireRequest) -> Result:
     key = (req.rollout_id, req.attempt)
     before = _agent(state)
-    role, outcome, receipt = before.retire(key)
+    role, outcome, receipt = before.retire(rules, key)
     reply = RetireReply(**stamp(state), outcome=outcome, receipt=receipt)
     live = before.find(key) is not None and outcome == "tombstoned"
     return replace(state, role=role), reply, ((CancelExecution(*key),) if live else ())
 
 
-_HANDLERS: dict[ParticipantOp, Callable[[ParticipantState, Any], Result]] = {
+_HANDLERS: dict[ParticipantOp, Callable[[ParticipantRules, ParticipantState, Any], Result]] = {
     P.CAPABILITIES: _capabilities,
     P.STATUS: _status,
     P.PREPARE: CONTROL_HANDLERS["prepare"],
@@ -345,50 +356,75 @@ def may_start_outbound_call(state: ParticipantState) -> bool:
     return state.fence.state is FenceState.IDLE
 
 
-def agent_policy_call_held(state: ParticipantState, rollout_id: str, attempt: int) -> Answer:
+def agent_policy_call_held(
+    state: ParticipantState,
+    rollout_id: str,
+    attempt: int,
+    *,
+    rules: ParticipantRules = PARTICIPANT_RULES,
+) -> Answer:
     """The paused policy holds this execution's call as a waiter: it becomes `frozen`."""
     role = _agent(state, "policy_call_held")
-    after = role.policy_call_held((rollout_id, attempt))
+    after = role.policy_call_held(rules, (rollout_id, attempt))
     return _settle(
         state, replace(state, role=role.store(after)), _execution_reply(state, after), ()
     )
 
 
-def agent_policy_call_resumed(state: ParticipantState, rollout_id: str, attempt: int) -> Answer:
+def agent_policy_call_resumed(
+    state: ParticipantState,
+    rollout_id: str,
+    attempt: int,
+    *,
+    rules: ParticipantRules = PARTICIPANT_RULES,
+) -> Answer:
     """The held call proceeds: `running`, or `park_requested` while this fence is closed."""
     role = _agent(state, "policy_call_resumed")
     idle = state.fence.state is FenceState.IDLE
-    after = role.policy_call_resumed((rollout_id, attempt), fence_idle=idle)
+    after = role.policy_call_resumed(rules, (rollout_id, attempt), fence_idle=idle)
     return _settle(
         state, replace(state, role=role.store(after)), _execution_reply(state, after), ()
     )
 
 
-def policy_call_started(state: ParticipantState, call_id: str) -> tuple[ParticipantState, bool]:
+def policy_call_started(
+    state: ParticipantState, call_id: str, *, rules: ParticipantRules = PARTICIPANT_RULES
+) -> tuple[ParticipantState, bool]:
     """A generation call arrived at a policy: `(state, admitted)`. Not admitted: it waits
     (it is released by the `ReleaseWaiters` effect of the resume)."""
-    role, admitted = _role(state, PolicyRole, "policy_call_started").call_started(call_id)
+    policy = _role(state, PolicyRole, "policy_call_started")
+    role, admitted = policy.call_started(rules, call_id)
     return replace(state, role=role), admitted
 
 
-def policy_call_finished(state: ParticipantState, call_id: str) -> ParticipantState:
+def policy_call_finished(
+    state: ParticipantState, call_id: str, *, rules: ParticipantRules = PARTICIPANT_RULES
+) -> ParticipantState:
     """An admitted generation call returned (the last one of a drain pauses the policy)."""
     role = _role(state, PolicyRole, "policy_call_finished")
-    return replace(state, role=role.call_finished(call_id))
+    return replace(state, role=role.call_finished(rules, call_id))
 
 
 def mutation_started(
-    state: ParticipantState, mutation_id: str, rollout_id: str
+    state: ParticipantState,
+    mutation_id: str,
+    rollout_id: str,
+    *,
+    rules: ParticipantRules = PARTICIPANT_RULES,
 ) -> tuple[ParticipantState, bool]:
     """A call wants to change `rollout_id`'s state on a resources server: `(state, admitted)`."""
     resources = _role(state, ResourcesRole, "mutation_started")
-    role, admitted = resources.mutation_started(mutation_id, rollout_id)
+    role, admitted = resources.mutation_started(rules, mutation_id, rollout_id)
     return replace(state, role=role), admitted
 
 
 def mutation_finished(
-    state: ParticipantState, mutation_id: str, rollout_id: str
+    state: ParticipantState,
+    mutation_id: str,
+    rollout_id: str,
+    *,
+    rules: ParticipantRules = PARTICIPANT_RULES,
 ) -> ParticipantState:
     """An admitted mutation is done (the last one of a drain freezes the server)."""
     role = _role(state, ResourcesRole, "mutation_finished")
-    return replace(state, role=role.mutation_finished(mutation_id, rollout_id))
+    return replace(state, role=role.mutation_finished(rules, mutation_id, rollout_id))

@@ -4,8 +4,9 @@ What lives here: how the participant's fence drives a policy server's admission 
 a resources server's freeze (M5), how each answers "ready?", and what each exports at
 commit and imports at restore. What it does not know: the fence's rules (the participant
 calls `close` when its fence starts a prepare or restore and `reopen` when it retires an
-op), the wire, or time. Both share the agent role's method names, so the participant
-treats the three roles alike.
+op), the wire, or time. Both share the agent role's method names, and each method that
+steps a machine takes the `ParticipantRules` naming its table, so the participant treats
+the three roles alike.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from quiesce.protocol.machines import (
     ResourcesState,
 )
 from quiesce.protocol.participant._agent_role import Readiness
+from quiesce.protocol.participant._rules import ParticipantRules
 
 __all__ = ["PolicyRole", "ResourcesRole"]
 
@@ -43,27 +45,27 @@ class PolicyRole:
     admission: Value[PolicyState, AdmissionData] = _ACCEPTING_POLICY
     fenced: bool = True
 
-    def call_started(self, call_id: str) -> tuple[PolicyRole, bool]:
+    def call_started(self, rules: ParticipantRules, call_id: str) -> tuple[PolicyRole, bool]:
         """A generation call arrived: `(role, admitted)`; not admitted = held as a waiter."""
-        after, _ = POLICY_ADMISSION.step(self.admission, PolicyInput.CALL_STARTED, call_id)
+        after, _ = rules.policy.step(self.admission, PolicyInput.CALL_STARTED, call_id)
         return replace(self, admission=after), after.state is PolicyState.ACCEPTING
 
-    def call_finished(self, call_id: str) -> PolicyRole:
+    def call_finished(self, rules: ParticipantRules, call_id: str) -> PolicyRole:
         """An admitted call returned (the last one while draining pauses the server)."""
-        after, _ = POLICY_ADMISSION.step(self.admission, PolicyInput.CALL_FINISHED, call_id)
+        after, _ = rules.policy.step(self.admission, PolicyInput.CALL_FINISHED, call_id)
         return replace(self, admission=after)
 
-    def close(self) -> PolicyRole:
+    def close(self, rules: ParticipantRules) -> PolicyRole:
         """Prepare or restore started: drain, then pause (auxiliary: stays accepting)."""
         if not self.fenced:
             return self
-        after, _ = POLICY_ADMISSION.step(self.admission, PolicyInput.FENCE_PREPARE)
+        after, _ = rules.policy.step(self.admission, PolicyInput.FENCE_PREPARE)
         return replace(self, admission=after)
 
-    def reopen(self) -> tuple[PolicyRole, tuple[str, ...]]:
+    def reopen(self, rules: ParticipantRules) -> tuple[PolicyRole, tuple[str, ...]]:
         """Resume: accept again and admit every waiter; returns the released call ids."""
         waiters = self.admission.data.waiters
-        after, _ = POLICY_ADMISSION.step(self.admission, PolicyInput.FENCE_RESUME)
+        after, _ = rules.policy.step(self.admission, PolicyInput.FENCE_RESUME)
         return replace(self, admission=after), waiters
 
     def readiness(self) -> Readiness:
@@ -76,9 +78,9 @@ class PolicyRole:
         """A policy saves nothing (its weights belong to the trainer's anchor)."""
         return None
 
-    def install(self, payload: dict[str, Any] | None) -> PolicyRole:
+    def install(self, rules: ParticipantRules, payload: dict[str, Any] | None) -> PolicyRole:
         """Nothing to import; a restore keeps admission closed until resume."""
-        return self.close()
+        return self.close(rules)
 
     def durable(self) -> tuple[Any, ...]:
         """A policy keeps nothing durable beyond its fence."""
@@ -96,27 +98,31 @@ class ResourcesRole:
     machine: Value[ResourcesState, ResourcesData] = _ACCEPTING_RESOURCES
     mode: RecoveryMode = RecoveryMode.RESTART_ONLY
 
-    def mutation_started(self, mutation_id: str, rollout_id: str) -> tuple[ResourcesRole, bool]:
+    def mutation_started(
+        self, rules: ParticipantRules, mutation_id: str, rollout_id: str
+    ) -> tuple[ResourcesRole, bool]:
         """A call wants to change `rollout_id`'s state: `(role, admitted)`."""
         arg = Mutation(mutation_id, rollout_id)
-        after, _ = RESOURCES.step(self.machine, ResourcesInput.MUTATION_STARTED, arg)
+        after, _ = rules.resources.step(self.machine, ResourcesInput.MUTATION_STARTED, arg)
         return replace(self, machine=after), after.state is ResourcesState.ACCEPTING
 
-    def mutation_finished(self, mutation_id: str, rollout_id: str) -> ResourcesRole:
+    def mutation_finished(
+        self, rules: ParticipantRules, mutation_id: str, rollout_id: str
+    ) -> ResourcesRole:
         """An admitted mutation is done: the rollout's revision grows by one."""
         arg = Mutation(mutation_id, rollout_id)
-        after, _ = RESOURCES.step(self.machine, ResourcesInput.MUTATION_FINISHED, arg)
+        after, _ = rules.resources.step(self.machine, ResourcesInput.MUTATION_FINISHED, arg)
         return replace(self, machine=after)
 
-    def close(self) -> ResourcesRole:
+    def close(self, rules: ParticipantRules) -> ResourcesRole:
         """Prepare or restore started: wait for in-flight mutations, then freeze."""
-        after, _ = RESOURCES.step(self.machine, ResourcesInput.FENCE_PREPARE)
+        after, _ = rules.resources.step(self.machine, ResourcesInput.FENCE_PREPARE)
         return replace(self, machine=after)
 
-    def reopen(self) -> tuple[ResourcesRole, tuple[str, ...]]:
+    def reopen(self, rules: ParticipantRules) -> tuple[ResourcesRole, tuple[str, ...]]:
         """Resume: accept again and admit every waiting mutation (ids returned)."""
         waiters = self.machine.data.waiters
-        after, _ = RESOURCES.step(self.machine, ResourcesInput.FENCE_RESUME)
+        after, _ = rules.resources.step(self.machine, ResourcesInput.FENCE_RESUME)
         return replace(self, machine=after), waiters
 
     def readiness(self) -> Readiness:
@@ -131,14 +137,14 @@ class ResourcesRole:
             return None
         return {"revisions": [list(pair) for pair in self.machine.data.revisions]}
 
-    def install(self, payload: dict[str, Any] | None) -> ResourcesRole:
+    def install(self, rules: ParticipantRules, payload: dict[str, Any] | None) -> ResourcesRole:
         """Import a verified artifact into the frozen server (`restart_only`/`stateless`:
         the rollouts' state starts empty). Raises `ValueError` while mutations still run."""
-        closed = self.close()
+        closed = self.close(rules)
         if closed.machine.state is not ResourcesState.FROZEN:
             raise ValueError(f"{closed.machine.data.in_flight} mutations still in flight")
         revisions = tuple((str(r), int(n)) for r, n in (payload or {}).get("revisions", ()))
-        after, _ = RESOURCES.step(closed.machine, ResourcesInput.IMPORT, revisions)
+        after, _ = rules.resources.step(closed.machine, ResourcesInput.IMPORT, revisions)
         return replace(closed, machine=after)
 
     def durable(self) -> tuple[Any, ...]:

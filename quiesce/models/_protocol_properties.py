@@ -1,0 +1,423 @@
+"""The properties of the `protocol` model: PROTOCOL.md §5 judged against the environment.
+
+What lives here: `Judge`, which keeps the environment's independent ledger (`Env`: what
+completed, what was dispatched, which ids a participant committed, what the controller
+reported) up to date from each step's effects and the participants' own states
+(`observe`), notes the violations only a transition can show (I1 a result released
+without an ACK, I2 a double dispatch, I5 a call out of phase order, I8 a cut or publish
+of the wrong instant), and states the properties over a model state: I1-I6 and I8 as
+`always`, and the goal states of the must-style I7 (`is_goal`, the explorer's
+`no_stall`). What it does not know: which actions the environment offers (the model's),
+or the coordinator's own bookkeeping as evidence (only as a statement of when a property
+is due).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from quiesce.fsm import label
+from quiesce.models._explorer import Always, always
+from quiesce.models._protocol_state import CONTROL_OPS, Cast, Env, PState, executions
+from quiesce.models._system import SystemState
+from quiesce.protocol import OpId
+from quiesce.protocol.controller import (
+    PHASES,
+    CaptureCut,
+    Dispatch,
+    Op,
+    Outcome,
+    Publish,
+    Stopped,
+    WriteStaging,
+)
+from quiesce.protocol.machines import (
+    AttemptState,
+    CheckpointState,
+    ExecState,
+    FenceOp,
+    FenceState,
+    RegistryState,
+    group_of_timer,
+)
+from quiesce.protocol.participant import ParticipantState
+from quiesce.protocol.wire import CommitReply
+
+__all__ = ["Judge"]
+
+_PHASE_ORDER = {
+    Op.PREPARE: ("policy", "agent", "resources"),
+    Op.COMMIT: ("agent", "policy", "resources"),
+    Op.RESUME: ("resources", "policy", "agent"),
+    Op.RESTORE: ("policy", "agent", "resources"),
+}
+_COMMITTED_STATES = frozenset({FenceState.COMMITTED_PAUSED})
+_WAITING_PHASES = frozenset(
+    {
+        CheckpointState.PREPARING,
+        CheckpointState.COMMITTING,
+        CheckpointState.RELEASING,
+        CheckpointState.ABORTING,
+    }
+)
+_COMMIT_OP = FenceOp.COMMIT
+
+
+class Judge:
+    """The ledger and the properties of the model for one `cast` (see the module doc)."""
+
+    def __init__(self, cast: Cast) -> None:
+        self.cast = cast
+
+    def observe(
+        self,
+        before: SystemState,
+        after: SystemState,
+        effects: Sequence[Any],
+        env: Env,
+        delivered: bool = False,
+    ) -> Env:
+        """Update the environment's ledger from what a step did (effects and the
+        participants' states), and note any violation only a transition can show."""
+        bad = list(env.bad)
+        completed = set(env.completed)
+        dispatched = set(env.dispatched)
+        committed = set(env.committed)
+        commit_steps = set(env.commit_steps)
+        reported = set(env.reported)
+        failures = env.failures
+        stops = list(env.stops)
+        ledger = after.controller.ledger
+        reruns = ledger.counters.group_reruns
+        # Completions: an agent execution that became `completed` in this step.
+        for agent in self.cast.agents:
+            was = {e.data.key: e.state for e in executions(before.participant(agent))}
+            for execution in executions(after.participant(agent)):
+                key = execution.data.key
+                if (
+                    execution.state is ExecState.COMPLETED
+                    and was.get(key) is not ExecState.COMPLETED
+                ):
+                    if any(c[:2] == key for c in completed):
+                        continue
+                    kept = _kept(after, key)
+                    completed.add((key[0], key[1], kept, reruns))
+        # The receipts of the ACK batches delivered in this step (their requests left).
+        remaining = {id(m) for m in after.messages}
+        delivered_acks = {
+            (owed.rollout_id, owed.attempt, owed.receipt)
+            for m in before.messages
+            if delivered and m.call.op is Op.ACK and m.reply is None and id(m) not in remaining
+            for owed in m.call.payload or ()
+        }
+        # Only an ACK releases a result (M3, S17): a completed execution that leaves its
+        # agent must leave an acked refusal key behind (a crash keeps it in the journal).
+        for agent in self.cast.agents:
+            now_held = {e.data.key for e in executions(after.participant(agent))}
+            role = after.participant(agent).role
+            for execution in executions(before.participant(agent)):
+                key = execution.data.key
+                if execution.state is not ExecState.COMPLETED or key in now_held:
+                    continue
+                keys = getattr(role, "refusal_keys", ())
+                receipt = (key[0], key[1], execution.data.receipt)
+                acked = receipt in keys or receipt in delivered_acks
+                if not acked:
+                    bad.append(("I1", f"{key[0]}#{key[1]} released by its agent without an ACK"))
+        # Commits: a participant whose fence reached committed_paused with an id.
+        for participant in after.participants:
+            fence = participant.fence
+            active = fence.data.active
+            if fence.state in _COMMITTED_STATES and active is not None and active not in committed:
+                committed.add(active)
+                commit_steps.add((active, env.trainer_step))
+        staged: dict[OpId, set[tuple[str, str]]] = {}
+        for effect in effects:
+            if isinstance(effect, Dispatch):
+                key = (effect.rollout_id, effect.attempt)
+                if key in dispatched:
+                    bad.append(("I2", f"attempt {key[0]}#{key[1]} dispatched twice"))
+                dispatched.add(key)
+                self._check_redispatch(after, env, key, completed, bad, effects)
+            elif isinstance(effect, Outcome):
+                if effect.result == "completed":
+                    reported.add(effect.checkpoint_id)
+                    failures = 0
+                elif effect.result == "failed" and effect.retryable:
+                    failures += 1
+            elif isinstance(effect, Stopped):
+                stops.append(effect.reason)
+            elif isinstance(effect, WriteStaging):
+                staged.setdefault(effect.checkpoint_id, set()).add(
+                    (effect.participant, effect.digest)
+                )
+            elif isinstance(effect, CaptureCut):
+                steps = {s for x, s in commit_steps if x == effect.checkpoint_id}
+                if env.optimizer == 1 or any(s != env.trainer_step for s in steps):
+                    bad.append(("I8", f"cut of {effect.checkpoint_id} after the trainer moved"))
+                if effect.ledger is not None and effect.ledger.pending_acks():
+                    bad.append(("I8", f"cut of {effect.checkpoint_id} with ACKs pending"))
+            elif isinstance(effect, Publish):
+                self._check_publish(after, effect.checkpoint_id, bad)
+        self._check_order(before, after, bad)
+        if len(bad) > len(env.bad):
+            bad = sorted(set(bad))
+        return replace(
+            env,
+            completed=frozenset(completed),
+            dispatched=frozenset(dispatched),
+            committed=frozenset(committed),
+            commit_steps=frozenset(commit_steps),
+            reported=frozenset(reported),
+            failures=failures,
+            stops=tuple(stops),
+            bad=tuple(bad),
+        )
+
+    def _check_redispatch(
+        self,
+        after: SystemState,
+        env: Env,
+        key: tuple[str, int],
+        completed: set[tuple[str, int, bool, int]],
+        bad: list[tuple[str, str]],
+        effects: Sequence[Any],
+    ) -> None:
+        """I2: a kept completion is not run again (unless rolled back or its whole group
+        reruns), and a group-scored sibling is never retried alone."""
+        rollout, attempt = key
+        reruns = after.controller.ledger.counters.group_reruns
+        for done_rollout, done_attempt, kept, reruns_then in completed:
+            if done_rollout != rollout or done_attempt >= attempt or not kept:
+                continue
+            if (done_rollout, done_attempt) in env.rolled_back:
+                continue
+            if reruns <= reruns_then:
+                bad.append(("I2", f"sealed {rollout}#{done_attempt} run again as #{attempt}"))
+        if self.cast.params.group_scored and attempt > 0:
+            group = rollout.rpartition("/")[0]
+            together = {e.rollout_id for e in effects if isinstance(e, Dispatch)}
+            siblings = {f"{group}/{s}" for s in range(self.cast.params.siblings)}
+            if not siblings <= together:
+                bad.append(("I2", f"group-scored sibling {rollout} retried alone"))
+
+    def _check_publish(self, after: SystemState, op_id: OpId, bad: list[tuple[str, str]]) -> None:
+        """I8: `op_id` is published only with every participant committed to it, and with
+        the digests they recorded."""
+        for participant in after.participants:
+            fence = participant.fence
+            if fence.data.active != op_id or fence.state is not FenceState.COMMITTED_PAUSED:
+                bad.append(
+                    (
+                        "I8",
+                        f"{op_id} published while {participant.config.name} is not committed to it",
+                    )
+                )
+                continue
+            reply = fence.data.result(op_id, _COMMIT_OP)
+            if not isinstance(reply, CommitReply):
+                bad.append(("I8", f"{op_id} published without {participant.config.name}'s commit"))
+        attempt = after.controller.attempt
+        if attempt is not None and attempt.op_id == op_id:
+            recorded = {
+                p.config.name: r.digest
+                for p in after.participants
+                if isinstance(r := p.fence.data.result(op_id, _COMMIT_OP), CommitReply)
+            }
+            if dict(attempt.digests) != recorded:
+                bad.append(("I8", f"{op_id} staged digests differ from the participants'"))
+
+    def _check_order(
+        self, before: SystemState, after: SystemState, bad: list[tuple[str, str]]
+    ) -> None:
+        """I5: a control call to a role goes out only when every earlier role of the phase
+        has done that op for that id (checked at the moment the call is sent)."""
+        old = {id(m.call) for m in before.messages}
+        for message in after.messages:
+            call = message.call
+            if message.reply is not None or id(call) in old or call.op not in CONTROL_OPS:
+                continue
+            if call.op_id is None:
+                continue
+            order = _PHASE_ORDER.get(call.op)
+            if order is None:
+                continue
+            role = self.cast.roles.get(call.participant)
+            if role is None:
+                continue
+            for earlier in order[: order.index(role)]:
+                for participant in after.participants:
+                    if self.cast.roles.get(participant.config.name) != earlier:
+                        continue
+                    if not _done(participant, call.op, call.op_id):
+                        bad.append(
+                            (
+                                "I5",
+                                f"{call.op.value}({call.op_id}) to {call.participant}"
+                                f" before {participant.config.name}",
+                            )
+                        )
+
+    # ------------------------------------------------------------------ properties
+
+    def properties(self) -> Sequence[Always]:
+        """I1-I6 and I8, each an `always` over a model state."""
+        return (
+            always("I1", self._i1, "nothing completed is lost"),
+            always("I2", lambda s: not _flags(s, "I2"), "nothing runs twice"),
+            always("I3", self._i3, "publish-or-abort"),
+            always("I4", self._i4, "gates: held iff some owner holds"),
+            always("I5", lambda s: not _flags(s, "I5"), "phase order (§3)"),
+            always("I6", self._i6, "bounded calls: the controller waits only on live calls"),
+            always("I8", lambda s: not _flags(s, "I8"), "consistent snapshot"),
+        )
+
+    def _i1(self, state: PState) -> bool:
+        if _flags(state, "I1"):
+            return False
+        sys, env = state.system, state.env
+        ledger = sys.controller.ledger
+        held = {
+            e.data.key
+            for agent in self.cast.agents
+            for e in executions(sys.participant(agent))
+            if e.state is ExecState.COMPLETED
+        }
+        waiting = {a.key for a in ledger.sealed_untrained()}
+        discarded = 0
+        for rollout, attempt, _kept, _ in env.completed:
+            key = (rollout, attempt)
+            if key in env.trained or key in env.rolled_back or key in held or key in waiting:
+                continue
+            # Neither trained, nor waiting, nor held, nor rolled back: it must have been
+            # discarded on purpose (a late completion after its deadline, or a sealed
+            # sibling of a whole-group rerun), and the ledger must have counted it.
+            discarded += 1
+        counters = ledger.counters
+        # Completions the controller no longer owns (compacted, or from before a restart)
+        # are ACKed and counted apart from the ledger.
+        unowned = getattr(sys.controller, "unowned_dropped", 0)
+        counted = counters.discarded_siblings + counters.late_completions_dropped + unowned
+        return discarded <= counted
+
+    def _i3(self, state: PState) -> bool:
+        sys, env = state.system, state.env
+        if sys.controller.phase is not CheckpointState.IDLE:
+            return True
+        if any(m.call.op in CONTROL_OPS for m in sys.messages):
+            return True
+        for participant in sys.participants:
+            if participant.fence.state is not FenceState.IDLE:
+                return False
+        for op_id in env.committed:
+            if op_id in sys.store.staging:
+                return False
+            if (op_id in sys.store.published) != (op_id in env.reported):
+                return False
+        return True
+
+    def _i4(self, state: PState) -> bool:
+        sys, env = state.system, state.env
+        controller = sys.controller
+        phase = controller.phase
+        checkpoint = phase is not CheckpointState.IDLE
+        gate = {"checkpoint"} if checkpoint else set()
+        if env.weight_sync == 1:
+            gate.add("weight_sync")
+        if env.train_switch == 1:
+            gate.add("train_switch")
+        deadlines = {"checkpoint"} if checkpoint else set()
+        if env.train_switch == 1:
+            deadlines.add("train_switch")
+        # A restarted controller's restore (M9) holds both while it runs, and only then.
+        restore = controller.restore
+        if restore is not None and label(restore.state) not in ("idle", "restore_failed"):
+            gate.add("restore")
+            if "restore" in controller.deadlines.data.holders:
+                deadlines.add("restore")
+        if set(controller.gate.data) != gate or (label(controller.gate.state) == "open") != (
+            not gate
+        ):
+            return False
+        registry = controller.deadlines
+        if set(registry.data.holders) != deadlines:
+            return False
+        running = registry.state is RegistryState.RUNNING
+        if running == bool(deadlines):
+            return False
+        armed = any(group_of_timer(name) is not None for name, _ in sys.timers)
+        return not (armed and not running)
+
+    def _i6(self, state: PState) -> bool:
+        sys = state.system
+        attempt = sys.controller.attempt
+        if attempt is None or sys.controller.phase is CheckpointState.STOPPED:
+            return True
+        flying = {(m.call.participant, m.call.op, m.call.op_id) for m in sys.messages}
+        phase = sys.controller.phase
+        # In abort_pending/release_pending the controller waits on its retry timer, not on
+        # the calls of the failed round.
+        if attempt.phase is not None and phase in _WAITING_PHASES:
+            op = PHASES[attempt.phase][0]
+            timers = {name for name, _ in sys.timers}
+            # A not-ready participant is asked again by the retry timer, and the prepare
+            # deadline bounds the whole phase: both are the controller's own timers.
+            paced = any(t.startswith(("prepare_retry:", "prepare_deadline:")) for t in timers)
+            for participant, op_id in attempt.waiting:
+                if (participant, op, op_id) in flying:
+                    continue
+                if not (participant in attempt.not_ready and paced):
+                    return False
+        if phase not in (CheckpointState.FLUSHING_ACKS, CheckpointState.CAPTURING):
+            return True
+        acking = {m.call.participant for m in sys.messages if m.call.op is Op.ACK}
+        return attempt.acking <= acking
+
+    def is_goal(self, state: PState) -> bool:
+        """I7's goal: the controller idle with admission open and every fence idle, or
+        stopped after more than `max_consecutive_failures` retryable failures."""
+        sys, env = state.system, state.env
+        if env.raised:
+            return False
+        phase = sys.controller.phase
+        if phase is CheckpointState.STOPPED:
+            # Legitimate only after more than max_consecutive_failures retryable failures.
+            return env.failures > self.cast.params.max_consecutive_failures
+        if phase is not CheckpointState.IDLE or sys.controller.gate.data:
+            return False
+        if any(m.call.op in CONTROL_OPS for m in sys.messages):
+            return False
+        return all(p.fence.state is FenceState.IDLE for p in sys.participants)
+
+
+# ============================================================================ helpers
+
+
+def _kept(sys: SystemState, key: tuple[str, int]) -> bool:
+    """Did the controller keep this completion (seal it), rather than drop it late?"""
+    try:
+        return sys.controller.ledger.attempt(key).state is AttemptState.SEALED
+    except Exception:
+        return False
+
+
+def _done(participant: ParticipantState, op: Op, op_id: OpId) -> bool:
+    """Has `participant` finished `op` for `op_id` (for the I5 order check)?"""
+    fence = participant.fence
+    if op is Op.PREPARE:
+        return fence.data.active == op_id and fence.state in (
+            FenceState.PREPARED,
+            FenceState.COMMITTING,
+            FenceState.COMMITTED_PAUSED,
+        )
+    if op is Op.COMMIT:
+        return fence.data.active == op_id and fence.state is FenceState.COMMITTED_PAUSED
+    if op is Op.RESTORE:
+        return fence.data.active == op_id and fence.state is FenceState.RESTORED_PAUSED
+    return fence.data.active != op_id
+
+
+def _flags(state: PState, prop: str) -> bool:
+    return any(name == prop for name, _ in state.env.bad)

@@ -1,0 +1,263 @@
+"""The traces of the `protocol` model: what a counterexample shows and how it is drawn.
+
+What lives here: `describe_state` (a model state as JSON: every table's state, the
+messages, timers, store and environment), `table_names` and `project` (a trace as steps of
+one engine table, rows its `--trace` accepts, so `quiesce diagram` draws it),
+`sequence_arrow` (the arrow one action draws in a sequence diagram) and the texts of
+messages and replies. What it does not know: which actions exist or which properties hold
+(the model's and the judge's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from quiesce.fsm import Table, label
+from quiesce.models._explorer import Action, Trace
+from quiesce.models._protocol_state import GROUP, Cast, PState, executions
+from quiesce.models._system import InFlight
+from quiesce.protocol.controller import Op
+from quiesce.protocol.machines import (
+    ADMISSION_GATE,
+    AGENT_EXECUTION,
+    CHECKPOINT,
+    CONTROL_FENCE,
+    DEADLINE_REGISTRY,
+)
+from quiesce.protocol.wire import ErrorReply, Message
+
+__all__ = [
+    "describe_message",
+    "describe_state",
+    "project",
+    "reply_text",
+    "sequence_arrow",
+    "table_names",
+    "text",
+]
+
+
+def describe_state(cast: Cast, state: PState) -> dict[str, Any]:
+    """Every table's state, the messages, timers, store and environment of `state` (JSON)."""
+    sys, env = state.system, state.env
+    controller = sys.controller
+    attempt = controller.attempt
+    return {
+        "checkpoint": label(controller.phase),
+        "attempt": None if attempt is None else str(attempt.op_id),
+        "admission_gate": sorted(controller.gate.data),
+        "deadline_registry": [
+            label(controller.deadlines.state),
+            sorted(controller.deadlines.data.holders),
+        ],
+        "fences": {
+            p.config.name: [
+                label(p.fence.state),
+                text(p.fence.data.active),
+                text(p.fence.data.high_watermark),
+            ]
+            for p in sys.participants
+        },
+        "executions": {
+            f"{e.data.rollout_id}#{e.data.attempt}": [label(e.state), e.data.turn]
+            for agent in cast.agents
+            for e in executions(sys.participant(agent))
+        },
+        "ledger": {
+            f"{a.rollout_id}#{a.attempt}": label(a.state) for a in controller.ledger.attempts
+        },
+        "messages": [describe_message(m) for m in sys.messages],
+        "timers": [name for name, _ in sys.timers],
+        "store": {
+            "intent": None if sys.store.intent is None else str(sys.store.intent[0]),
+            "published": sorted(str(x) for x in sys.store.published),
+        },
+        "env": {
+            "triggers_left": env.triggers,
+            "faults_left": env.faults,
+            "trainer_step": env.trainer_step,
+            "completed": sorted(f"{r}#{a}" for r, a, _, _ in env.completed),
+            "trained": sorted(f"{r}#{a}" for r, a in env.trained),
+            "violations": [f"{p}: {why}" for p, why in env.bad],
+            "raised": env.raised,
+        },
+    }
+
+
+def table_names(cast: Cast) -> list[str]:
+    """The tables a trace projects onto: the controller's, one fence per participant, one
+    agent execution per possible attempt of each sibling."""
+    names = ["checkpoint", "admission_gate", "deadline_registry"]
+    names += [f"control_fence[{n}]" for n in cast.names]
+    for sibling in range(cast.params.siblings):
+        for attempt in range(cast.params.attempts + 1):
+            # `/` would not survive as a file name (`--trace-out`): g0/1#0 is g0-1#0.
+            names.append(f"agent_execution[{GROUP}-{sibling}#{attempt}]")
+    return names
+
+
+def project(cast: Cast, trace: Trace[PState], table: str) -> list[dict[str, str]]:
+    """`trace` as steps of `table` (one of `table_names(cast)`), rows the engine accepts."""
+    view = _VIEWS[table.partition("[")[0]]
+    target = table.partition("[")[2].rstrip("]")
+    steps: list[dict[str, str]] = []
+    initial = label(_table_of(table).initial)
+    for before, _action, after in trace.transitions():
+        old, new = view(cast, before, target), view(cast, after, target)
+        if new is None or old == new:
+            continue
+        steps.extend(_table_steps(table, initial if old is None else old, new))
+    return steps
+
+
+def sequence_arrow(before: PState, action: Action) -> tuple[str, str, str]:
+    """`(sender, receiver, text)` of the arrow `action` draws from `before` in a sequence
+    diagram."""
+    kind = action.payload[0]
+    if kind in ("deliver", "drop", "fail", "delay", "wrong_digest"):
+        flying = before.system.messages[action.payload[1]]
+        call = flying.call
+        what = f"{call.op.value}({text(call.op_id) or ''})"
+        if kind == "fail":
+            what += f" {action.payload[2].value}"
+        if flying.reply is None:
+            return ("controller", call.participant, what)
+        return (call.participant, "controller", f"{what} -> {reply_text(flying.reply)}")
+    if kind in ("turn", "finish"):
+        return (
+            action.payload[1],
+            "controller" if kind == "finish" else action.payload[1],
+            action.label,
+        )
+    if kind == "redeliver":
+        who = before.env.delayed[0] if before.env.delayed else "controller"
+        return ("environment", who, action.label)
+    if kind == "crash_participant":
+        return (action.payload[1], action.payload[1], action.label)
+    return ("environment", "controller", action.label)
+
+
+def text(value: Any) -> str | None:
+    """`str(value)`, or None for None (ids in a JSON trace)."""
+    return None if value is None else str(value)
+
+
+def reply_text(reply: Message) -> str:
+    """A reply in a word: its error code, its status, or its type."""
+    if isinstance(reply, ErrorReply):
+        return reply.code
+    status = getattr(reply, "status", None)
+    return status or type(reply).__name__
+
+
+def describe_message(message: InFlight) -> str:
+    """One in-flight message as a line of text (action labels, traces)."""
+    call = message.call
+    if call.op_id is not None:
+        what = f"{call.op.value}({call.op_id})"
+    elif call.op is Op.RETIRE:
+        what = f"retire({call.payload[0]}#{call.payload[1]})"
+    else:
+        what = f"{call.op.value}({len(call.payload or ())})"
+    if message.reply is None:
+        return f"{what} -> {call.participant}"
+    return f"{what} <- {call.participant}: {reply_text(message.reply)}"
+
+
+# ------------------------------------------------------------------ projections
+
+
+def _view_checkpoint(cast: Cast, state: PState, _target: str) -> str | None:
+    return label(state.system.controller.phase)
+
+
+def _view_gate(cast: Cast, state: PState, _target: str) -> str | None:
+    return label(state.system.controller.gate.state)
+
+
+def _view_registry(cast: Cast, state: PState, _target: str) -> str | None:
+    return label(state.system.controller.deadlines.state)
+
+
+def _view_fence(cast: Cast, state: PState, target: str) -> str | None:
+    return label(state.system.participant(target).fence.state)
+
+
+def _view_execution(cast: Cast, state: PState, target: str) -> str | None:
+    rollout, _, attempt = target.rpartition("#")
+    group, _, sibling = rollout.rpartition("-")
+    rollout = f"{group}/{sibling}"
+    key = (rollout, int(attempt))
+    for agent in cast.agents:
+        participant = state.system.participant(agent)
+        for execution in executions(participant):
+            if execution.data.key == key:
+                return label(execution.state)
+        role = participant.role
+        highest = getattr(role, "highest_retired", None)
+        if highest is not None and key[1] <= highest(rollout):
+            for r, a, receipt in getattr(role, "refusal_keys", ()):
+                if r == rollout and a == key[1]:
+                    return "acked" if receipt else "tombstoned"
+            return "tombstoned"
+    return None
+
+
+_VIEWS: dict[str, Callable[[Cast, PState, str], str | None]] = {
+    "checkpoint": _view_checkpoint,
+    "admission_gate": _view_gate,
+    "deadline_registry": _view_registry,
+    "control_fence": _view_fence,
+    "agent_execution": _view_execution,
+}
+
+
+def _table_of(table: str) -> Table[Any, Any]:
+    tables: dict[str, Table[Any, Any]] = {
+        "checkpoint": CHECKPOINT,
+        "admission_gate": ADMISSION_GATE,
+        "deadline_registry": DEADLINE_REGISTRY,
+        "control_fence": CONTROL_FENCE,
+        "agent_execution": AGENT_EXECUTION,
+    }
+    return tables[table.partition("[")[0]]
+
+
+def _table_steps(table: str, old: str, new: str) -> list[dict[str, str]]:
+    """The table steps of one model step that moved `table` from `old` to `new`.
+
+    One model step may run several transitions of a table at once (a trigger runs
+    `idle -> closing_admission -> flushing_acks -> preparing` in one controller step), so
+    the steps are the shortest chain of the table's own rows from `old` to `new`; each one
+    is a row of the table, so the engine's `--trace` accepts it.
+    """
+    found = _table_of(table)
+    edges: dict[str, list[tuple[str, str]]] = {}
+    for row in found.rows:
+        if row.target is None:
+            continue
+        for source in row.sources:
+            edges.setdefault(label(source), []).append((label(row.input), label(row.target)))
+    previous: dict[str, tuple[str, str]] = {}
+    frontier = [old]
+    seen = {old}
+    while frontier and new not in seen:
+        following = []
+        for here in frontier:
+            for name, target in edges.get(here, ()):
+                if target not in seen:
+                    seen.add(target)
+                    previous[target] = (here, name)
+                    following.append(target)
+        frontier = following
+    if new not in previous:
+        return []
+    chain: list[dict[str, str]] = []
+    at = new
+    while at != old:
+        came_from, via = previous[at]
+        chain.append({"state": came_from, "input": via, "target": at})
+        at = came_from
+    chain.reverse()
+    return chain
