@@ -18,7 +18,14 @@ from quiesce.adapters._clock import (
     VirtualClock,
     VirtualDeadlock,
 )
+from quiesce.adapters._controller import (
+    CompletionHook,
+    PollCompletions,
+    WiringError,
+    build_controller,
+)
 from quiesce.adapters._driver import (
+    Companion,
     Driver,
     DriverError,
     Observer,
@@ -150,6 +157,8 @@ __all__ = [
     "Clock",
     "ClockEvent",
     "ClockStopped",
+    "Companion",
+    "CompletionHook",
     "CompletionsReply",
     "ControllerCut",
     "ControllerJournal",
@@ -194,6 +203,7 @@ __all__ = [
     "ParticipantActor",
     "ParticipantHost",
     "PolicyService",
+    "PollCompletions",
     "PruneResult",
     "PublishConflict",
     "Queue",
@@ -217,8 +227,10 @@ __all__ = [
     "VirtualClock",
     "VirtualDeadlock",
     "WireError",
+    "WiringError",
     "WorkConfig",
     "artifact_name",
+    "build_controller",
     "configure_logging",
     "configure_server_logging",
     "connect_services",

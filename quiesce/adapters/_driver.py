@@ -49,7 +49,7 @@ import base64
 import functools
 import logging
 import sys
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TextIO
 
@@ -110,15 +110,26 @@ from quiesce.protocol.wire import (
     DiscardRequest,
     ErrorReply,
     Message,
+    PrepareReply,
     Receipt,
     RestoreRequest,
     RetireRequest,
 )
 
-__all__ = ["Driver", "DriverError", "Observer", "RestoreReport", "configure_logging"]
+__all__ = [
+    "Companion",
+    "Driver",
+    "DriverError",
+    "Observer",
+    "RestoreReport",
+    "configure_logging",
+]
 
 Observer = Callable[[ControllerInput, tuple[ControllerEffect, ...], ControllerState], None]
 """Called after every coordinator step with the input, its effects and the new state."""
+
+Companion = Callable[["Driver"], Awaitable[None]]
+"""A task that runs beside the controller for as long as it runs (e.g. a completion poller)."""
 
 _LOG_LEVELS = {
     "debug": logging.DEBUG,
@@ -201,6 +212,10 @@ class _Waiter:
 class Driver:
     """Runs one controller: the coordinator's effects against the adapters.
 
+    `build_controller` builds one with every piece wired (and refuses a missing one); built
+    by hand, completions must reach `completed` -- an in-memory fleet's `on_completed`, or
+    a poller among `companions` -- or every checkpoint with rollouts times out in prepare.
+
     >>> import anyio, tempfile
     >>> from quiesce.adapters import InMemoryDataPlane, InMemoryTrainer, VirtualClock
     >>> from quiesce.adapters import ControllerJournal, SnapshotStore, InMemoryFleet
@@ -215,6 +230,7 @@ class Driver:
     ...         store=SnapshotStore(tempfile.mkdtemp()),
     ...         journal=ControllerJournal(tempfile.mkdtemp()),
     ...         trainer=trainer, data_plane=InMemoryDataPlane(trainer))
+    ...     fleet.on_completed = driver.completed
     ...     async with clock.task_group() as tg:
     ...         tg.start_soon(fleet.run)
     ...         tg.start_soon(driver.run)
@@ -241,6 +257,7 @@ class Driver:
         turns: Callable[[Dispatch], int] | None = None,
         has_group: Callable[[GroupRecord], bool] | None = None,
         observers: Iterable[Observer] = (),
+        companions: Iterable[Companion] = (),
         discovery_attempts: int = 20,
         retry_backoff_s: float = 0.5,
         store_in_thread: bool | None = None,
@@ -256,6 +273,7 @@ class Driver:
         self.depends_on = depends_on
         self.turns = turns or (lambda _dispatch: 2)
         self.observers: list[Observer] = list(observers)
+        self.companions: tuple[Companion, ...] = tuple(companions)
         self.discovery_attempts = discovery_attempts
         self.retry_backoff_s = retry_backoff_s
         self.state: ControllerState = coordinator.initial(epoch=0)
@@ -271,6 +289,9 @@ class Driver:
         self._timers: dict[Hashable, int] = {}  # timer name -> its latest arming
         self._timer_seq = 0
         self._waiters: list[_Waiter] = []
+        # The latest `not_ready` answer of each participant to the current prepare: a
+        # checkpoint that fails names who was not ready and what still ran.
+        self._not_ready: dict[str, PrepareReply] = {}
         threaded = (
             not isinstance(clock, VirtualClock) if store_in_thread is None else store_in_thread
         )
@@ -328,6 +349,8 @@ class Driver:
             tg.start_soon(self._loop, name="driver:loop")
             if self._lane is not None:
                 tg.start_soon(self._lane.run, self.submit, name="driver:store")
+            for companion in self.companions:
+                tg.start_soon(companion, self, name=f"driver:{_name_of(companion)}")
             self._started.set()
             await self._halted.wait()
             tg.cancel()
@@ -478,6 +501,7 @@ class Driver:
                 reason=effect.reason,
                 consecutive_failures=effect.consecutive_failures,
             )
+            self._report_not_ready(effect)
         elif isinstance(effect, Stopped):
             self.stopped = effect
             self._log.error(
@@ -519,7 +543,47 @@ class Driver:
             )
             self.submit(CallFailed(call.participant, call.op, call.op_id, result))
         else:
+            if isinstance(result, PrepareReply):
+                self._prepared(call.participant, result)
             self.submit(Reply(call.participant, call.op, call.op_id, result))
+
+    def _prepared(self, participant: str, reply: PrepareReply) -> None:
+        """Keep (and log) a `not_ready` answer: who is not ready, and why."""
+        if reply.status == "ready":
+            self._not_ready.pop(participant, None)
+            return
+        previous = self._not_ready.get(participant)
+        self._not_ready[participant] = reply
+        # A prepare retried against the same blockers says nothing new: once is enough.
+        unchanged = previous is not None and (previous.op_id, previous.blockers) == (
+            reply.op_id,
+            reply.blockers,
+        )
+        (self._log.debug if unchanged else self._log.info)(
+            "prepare_not_ready",
+            participant=participant,
+            checkpoint_id=str(reply.op_id),
+            blockers=list(reply.blockers),
+        )
+
+    def _report_not_ready(self, outcome: Outcome) -> None:
+        """A checkpoint that did not complete names the participants whose latest answer to
+        its prepare was `not_ready`, and what kept each one (running executions,
+        completions never ACKed -- the usual sign of unwired completions)."""
+        held = {
+            name: list(reply.blockers)
+            for name, reply in sorted(self._not_ready.items())
+            if reply.op_id == outcome.checkpoint_id
+        }
+        self._not_ready.clear()
+        if held and outcome.result != "completed":
+            self._log.warning(
+                "checkpoint_not_ready",
+                checkpoint_id=str(outcome.checkpoint_id),
+                result=outcome.result,
+                reason=outcome.reason,
+                not_ready=held,
+            )
 
     def _request(self, call: Call) -> Message:
         return _wire_request(call, self._store_effects.artifact)
@@ -731,6 +795,10 @@ class Driver:
                 self._step(_completion(agent, receipt))
                 dropped += _dropped(self.state) - before
         return dropped
+
+
+def _name_of(companion: Companion) -> str:
+    return getattr(companion, "__name__", type(companion).__name__)
 
 
 def _completion(agent: str, receipt: Receipt) -> RolloutCompleted:
