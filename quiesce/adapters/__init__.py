@@ -32,7 +32,13 @@ from quiesce.adapters._driver import (
     RestoreReport,
     configure_logging,
 )
-from quiesce.adapters._host_journal import FileJournal, JournalCorrupt, JournalSink, MemoryJournal
+from quiesce.adapters._host_journal import (
+    FileJournal,
+    ForeignJournal,
+    JournalCorrupt,
+    JournalSink,
+    MemoryJournal,
+)
 from quiesce.adapters._http_client import HttpParticipant
 from quiesce.adapters._http_data_plane import (
     DATA_PREFIX,
@@ -121,6 +127,7 @@ from quiesce.adapters._snapshot_store import (
     StoreUnreadable,
     parse_checkpoint_id,
 )
+from quiesce.adapters._state_dir import StateDirBusy, StateDirLock, StateDirUnusable
 from quiesce.adapters._store_effects import CUT_ARTIFACT, artifact_name
 from quiesce.adapters._trainer import (
     ControllerCut,
@@ -176,6 +183,7 @@ __all__ = [
     "Faults",
     "FileJournal",
     "FinishedGroup",
+    "ForeignJournal",
     "GenerateRequest",
     "HostRef",
     "HostStopped",
@@ -217,6 +225,9 @@ __all__ = [
     "SnapshotStore",
     "SnapshotStoreError",
     "Staging",
+    "StateDirBusy",
+    "StateDirLock",
+    "StateDirUnusable",
     "StoreUnreadable",
     "StoredIntent",
     "TaskGroup",

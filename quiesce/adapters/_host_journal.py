@@ -2,7 +2,8 @@
 
 What lives here: how a journal becomes durable before its reply is released, and how a
 journal file that cannot be trusted is refused (`JournalCorrupt`) instead of recovering a
-different, valid-looking state. What it does not know: what the journal means (the pure
+different, valid-looking state, and how a sound journal of another participant is told
+apart from a corrupt one (`ForeignJournal`). What it does not know: what the journal means (the pure
 participant writes it, `from_journal` reads it) or when it is written (the host decides).
 """
 
@@ -20,7 +21,7 @@ from quiesce.adapters._durable import atomic_write
 from quiesce.fsm import QuiesceError
 from quiesce.protocol.participant import Journal
 
-__all__ = ["FileJournal", "JournalCorrupt", "JournalSink", "MemoryJournal"]
+__all__ = ["FileJournal", "ForeignJournal", "JournalCorrupt", "JournalSink", "MemoryJournal"]
 
 
 class JournalCorrupt(QuiesceError):
@@ -37,6 +38,43 @@ class JournalCorrupt(QuiesceError):
             "restore it from a backup, or move it aside and start this participant fresh "
             "with ParticipantHost.start (its fence state will be lost)"
         )
+
+
+class ForeignJournal(QuiesceError):
+    """The journal at `where` is sound but was written by another participant: it records
+    `recorded_role` `recorded_name`, and the host was opened as `given_role` `given_name`.
+    Recovering it would impersonate that participant, so it is refused, and left as it is.
+    """
+
+    def __init__(
+        self,
+        where: str,
+        *,
+        recorded_name: str,
+        recorded_role: str,
+        given_name: str,
+        given_role: str,
+    ) -> None:
+        self.where = where
+        self.recorded_name = recorded_name
+        self.recorded_role = recorded_role
+        self.given_name = given_name
+        self.given_role = given_role
+        super().__init__(
+            f"participant journal {where} belongs to {self.recorded}, not {self.given}: "
+            f"open it with name {recorded_name!r} and role {recorded_role!r} to recover that "
+            "participant, or give this one a journal of its own"
+        )
+
+    @property
+    def recorded(self) -> str:
+        """The participant the journal was written by, as `<role> '<name>'`."""
+        return f"{self.recorded_role} {self.recorded_name!r}"
+
+    @property
+    def given(self) -> str:
+        """The participant the host was opened as, as `<role> '<name>'`."""
+        return f"{self.given_role} {self.given_name!r}"
 
 
 class JournalSink(ABC):

@@ -69,14 +69,13 @@ import contextlib
 import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
 import structlog
 
 from quiesce.adapters._clock import Clock, ClockEvent, Lock, TaskGroup
-from quiesce.adapters._host_journal import JournalCorrupt, JournalSink, MemoryJournal
+from quiesce.adapters._host_journal import ForeignJournal, JournalSink, MemoryJournal
 from quiesce.adapters._participant_api import CompletionsReply
 from quiesce.fsm import QuiesceError, TransitionNotAllowed
 from quiesce.protocol import Refusal
@@ -315,7 +314,8 @@ class ParticipantHost:
         **options: Any,
     ) -> ParticipantHost:
         """`recover` from `journal` if it holds one (with a new incarnation), else `start`.
-        A journal written by another participant (name or role differ) is refused."""
+        A journal written by another participant (name or role differ) is refused
+        (`ForeignJournal`)."""
         cfg = (
             config
             if isinstance(config, ParticipantConfig)
@@ -326,11 +326,12 @@ class ParticipantHost:
         if saved is None:
             return cls.start(cfg, clock=clock, journal=journal, incarnation=factory(), **options)
         if (saved.config.name, saved.config.role) != (cfg.name, cfg.role):
-            raise JournalCorrupt(
-                Path(journal.describe()),
-                "config",
-                f"journal belongs to {saved.config.role} {saved.config.name!r}, "
-                f"not {cfg.role} {cfg.name!r}",
+            raise ForeignJournal(
+                journal.describe(),
+                recorded_name=saved.config.name,
+                recorded_role=saved.config.role,
+                given_name=cfg.name,
+                given_role=cfg.role,
             )
         return cls.recover(journal, factory(), clock=clock, **options)
 

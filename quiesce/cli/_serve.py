@@ -1,10 +1,12 @@
 """`quiesce serve`: run one participant (agent, policy or resources) as an HTTP server.
 
 The participant's journal (PROTOCOL.md §6) lives in `--state-dir` and is fsynced before
-every reply. Started on a state dir that already holds a journal, the server recovers from
-it under a new incarnation (the controller sees the restart). Logs go to stderr with
-structlog (JSON when stderr is not a TTY); the bearer token is read from `QUIESCE_TOKEN` or
-`--token-file` and never logged.
+every reply. The server locks its state dir for its whole life (`StateDirLock`), so a
+second server on the same dir exits instead of sharing the journal. Started on a state dir
+that already holds a journal, the server recovers from it under a new incarnation (the
+controller sees the restart), provided it is the same participant (`--name`, `--role`).
+Logs go to stderr with structlog (JSON when stderr is not a TTY); the bearer token is read
+from `QUIESCE_TOKEN` or `--token-file` and never logged.
 """
 
 from __future__ import annotations
@@ -19,10 +21,14 @@ import structlog
 
 from quiesce.adapters import (
     FileJournal,
+    ForeignJournal,
     JournalCorrupt,
     ParticipantHost,
     RealClock,
     ServiceUnusable,
+    StateDirBusy,
+    StateDirLock,
+    StateDirUnusable,
     configure_server_logging,
     connect_services,
     secret_incarnation,
@@ -79,6 +85,42 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _lock_state_dir(state_dir: Path) -> StateDirLock:
+    """This process's lock on `state_dir` (created if missing), or exit 2 naming the
+    process that holds it, or why the directory cannot be written, and the fix."""
+    where = f"--state-dir {abbreviated(state_dir)}"
+    try:
+        return StateDirLock.acquire(state_dir)
+    except StateDirBusy as busy:
+        fail(
+            f"{where} is locked by {busy.holder}, a server already running on it: "
+            f"stop {busy.holder}, or give this server another --state-dir"
+        )
+    except StateDirUnusable as unusable:
+        fail(f"{where} cannot be used: {unusable.detail}; give a writable directory")
+
+
+def _foreign_journal_message(error: ForeignJournal, state_dir: Path, name_given: bool) -> str:
+    """What differs between the journal in `state_dir` and this server's --role/--name,
+    and the options that recover the journal's participant instead."""
+    flags = []
+    if error.recorded_role != error.given_role:
+        flags.append(f"--role {error.recorded_role}")
+    if error.recorded_name != error.given_name:
+        flags.append(f"--name {error.recorded_name}")
+    default = (
+        ""
+        if name_given or error.recorded_name == error.given_name
+        else " (without --name the name is <role>-<port>, so a restart on another port "
+        "needs --name)"
+    )
+    return (
+        f"--state-dir {abbreviated(state_dir)} holds the journal of {error.recorded}, "
+        f"not of {error.given}{default}: to recover that participant, restart with "
+        f"{' '.join(flags)}; to start a new one, give another --state-dir"
+    )
+
+
 @click.command()
 @click.option(
     "--role", type=click.Choice(["agent", "policy", "resources"]), required=True, help="Role."
@@ -91,7 +133,8 @@ def _bind(host: str, port: int) -> socket.socket:
     "--state-dir",
     type=OutputDir(),
     required=True,
-    help="Directory of the participant's journal (created if missing).",
+    help="Directory of the participant's journal (created if missing), locked for the "
+    "server's life: a second server on it exits 2 naming the holder's pid.",
 )
 @click.option(
     "--token-file",
@@ -100,7 +143,11 @@ def _bind(host: str, port: int) -> socket.socket:
     help=f"File holding the bearer token (default: ${TOKEN_ENV}).",
 )
 @click.option(
-    "--name", type=Name(), default=None, help="Participant name (default: <role>-<port>)."
+    "--name",
+    type=Name(),
+    default=None,
+    help="Participant name (default: <role>-<port>). A journal in --state-dir is recovered "
+    "only under its own name, so a restart on another port needs --name.",
 )
 @click.option(
     "--recovery-mode",
@@ -170,7 +217,10 @@ def serve(
 
     Runs uvicorn on asyncio only (uvicorn does not run on trio). Every control route needs
     `Authorization: Bearer <token>`, the token read from --token-file or $QUIESCE_TOKEN.
-    An existing journal in --state-dir is recovered with a new incarnation (§6).
+    An existing journal in --state-dir is recovered with a new incarnation (§6) if it is
+    this participant's (same --role and --name; the default name <role>-<port> changes
+    with the port, so a restart on another port needs --name). One server per --state-dir:
+    it is locked (<state-dir>/.lock, holding the pid) until the server exits.
     An agent's --policy / --resources servers (same token) are checked before it starts.
     """
     import uvicorn
@@ -181,48 +231,52 @@ def serve(
         raise click.UsageError(f"--policy and --resources wire an agent, not a {role} server")
     token = read_token(token_file)
     listener = _bind(bind, port)
-    configure_server_logging(log_level)
-    try:
-        services = connect_services(
-            token=token, policies=policies, resources=resources, wait_s=wait_services
+    # Held as long as the server runs; closed (dropped) on every way out of this block.
+    with _lock_state_dir(state_dir):
+        configure_server_logging(log_level)
+        try:
+            services = connect_services(
+                token=token, policies=policies, resources=resources, wait_s=wait_services
+            )
+        except ServiceUnusable as error:
+            fail(error)
+        config = {
+            "name": name or f"{role}-{port}",
+            "role": role,
+            "recovery_mode": recovery_mode,
+            "instance_role": instance_role,
+        }
+        journal = FileJournal(state_dir)
+        try:
+            host = ParticipantHost.open(
+                config,
+                journal,
+                clock=RealClock(),
+                incarnation_factory=secret_incarnation,
+                run_work=work,
+            )
+        except JournalCorrupt as error:
+            fail(error)
+        except ForeignJournal as error:
+            fail(_foreign_journal_message(error, state_dir, name_given=name is not None))
+        host.connect(policies=services[0], resources=services[1])
+        recovered = journal.load() is not None
+        structlog.get_logger("quiesce.serve").info(
+            "participant_start",
+            participant=host.name,
+            role=role,
+            incarnation=host.incarnation,
+            recovered=recovered,
+            state_dir=str(state_dir),
+            port=port,
         )
-    except ServiceUnusable as error:
-        fail(error)
-    config = {
-        "name": name or f"{role}-{port}",
-        "role": role,
-        "recovery_mode": recovery_mode,
-        "instance_role": instance_role,
-    }
-    journal = FileJournal(state_dir)
-    try:
-        host = ParticipantHost.open(
-            config,
-            journal,
-            clock=RealClock(),
-            incarnation_factory=secret_incarnation,
-            run_work=work,
+        app = create_app(host, token=token, max_body_bytes=max_body_bytes)
+        server = uvicorn.Server(
+            uvicorn.Config(app, loop="asyncio", log_config=None, access_log=False, lifespan="on")
         )
-    except JournalCorrupt as error:
-        fail(error)
-    host.connect(policies=services[0], resources=services[1])
-    recovered = journal.load() is not None
-    structlog.get_logger("quiesce.serve").info(
-        "participant_start",
-        participant=host.name,
-        role=role,
-        incarnation=host.incarnation,
-        recovered=recovered,
-        state_dir=str(state_dir),
-        port=port,
-    )
-    app = create_app(host, token=token, max_body_bytes=max_body_bytes)
-    server = uvicorn.Server(
-        uvicorn.Config(app, loop="asyncio", log_config=None, access_log=False, lifespan="on")
-    )
-    # After a graceful shutdown uvicorn raises the signal that asked for it again, so the
-    # process ends as that signal says: Ctrl-C is then a KeyboardInterrupt, not an error.
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run(sockets=[listener])
-    if not server.started:
-        fail("the server did not start (its log above says why)", code=1)
+        # After a graceful shutdown uvicorn raises the signal that asked for it again, so the
+        # process ends as that signal says: Ctrl-C is then a KeyboardInterrupt, not an error.
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run(sockets=[listener])
+        if not server.started:
+            fail("the server did not start (its log above says why)", code=1)

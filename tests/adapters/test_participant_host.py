@@ -12,6 +12,7 @@ import pytest
 
 from quiesce.adapters import (
     FileJournal,
+    ForeignJournal,
     HostRef,
     HostStopped,
     JournalCorrupt,
@@ -311,7 +312,7 @@ async def test_open_recovers_with_a_new_incarnation(tmp_path: Path) -> None:
         second = ParticipantHost.open(config, FileJournal(tmp_path), clock=clock)
         assert second.incarnation != first.incarnation
         assert second.state.fence.state.value == "prepared"
-        with pytest.raises(JournalCorrupt, match="belongs to resources"):
+        with pytest.raises(ForeignJournal, match="belongs to resources"):
             ParticipantHost.open(
                 {"name": "other", "role": "policy"}, FileJournal(tmp_path), clock=clock
             )
