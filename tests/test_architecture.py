@@ -41,13 +41,9 @@ STRANGERS = {("quiesce.protocol.controller", "quiesce.protocol.participant")}
 # and its symmetry reduction still share state through each other; the snapshot store still
 # has its own selection). Each fix deletes its line here; nothing may be added.
 PENDING_PRIVATE_IMPORTS = {
-    "quiesce/models/_mutants.py imports quiesce.protocol.controller._coordinator",
-    "quiesce/models/_mutants.py imports quiesce.protocol.controller._recovery_levels",
-    "quiesce/models/_mutants.py imports quiesce.protocol.controller._restore_plan",
     "quiesce/models/_mutants.py imports quiesce.protocol.participant._agent_role",
     "quiesce/models/_mutants.py imports quiesce.protocol.participant._control_ops",
     "quiesce/models/_mutants.py imports quiesce.protocol.participant._journal",
-    "tests/models/test_protocol_model.py imports quiesce.protocol.controller._restore_flow",
 }
 PENDING_CYCLES = [["quiesce.models._protocol_model", "quiesce.models._protocol_symmetry"]]
 PENDING_CLASHES = {"Rejection", "Selection"}

@@ -122,6 +122,7 @@ from quiesce.protocol.controller import (
     SourceUnreadable,
     Stopped,
     TimerDue,
+    TimerKey,
     TrainerAnchor,
     Validate,
     WriteIntent,
@@ -411,7 +412,7 @@ class Driver:
         self._started: ClockEvent = clock.event()
         self._halted: ClockEvent = clock.event()
         self._dead = False
-        self._timers: dict[str, int] = {}
+        self._timers: dict[TimerKey, int] = {}
         self._timer_seq = 0
         self._waiters: list[_Waiter] = []
         self._staging: dict[str, Staging] = {}

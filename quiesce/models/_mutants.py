@@ -10,13 +10,15 @@ survives.
 
 How a mutant is built. Where the bug lives in a table it is a derived table
 (`without_row`, `retarget`, `without_guard`, `derive`) run through the very same model
-(`Hooks`): the controller's tables are the coordinator's parameters, the participant's
-tables and the coordinator's helpers are module attributes swapped only while the model
-steps. Where the explorer cannot express the scenario (the M9 restore planning, the
-setup refusals, a liveness bug whose symptom is "the checkpoint keeps failing"), the
-killing check is a scripted scenario run (`scenario:<name>`) that drives the real
-`System` with the mutant applied and asserts the fixed behaviour, as
-`tests/protocol/test_scenarios.py` does.
+(`Hooks`); where it lives in one of the controller's pure decisions (classification,
+discovery, levels, the capture rule, restore judging and planning) it is a
+`CoordinatorPolicy` with that one function swapped. Both are the coordinator's documented
+parameters (`Hooks.coordinator`). The participant's tables are module attributes swapped
+only while the model steps. Where the explorer cannot express the scenario (the M9 restore
+planning, the setup refusals, a liveness bug whose symptom is "the checkpoint keeps
+failing"), the killing check is a scripted scenario run (`scenario:<name>`) that drives the
+real `System` (or the one decision) with the mutant applied and asserts the fixed
+behaviour, as `tests/protocol/test_scenarios.py` does.
 
 >>> verify(MUTANTS["S2_boolean_suspend"]).killed  # doctest: +SKIP
 True
@@ -24,6 +26,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import random
 import signal
 import threading
@@ -39,28 +42,47 @@ from quiesce.models._explorer import check
 from quiesce.models._protocol_model import Hooks, ProtocolModel, ProtocolParams, _Patched
 from quiesce.models._random_walks import walk
 from quiesce.models._system import System, SystemState
-from quiesce.protocol import CAUSES, Cause, Classification, Disposition, OpId, QuiesceConfig
+from quiesce.protocol import (
+    CAUSES,
+    Cause,
+    Classification,
+    Disposition,
+    OpId,
+    OverrideRefines,
+    QuiesceConfig,
+    RecoveryLevel,
+    UnknownRecoveryMode,
+    UnmanagedMultiProcess,
+)
 from quiesce.protocol.controller import (
-    CaptureCut,
-    Coordinator,
+    CaptureFacts,
+    CaptureVerdict,
+    CoordinatorPolicy,
+    EnvironmentTraits,
     Fleet,
     GroupOpened,
     Op,
     Outcome,
     PeriodElapsed,
-    Reply,
-    _coordinator,
-    _recovery_levels,
+    VerdictAction,
+    judge_capture,
+    judge_restore,
+    lower_levels,
+    prepare_deadline_timer,
+    prepare_retry_timer,
+    validate_discovery,
 )
-from quiesce.protocol.controller import _restore_plan as _restore
 from quiesce.protocol.machines import (
     ADMISSION_GATE,
     AGENT_EXECUTION,
+    CALL,
     CHECKPOINT,
     CONTROL_FENCE,
     DEADLINE_REGISTRY,
     RESTORE,
     AgentInput,
+    CallInput,
+    CallState,
     CheckpointInput,
     CheckpointState,
     ExecState,
@@ -80,7 +102,6 @@ from quiesce.protocol.participant import (
 from quiesce.protocol.wire import (
     Continuation,
     FinishRequest,
-    PrepareReply,
     RestoreReply,
     RetireRequest,
 )
@@ -104,9 +125,10 @@ Kind = Literal["scenario", "generated"]
 class Mutant:
     """One named variant of the protocol and the check that must kill it.
 
-    `hooks` builds the variant (derived tables, swapped module attributes). `killed_by`
-    names the check: an explorer property (`I1`..`I8`, `no_stall`) run on `params` (the
-    smallest configuration that kills it), or `scenario:<name>` for a scripted run.
+    `hooks` builds the variant (derived tables, a swapped policy function, swapped module
+    attributes). `killed_by` names the check: an explorer property (`I1`..`I8`,
+    `no_stall`) run on `params` (the smallest configuration that kills it), or
+    `scenario:<name>` for a scripted run (`scripted(hooks)`).
     `walks > 0` adds a second stage when the explorer finds nothing: that many seeded
     random walks (`quiesce.models._random_walks.walk`) on `walk_params` (by default the
     reference size of PROTOCOL.md §8), deeper than any exhaustive check can go.
@@ -119,7 +141,7 @@ class Mutant:
     hooks: Callable[[], Hooks]
     killed_by: str
     params: Mapping[str, Any] = field(default_factory=dict)
-    scripted: Callable[[], None] | None = None
+    scripted: Callable[[Hooks], None] | None = None
     max_states: int = 50_000
     walks: int = 0
     walk_params: Mapping[str, Any] = field(default_factory=dict)
@@ -181,11 +203,18 @@ def _small(**overrides: Any) -> dict[str, Any]:
     return base
 
 
-def _patch(*patches: tuple[Any, Any, Any], **tables: Table[Any, Any]) -> Callable[[], Hooks]:
+def _patch(*patches: tuple[Any, Any, Any], **fields: Any) -> Callable[[], Hooks]:
+    """Hooks with module `patches` and other `Hooks` fields (tables, `policy`)."""
+
     def build() -> Hooks:
-        return Hooks(patches=tuple(patches), **tables)
+        return Hooks(patches=tuple(patches), **fields)
 
     return build
+
+
+def _policy(**changes: Any) -> CoordinatorPolicy:
+    """The protocol's own policy with `changes` (one swapped decision, usually)."""
+    return replace(CoordinatorPolicy(), **changes)
 
 
 def _fence(table: Table[Any, Any]) -> tuple[Any, str, Any]:
@@ -276,66 +305,51 @@ def _by_exception_type(cause: Cause) -> Classification:
     return found
 
 
-_ORIGINAL_CALL_ROLE = _coordinator._Run.call_role
-_ORIGINAL_ON_REPLY = _coordinator._Run.on_reply
-_ORIGINAL_CAPTURE = _coordinator._Run.capture
+def _s6_call() -> Table[Any, Any]:
+    # A participant is marked attempted only when it answers, not when the call goes out.
+    rows = list(CALL.rows)
+    for index, row in enumerate(rows):
+        if row.input is CallInput.SEND:
+            rows[index] = replace(row, effects=("send_call",))
+        elif row.input in (CallInput.RECV_ANSWER, CallInput.RECV_NOT_READY):
+            rows[index] = replace(row, effects=("mark_attempted", *row.effects))
+    return CALL.derive("attempted_after_the_call", rows=rows)
 
 
-def _attempted_after_call(run: Any) -> None:
-    # S6 mutant: the participants called are marked attempted only when they answer.
-    before = run.attempt.attempted
-    _ORIGINAL_CALL_ROLE(run)
-    attempt = run.state.attempt
-    if attempt is not None and attempt.attempted != before:
-        run.set_attempt(replace(attempt, attempted=before))
-
-
-def _attempted_on_reply(run: Any, event: Reply) -> None:
-    attempt = run.state.attempt
-    if attempt is not None and event.op is Op.PREPARE and isinstance(event.result, PrepareReply):
-        run.set_attempt(replace(attempt, attempted=attempt.attempted | {event.participant}))
-    _ORIGINAL_ON_REPLY(run, event)
-
-
-def _capture_without_reflush(run: Any) -> None:
+def _capture_without_reflush(facts: CaptureFacts) -> CaptureVerdict:
     # S7 mutant: pending ACKs at capture are neither re-flushed nor a reason to skip.
-    attempt = run.attempt
-    if run.state.trainer_step != attempt.trainer_step or run.state.optimizer_busy:
-        run.fail(Cause.TRAINER_STATE_CHANGED)
-        return
-    run.emit(CaptureCut(attempt.op_id, attempt.trainer_step, run.state.ledger))
+    return judge_capture(replace(facts, acks_pending=False))
 
 
-def _capture_without_step_check(run: Any) -> None:
+def _capture_without_step_check(facts: CaptureFacts) -> CaptureVerdict:
     # S9 mutant: an optimizer step between commit and capture goes unnoticed.
-    attempt = run.attempt
-    run.set_attempt(replace(attempt, trainer_step=run.state.trainer_step))
-    if not run.state.optimizer_busy:
-        _ORIGINAL_CAPTURE(run)
-    else:
-        run.state = replace(run.state, optimizer_busy=False)
-        _ORIGINAL_CAPTURE(run)
-        run.state = replace(run.state, optimizer_busy=True)
+    return judge_capture(replace(facts, trainer_moved=False))
 
 
-def _flush_not_strict(run: Any, _arg: Any) -> None:
-    # S8 mutant: the flush trusts the background drain and sends nothing.
-    run.fire(CheckpointInput.ACKS_FLUSHED)
+def _s8_checkpoint() -> Table[Any, Any]:
+    # The strict flush trusts the background drain: nothing is flushed, prepare starts.
+    index = _row(CHECKPOINT, CheckpointState.CLOSING_ADMISSION, CheckpointInput.INTENT_WRITTEN)
+    rows = list(CHECKPOINT.rows)
+    rows[index] = on(
+        CheckpointState.CLOSING_ADMISSION,
+        CheckpointInput.INTENT_WRITTEN,
+        CheckpointState.PREPARING,
+        effects=("arm_prepare_deadline", "call_prepare"),
+    )
+    return CHECKPOINT.derive("flush_not_strict", rows=rows)
 
 
-def _not_ready_fails(run: Any, event: Reply) -> None:
-    # S10 mutant: a not-ready prepare fails the attempt at once instead of being retried.
-    if isinstance(event.result, PrepareReply) and event.result.status == "not_ready":
-        attempt = run.state.attempt
-        if attempt is not None and (event.participant, event.op_id) in attempt.waiting:
-            run.fail(Cause.NOT_READY_UNTIL_DEADLINE)
-            return
-    _ORIGINAL_ON_REPLY(run, event)
+def _s10_call() -> Table[Any, Any]:
+    # A not-ready prepare fails the attempt at once instead of being asked again.
+    index = _row(CALL, CallState.WAITING, CallInput.RECV_NOT_READY)
+    rows = list(CALL.rows)
+    rows[index] = replace(rows[index], target=CallState.FAILED, effects=("fail_call",))
+    return CALL.derive("not_ready_fails_at_once", rows=rows)
 
 
-def _live_level_ignored(self: Any, environment: str, default: Any) -> Any:
+def _live_level_ignored(_fleet: Fleet | None, _environment: str, target: Any) -> Any:
     # S11 mutant: the group-scored environment's lowered live level is ignored.
-    return default
+    return target
 
 
 def _journal_loses_everything(journal: Any, incarnation: str) -> ParticipantState:
@@ -354,14 +368,11 @@ def _no_discards(value: Any, op_id: OpId, restored: Iterable[Any]) -> tuple[Any,
     return ()
 
 
-_ORIGINAL_JUDGE = _restore.judge_restore
-
-
 def _judge_ignoring_digests(
     expected: Mapping[str, str], replies: Any, failures: Any, ledger: Any = None
 ) -> Any:
     # S16 mutant: restore replies are accepted whatever digest they report.
-    return _ORIGINAL_JUDGE({}, replies, failures, ledger)
+    return judge_restore({}, replies, failures, ledger)
 
 
 class _Everything(frozenset[str]):
@@ -371,20 +382,16 @@ class _Everything(frozenset[str]):
         return True
 
 
-_ORIGINAL_LOWER = _recovery_levels.lower_levels
-
-
 def _lower_allowing_refinement(target: Any, environments: Any, overrides: Any = None) -> Any:
     # Overrides allowed to refine: a finer override is silently kept instead of refused.
-    plan = _ORIGINAL_LOWER(target, environments, None)
-    return plan
+    return lower_levels(target, environments, None)
 
 
 # ------------------------------------------------------------------ scripted scenario checks
 
 
-def _system(config: QuiesceConfig | None = None) -> tuple[System, SystemState]:
-    system = System(Coordinator(config or QuiesceConfig(max_consecutive_failures=5)))
+def _system(hooks: Hooks) -> tuple[System, SystemState]:
+    system = System(hooks.coordinator(QuiesceConfig(max_consecutive_failures=5)))
     participants = [
         new_participant({"name": "policy", "role": "policy"}, "p1"),
         new_participant({"name": "agent", "role": "agent"}, "a1"),
@@ -410,9 +417,9 @@ def _outcomes(effects: Iterable[Any]) -> list[tuple[str, str]]:
     return [(e.result, e.reason) for e in effects if isinstance(e, Outcome)]
 
 
-def _scenario_s8() -> None:
+def _scenario_s8(hooks: Hooks) -> None:
     """test_s8: a dead background ACK drain is caught by the strict flush."""
-    system, state = _system()
+    system, state = _system(hooks)
     state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
     state, _, _ = system.finish(state, "agent", "g0/0", 0)
     [ack] = state.requests(Op.ACK)
@@ -421,18 +428,16 @@ def _scenario_s8() -> None:
     state, effects = _drain(system, state)
     if _outcomes(effects) != [("completed", "completed")]:
         state, more = (
-            system.fire_timer(
-                state, _coordinator.prepare_deadline_timer(state.controller.attempt.op_id)
-            )
+            system.fire_timer(state, prepare_deadline_timer(state.controller.attempt.op_id))
             if state.controller.attempt
             else (state, [])
         )
         raise AssertionError(f"strict flush missing: outcomes {_outcomes([*effects, *more])}")
 
 
-def _scenario_s10() -> None:
+def _scenario_s10(hooks: Hooks) -> None:
     """test_s10: a completion after the flush is ACKed and prepare retried until ready."""
-    system, state = _system()
+    system, state = _system(hooks)
     state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
     state, _ = system.input(state, PeriodElapsed(), now=1.0)
     state, early = _drain(system, state)
@@ -441,13 +446,13 @@ def _scenario_s10() -> None:
     attempt = state.controller.attempt
     if attempt is None:
         raise AssertionError(f"the attempt ended before its retry: {_outcomes([*early, *more])}")
-    state, _ = system.fire_timer(state, _coordinator.prepare_retry_timer(attempt.op_id))
+    state, _ = system.fire_timer(state, prepare_retry_timer(attempt.op_id))
     state, effects = _drain(system, state)
     if _outcomes(effects) != [("completed", "completed")]:
         raise AssertionError(f"not retried until ready: {_outcomes(effects)}")
 
 
-def _scenario_s12() -> None:
+def _scenario_s12(hooks: Hooks) -> None:
     """test_s12: restart_only continuations are discarded before resume."""
     from quiesce.fsm import Value
 
@@ -466,43 +471,43 @@ def _scenario_s12() -> None:
         ),
         ("agent", Continuation(rollout_id="g0/1", attempt=1, group_id="g0", turn=1, turns=2)),
     ]
-    discards = _restore.plan_discards(paused, OpId(2, 1, 0, "rs"), restored)
+    discards = hooks.policy.plan_discards(paused, OpId(2, 1, 0, "rs"), restored)
     if [(d.rollout_id, d.attempt) for d in discards] != [("g0/0", 1)]:
         raise AssertionError(f"restart_only continuation kept: {discards}")
 
 
-def _scenario_s13() -> None:
+def _scenario_s13(hooks: Hooks) -> None:
     """test_s13: an unknown recovery mode is refused at setup, naming the server."""
-    system = System(Coordinator(QuiesceConfig()))
+    system = System(hooks.coordinator(QuiesceConfig()))
     odd = new_participant(
         {"name": "res-7", "role": "resources", "recovery_mode": "snapshotty"}, "r"
     )
     try:
         system.start([odd])
-    except _recovery_levels.UnknownRecoveryMode:
+    except UnknownRecoveryMode:
         return
     raise AssertionError("unknown recovery mode accepted")
 
 
-def _scenario_s14() -> None:
+def _scenario_s14(hooks: Hooks) -> None:
     """test_s14: an unmanaged multi-worker server is refused at setup."""
-    system = System(Coordinator(QuiesceConfig()))
+    system = System(hooks.coordinator(QuiesceConfig()))
     many = new_participant({"name": "pol-3", "role": "policy", "multi_process": "unmanaged"}, "p")
     try:
         system.start([many])
-    except _recovery_levels.UnmanagedMultiProcess:
+    except UnmanagedMultiProcess:
         return
     raise AssertionError("unmanaged multi-process server accepted")
 
 
-def _scenario_s16() -> None:
+def _scenario_s16(hooks: Hooks) -> None:
     """test_s16: restore digests that differ from the committed ones reject the snapshot."""
     op = OpId(2, 1, 0, "rs")
     reply = RestoreReply(
         participant="policy", incarnation="p1", op_id=op, status="restored", digest="other"
     )
-    verdict = _restore.judge_restore({"policy": "committed"}, {"policy": reply}, {})
-    if verdict.action is not _restore.VerdictAction.REJECT:
+    verdict = hooks.policy.judge_restore({"policy": "committed"}, {"policy": reply}, {}, None)
+    if verdict.action is not VerdictAction.REJECT:
         raise AssertionError(f"digest mismatch accepted: {verdict.action}")
 
 
@@ -520,31 +525,16 @@ def _scenario_s17() -> None:
         raise AssertionError(f"retire released a completed result: {reply}")
 
 
-def _scenario_overrides() -> None:
+def _scenario_overrides(hooks: Hooks) -> None:
     """test_recovery_levels: an override finer than the target is refused."""
-    from quiesce.protocol import OverrideRefines, RecoveryLevel
-    from quiesce.protocol.controller import EnvironmentTraits
-
-    envs = [EnvironmentTraits("agent")] if _has_simple_traits() else []
+    environments = [EnvironmentTraits("agent")]
     try:
-        _recovery_levels.lower_levels(RecoveryLevel.SIBLING, envs, {"agent": RecoveryLevel.TURN})
+        hooks.policy.lower_levels(
+            RecoveryLevel.SIBLING, environments, {"agent": RecoveryLevel.TURN}
+        )
     except OverrideRefines:
         return
-    except Exception as error:
-        if "agent" in str(error):
-            return
-        raise
     raise AssertionError("an override finer than the target was accepted")
-
-
-def _has_simple_traits() -> bool:
-    from quiesce.protocol.controller import EnvironmentTraits
-
-    try:
-        EnvironmentTraits("agent")
-    except TypeError:
-        return False
-    return True
 
 
 # ------------------------------------------------------------------ the catalog
@@ -552,7 +542,6 @@ def _has_simple_traits() -> bool:
 
 def scenario_mutants() -> list[Mutant]:
     """One mutant per scenario S1-S19 (and the refining-override variant of S11)."""
-    run = _coordinator._Run
     return [
         Mutant(
             "S1_deadline_runs_while_parked",
@@ -577,7 +566,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S3",
             "a 5xx or timeout is typed as a generic (fatal) error: the run stops",
-            _patch((_coordinator, "classify", _by_exception_type)),
+            _patch(policy=_policy(classify=_by_exception_type)),
             "no_stall",
             _small(faults=1),
         ),
@@ -604,10 +593,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S6",
             "a participant is marked attempted when it answers, not before the call",
-            _patch(
-                (run, "call_role", _attempted_after_call),
-                (_coordinator._HANDLERS, Reply, _attempted_on_reply),
-            ),
+            _patch(call=_s6_call()),
             "I3",
             _small(faults=1),
         ),
@@ -616,7 +602,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S7",
             "pending ACKs at capture are neither re-flushed nor skipped",
-            _patch((run, "capture", _capture_without_reflush)),
+            _patch(policy=_policy(judge_capture=_capture_without_reflush)),
             "I8",
             _small(),
         ),
@@ -625,7 +611,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S8",
             "flushing_acks trusts the background drain and sends nothing",
-            _patch((_coordinator._WORK, "flush_acks", _flush_not_strict)),
+            _patch(checkpoint=_s8_checkpoint()),
             "scenario:test_s8_background_ack_failure_is_caught_by_the_strict_flush",
             scripted=_scenario_s8,
         ),
@@ -634,7 +620,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S9",
             "an optimizer step between commit and capture is not a skip",
-            _patch((run, "capture", _capture_without_step_check)),
+            _patch(policy=_policy(judge_capture=_capture_without_step_check)),
             "I8",
             _small(optimizer_steps=1),
         ),
@@ -643,7 +629,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S10",
             "a not-ready prepare fails the attempt instead of being retried until ready",
-            _patch((_coordinator._HANDLERS, Reply, _not_ready_fails)),
+            _patch(call=_s10_call()),
             "scenario:test_s10_completion_after_the_flush_is_acked_and_prepare_retried_until_ready",
             scripted=_scenario_s10,
         ),
@@ -652,7 +638,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S11",
             "a group-scored environment's sibling is retried alone (live level ignored)",
-            _patch((Fleet, "live_level", _live_level_ignored)),
+            _patch(policy=_policy(retry_level=_live_level_ignored)),
             "I2",
             _small(siblings=2, attempts=2, triggers=0, group_scored=True),
         ),
@@ -661,7 +647,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S11",
             "an override finer than the target level is accepted",
-            _patch((_recovery_levels, "lower_levels", _lower_allowing_refinement)),
+            _patch(policy=_policy(lower_levels=_lower_allowing_refinement)),
             "scenario:test_recovery_levels (override refines)",
             scripted=_scenario_overrides,
         ),
@@ -670,7 +656,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S12",
             "a restored continuation depending on a restart_only resource is resumed",
-            _patch((_restore, "plan_discards", _no_discards)),
+            _patch(policy=_policy(plan_discards=_no_discards)),
             "scenario:test_s12_restart_only_continuations_are_discarded_before_resume",
             scripted=_scenario_s12,
         ),
@@ -679,7 +665,13 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S13",
             "an unknown recovery mode is accepted at setup",
-            _patch((_recovery_levels, "KNOWN_RECOVERY_MODES", _Everything())),
+            _patch(
+                policy=_policy(
+                    validate_discovery=functools.partial(
+                        validate_discovery, recovery_modes=_Everything()
+                    )
+                )
+            ),
             "scenario:test_s13_unknown_recovery_mode_is_refused_at_setup_naming_the_server",
             scripted=_scenario_s13,
         ),
@@ -688,7 +680,13 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S14",
             "an unmanaged multi-worker server is accepted at setup",
-            _patch((_recovery_levels, "KNOWN_MULTI_PROCESS_MODES", _Everything())),
+            _patch(
+                policy=_policy(
+                    validate_discovery=functools.partial(
+                        validate_discovery, multi_process_modes=_Everything()
+                    )
+                )
+            ),
             "scenario:test_s14_unmanaged_multi_worker_server_is_refused_at_setup",
             scripted=_scenario_s14,
         ),
@@ -706,7 +704,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S16",
             "restore replies are accepted whatever digest they report",
-            _patch((_restore, "judge_restore", _judge_ignoring_digests)),
+            _patch(policy=_policy(judge_restore=_judge_ignoring_digests)),
             "scenario:test_s16_restore_digest_mismatch_rejects_the_snapshot",
             scripted=_scenario_s16,
         ),
@@ -869,7 +867,7 @@ def verify(mutant: Mutant) -> Verdict:
     if mutant.scripted is not None:
         try:
             with _Patched(hooks.patches):
-                mutant.scripted()
+                mutant.scripted(hooks)
         except Exception as error:
             detail = f"{type(error).__name__}: {error}"
             return Verdict(mutant, True, mutant.killed_by, 0, time.perf_counter() - started, detail)

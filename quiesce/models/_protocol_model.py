@@ -45,7 +45,7 @@ import contextlib
 import functools
 import signal
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from quiesce.fsm import Table, label
@@ -53,10 +53,11 @@ from quiesce.models._explorer import Action, Always, Model, Trace, always
 from quiesce.models._system import InFlight, System, SystemState
 from quiesce.protocol import Cause, OpId, QuiesceConfig
 from quiesce.protocol.controller import (
-    PHASES,
+    PHASE_OPS,
     CallFailed,
     CaptureCut,
     Coordinator,
+    CoordinatorPolicy,
     Dispatch,
     GroupOpened,
     GroupTrained,
@@ -68,6 +69,7 @@ from quiesce.protocol.controller import (
     Publish,
     Stopped,
     TimerDue,
+    TimerKind,
     TrainerBoundary,
     TrainSwitchBegin,
     TrainSwitchEnd,
@@ -77,6 +79,7 @@ from quiesce.protocol.controller import (
 )
 from quiesce.protocol.machines import (
     ADMISSION_GATE,
+    CALL,
     CHECKPOINT,
     CONTROL_FENCE,
     DEADLINE_REGISTRY,
@@ -239,17 +242,31 @@ class PState:
 class Hooks:
     """What a mutant swaps, so it runs through the very same model.
 
-    `checkpoint`, `gate`, `deadlines`: the controller's tables (the coordinator takes them
-    as parameters). `patches`: `(module, attribute) -> value` pairs set while the model
+    `checkpoint`, `gate`, `deadlines`, `call`: the controller's tables, and `policy`: the
+    pure functions it decides with (the coordinator takes all of them as parameters, see
+    `coordinator`). `patches`: `(module, attribute) -> value` pairs set while the model
     steps and restored after, for behaviour that lives in module-level tables or functions
-    (the participant's `control_fence` and `agent_execution`, the cause classification, a
-    coordinator method). The unmutated model has no patches.
+    (the participant's `control_fence` and `agent_execution`). The unmutated model has no
+    patches.
     """
 
     checkpoint: Table[Any, Any] = CHECKPOINT
     gate: Table[Any, Any] = ADMISSION_GATE
     deadlines: Table[Any, Any] = DEADLINE_REGISTRY
+    call: Table[Any, Any] = CALL
+    policy: CoordinatorPolicy = field(default_factory=CoordinatorPolicy)
     patches: tuple[tuple[Any, Any, Any], ...] = ()
+
+    def coordinator(self, config: QuiesceConfig) -> Coordinator:
+        """The coordinator of this variant, with `config`."""
+        return Coordinator(
+            config,
+            checkpoint=self.checkpoint,
+            gate=self.gate,
+            deadlines=self.deadlines,
+            call=self.call,
+            policy=self.policy,
+        )
 
 
 class _Patched:
@@ -303,13 +320,7 @@ class ProtocolModel(Model[PState]):
         self.name = name
         self.params = self.p.describe()
         self.config = QuiesceConfig(max_consecutive_failures=self.p.max_consecutive_failures)
-        coordinator = Coordinator(
-            self.config,
-            checkpoint=self.hooks.checkpoint,
-            gate=self.hooks.gate,
-            deadlines=self.hooks.deadlines,
-        )
-        self.system = System(coordinator, turns=self.p.turns)
+        self.system = System(self.hooks.coordinator(self.config), turns=self.p.turns)
         self.agents = tuple(
             "agent" if self.p.agents == 1 else f"agent{i}" for i in range(self.p.agents)
         )
@@ -423,7 +434,7 @@ class ProtocolModel(Model[PState]):
                 if not self._may_expire(sys, group):
                     continue
                 enabled.append(act(f"deadline of {group} expires", ("timer", name)))
-            elif name.startswith("prepare_retry:"):
+            elif name.kind is TimerKind.PREPARE_RETRY:
                 if self._retries_left(sys, env) <= 0:
                     continue
                 enabled.append(act(f"timer {name}", ("timer", name)))
@@ -480,8 +491,8 @@ class ProtocolModel(Model[PState]):
                 )
             if p.crashes:
                 enabled.append(act("controller crashes", ("crash_controller",), True))
-                for name in self.names:
-                    enabled.append(act(f"{name} crashes", ("crash_participant", name), True))
+                for who in self.names:
+                    enabled.append(act(f"{who} crashes", ("crash_participant", who), True))
         return enabled
 
     def _may_expire(self, sys: SystemState, group_id: str) -> bool:
@@ -544,7 +555,7 @@ class ProtocolModel(Model[PState]):
             sys, _, effects = system.finish(sys, agent, rid, attempt)
         elif kind == "timer":
             name = action.payload[1]
-            if name.startswith("prepare_retry:"):
+            if name.kind is TimerKind.PREPARE_RETRY:
                 left = self._retries_left(sys, env) - 1
                 env = replace(
                     env,
@@ -936,11 +947,13 @@ class ProtocolModel(Model[PState]):
         # In abort_pending/release_pending the controller waits on its retry timer, not on
         # the calls of the failed round.
         if attempt.phase is not None and phase in _WAITING_PHASES:
-            op = PHASES[attempt.phase][0]
+            op = PHASE_OPS[attempt.phase]
             timers = {name for name, _ in sys.timers}
             # A not-ready participant is asked again by the retry timer, and the prepare
             # deadline bounds the whole phase: both are the controller's own timers.
-            paced = any(t.startswith(("prepare_retry:", "prepare_deadline:")) for t in timers)
+            paced = any(
+                t.kind in (TimerKind.PREPARE_RETRY, TimerKind.PREPARE_DEADLINE) for t in timers
+            )
             for participant, op_id in attempt.waiting:
                 if (participant, op, op_id) in flying:
                     continue

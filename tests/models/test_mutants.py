@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from quiesce.cli import main
 from quiesce.models import ProtocolModel, ProtocolParams, check
 from quiesce.models._mutants import MUTANTS, sample_generated, verify
+from quiesce.models._protocol_model import Hooks
 
 SCENARIO = [m for m in MUTANTS.values() if m.kind == "scenario"]
 
@@ -40,7 +41,7 @@ def test_the_unmutated_protocol_survives_each_killing_configuration(params: tupl
     "mutant", [m for m in SCENARIO if m.scripted is not None], ids=lambda m: m.name
 )
 def test_the_unmutated_protocol_passes_each_scripted_scenario(mutant: object) -> None:
-    mutant.scripted()  # type: ignore[attr-defined]
+    mutant.scripted(Hooks())  # type: ignore[attr-defined]
 
 
 def test_generated_sample_kill_rate(capsys: pytest.CaptureFixture[str]) -> None:

@@ -41,6 +41,7 @@ from quiesce.protocol.controller import (
     VerdictAction,
     judge_restore,
     plan_discards,
+    prepare_deadline_timer,
     prepare_retry_timer,
     restore_retry_timer,
 )
@@ -324,7 +325,7 @@ def test_s15_a_delayed_prepare_after_its_resume_is_stale() -> None:
     system, state = make()
     state, _ = system.input(state, PeriodElapsed(), now=1.0)
     state, delayed = system.delay(state, 0)  # prepare(x) to the policy, held in the network
-    state, _ = system.input(state, TimerDue(f"prepare_deadline:{state.controller.attempt.op_id}"))
+    state, _ = system.input(state, TimerDue(prepare_deadline_timer(state.controller.attempt.op_id)))
     state, _ = drain(system, state)  # the attempt times out and resume(x) retires x
     assert fence(state, "policy") is FenceState.IDLE
     state, reply = system.redeliver(state, "policy", Op.PREPARE, delayed)
