@@ -37,15 +37,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 # Rooms of one layer that must not know each other.
 STRANGERS = {("quiesce.protocol.controller", "quiesce.protocol.participant")}
 
-# Offences being removed (the mutant catalog still monkeypatches modules; the protocol model
-# and its symmetry reduction still share state through each other). Each fix deletes its
-# line here; nothing may be added.
-PENDING_PRIVATE_IMPORTS = {
-    "quiesce/models/_mutants.py imports quiesce.protocol.controller._coordinator",
-    "quiesce/models/_mutants.py imports quiesce.protocol.controller._recovery_levels",
-    "quiesce/models/_mutants.py imports quiesce.protocol.controller._restore_plan",
-    "tests/models/test_protocol_model.py imports quiesce.protocol.controller._restore_flow",
-}
+# Offences being removed; each fix deletes its line here, and nothing may be added.
+PENDING_PRIVATE_IMPORTS: set[str] = set()
 PENDING_CYCLES: list[list[str]] = []
 PENDING_CLASHES: set[str] = set()
 

@@ -142,5 +142,6 @@ class StopWitness:
         if isinstance(event, TimerDue) and before is not None:
             # A phase deadline: the calls still unanswered (or answered "not ready") are to blame.
             waiting = {participant for participant, _ in before.waiting} | before.not_ready
-            return _Blame(checkpoint_id, cause, tuple(sorted(waiting)), before.phase)
+            phase = None if before.phase is None else before.phase.value
+            return _Blame(checkpoint_id, cause, tuple(sorted(waiting)), phase)
         return _Blame(checkpoint_id, cause, (), None)

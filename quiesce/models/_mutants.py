@@ -10,14 +10,16 @@ survives.
 
 How a mutant is built. Where the bug lives in a table it is a derived table
 (`without_row`, `retarget`, `without_guard`, `derive`) run through the very same model
-(`Hooks`): the controller's tables are the coordinator's parameters, the participant's
-tables (`ParticipantRules`) and its recovery from a journal are the composed system's;
-the coordinator's helpers are module attributes swapped only while the model steps.
-Where the explorer cannot express the scenario (the M9 restore planning, the setup
-refusals, a liveness bug whose symptom is "the checkpoint keeps failing"), the killing
-check is a scripted scenario run (`scenario:<name>`): one of the §7 scripts of
-`quiesce.models._scenarios` (those `tests/protocol/test_scenarios.py` runs), driven on
-the mutant's own composed system (`scenario_system(hooks)`).
+(`Hooks`); where it lives in one of the controller's pure decisions (classification,
+discovery, levels, the capture rule, restore judging and planning) it is a
+`CoordinatorPolicy` with that one function swapped. Both are the coordinator's documented
+parameters (`Hooks.coordinator`); the participant's tables (`ParticipantRules`) and its
+recovery from a journal are the composed system's. Where the explorer cannot express the
+scenario (the M9 restore planning, the setup refusals, a liveness bug whose symptom is
+"the checkpoint keeps failing"), the killing check is a scripted scenario run
+(`scenario:<name>`): one of the §7 scripts of `quiesce.models._scenarios` (those
+`tests/protocol/test_scenarios.py` runs), driven on the mutant's own composed system
+(`scenario_system(hooks)`).
 
 >>> verify(MUTANTS["S2_boolean_suspend"]).killed  # doctest: +SKIP
 True
@@ -25,6 +27,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import random
 import signal
 import threading
@@ -51,23 +54,28 @@ from quiesce.protocol import (
     RecoveryLevel,
 )
 from quiesce.protocol.controller import (
-    CaptureCut,
+    CaptureFacts,
+    CaptureVerdict,
+    CoordinatorPolicy,
     EnvironmentTraits,
     Fleet,
-    Op,
-    Reply,
-    _coordinator,
-    _recovery_levels,
+    VerdictAction,
+    judge_capture,
+    judge_restore,
+    lower_levels,
+    validate_discovery,
 )
-from quiesce.protocol.controller import _restore_plan as _restore
 from quiesce.protocol.machines import (
     ADMISSION_GATE,
     AGENT_EXECUTION,
+    CALL,
     CHECKPOINT,
     CONTROL_FENCE,
     DEADLINE_REGISTRY,
     RESTORE,
     AgentInput,
+    CallInput,
+    CallState,
     CheckpointInput,
     CheckpointState,
     ExecState,
@@ -82,7 +90,7 @@ from quiesce.protocol.participant import (
     ParticipantState,
     new_participant,
 )
-from quiesce.protocol.wire import Continuation, PrepareReply, RestoreReply
+from quiesce.protocol.wire import Continuation, RestoreReply
 
 __all__ = [
     "GENERATED_PARAMS",
@@ -103,9 +111,10 @@ Kind = Literal["scenario", "generated"]
 class Mutant:
     """One named variant of the protocol and the check that must kill it.
 
-    `hooks` builds the variant (derived tables, swapped module attributes). `killed_by`
-    names the check: an explorer property (`I1`..`I8`, `no_stall`) run on `params` (the
-    smallest configuration that kills it), or `scenario:<name>` for a scripted run.
+    `hooks` builds the variant (derived tables, a swapped policy function, swapped module
+    attributes). `killed_by` names the check: an explorer property (`I1`..`I8`,
+    `no_stall`) run on `params` (the smallest configuration that kills it), or
+    `scenario:<name>` for a scripted run (`scripted(hooks)`).
     `walks > 0` adds a second stage when the explorer finds nothing: that many seeded
     random walks (`quiesce.models._random_walks.walk`) on `walk_params` (by default the
     reference size of PROTOCOL.md §8), deeper than any exhaustive check can go.
@@ -181,10 +190,17 @@ def _small(**overrides: Any) -> dict[str, Any]:
 
 
 def _patch(*patches: tuple[Any, Any, Any], **fields: Any) -> Callable[[], Hooks]:
+    """Hooks with module `patches` and other `Hooks` fields (tables, `policy`)."""
+
     def build() -> Hooks:
         return Hooks(patches=tuple(patches), **fields)
 
     return build
+
+
+def _policy(**changes: Any) -> CoordinatorPolicy:
+    """The protocol's own policy with `changes` (one swapped decision, usually)."""
+    return replace(CoordinatorPolicy(), **changes)
 
 
 # ------------------------------------------------------------------ scenario mutants (tables)
@@ -267,66 +283,51 @@ def _by_exception_type(cause: Cause) -> Classification:
     return found
 
 
-_ORIGINAL_CALL_ROLE = _coordinator._Run.call_role
-_ORIGINAL_ON_REPLY = _coordinator._Run.on_reply
-_ORIGINAL_CAPTURE = _coordinator._Run.capture
+def _s6_call() -> Table[Any, Any]:
+    # A participant is marked attempted only when it answers, not when the call goes out.
+    rows = list(CALL.rows)
+    for index, row in enumerate(rows):
+        if row.input is CallInput.SEND:
+            rows[index] = replace(row, effects=("send_call",))
+        elif row.input in (CallInput.RECV_ANSWER, CallInput.RECV_NOT_READY):
+            rows[index] = replace(row, effects=("mark_attempted", *row.effects))
+    return CALL.derive("attempted_after_the_call", rows=rows)
 
 
-def _attempted_after_call(run: Any) -> None:
-    # S6 mutant: the participants called are marked attempted only when they answer.
-    before = run.attempt.attempted
-    _ORIGINAL_CALL_ROLE(run)
-    attempt = run.state.attempt
-    if attempt is not None and attempt.attempted != before:
-        run.set_attempt(replace(attempt, attempted=before))
-
-
-def _attempted_on_reply(run: Any, event: Reply) -> None:
-    attempt = run.state.attempt
-    if attempt is not None and event.op is Op.PREPARE and isinstance(event.result, PrepareReply):
-        run.set_attempt(replace(attempt, attempted=attempt.attempted | {event.participant}))
-    _ORIGINAL_ON_REPLY(run, event)
-
-
-def _capture_without_reflush(run: Any) -> None:
+def _capture_without_reflush(facts: CaptureFacts) -> CaptureVerdict:
     # S7 mutant: pending ACKs at capture are neither re-flushed nor a reason to skip.
-    attempt = run.attempt
-    if run.state.trainer_step != attempt.trainer_step or run.state.optimizer_busy:
-        run.fail(Cause.TRAINER_STATE_CHANGED)
-        return
-    run.emit(CaptureCut(attempt.op_id, attempt.trainer_step, run.state.ledger))
+    return judge_capture(replace(facts, acks_pending=False))
 
 
-def _capture_without_step_check(run: Any) -> None:
+def _capture_without_step_check(facts: CaptureFacts) -> CaptureVerdict:
     # S9 mutant: an optimizer step between commit and capture goes unnoticed.
-    attempt = run.attempt
-    run.set_attempt(replace(attempt, trainer_step=run.state.trainer_step))
-    if not run.state.optimizer_busy:
-        _ORIGINAL_CAPTURE(run)
-    else:
-        run.state = replace(run.state, optimizer_busy=False)
-        _ORIGINAL_CAPTURE(run)
-        run.state = replace(run.state, optimizer_busy=True)
+    return judge_capture(replace(facts, trainer_moved=False))
 
 
-def _flush_not_strict(run: Any, _arg: Any) -> None:
-    # S8 mutant: the flush trusts the background drain and sends nothing.
-    run.fire(CheckpointInput.ACKS_FLUSHED)
+def _s8_checkpoint() -> Table[Any, Any]:
+    # The strict flush trusts the background drain: nothing is flushed, prepare starts.
+    index = _row(CHECKPOINT, CheckpointState.CLOSING_ADMISSION, CheckpointInput.INTENT_WRITTEN)
+    rows = list(CHECKPOINT.rows)
+    rows[index] = on(
+        CheckpointState.CLOSING_ADMISSION,
+        CheckpointInput.INTENT_WRITTEN,
+        CheckpointState.PREPARING,
+        effects=("arm_prepare_deadline", "call_prepare"),
+    )
+    return CHECKPOINT.derive("flush_not_strict", rows=rows)
 
 
-def _not_ready_fails(run: Any, event: Reply) -> None:
-    # S10 mutant: a not-ready prepare fails the attempt at once instead of being retried.
-    if isinstance(event.result, PrepareReply) and event.result.status == "not_ready":
-        attempt = run.state.attempt
-        if attempt is not None and (event.participant, event.op_id) in attempt.waiting:
-            run.fail(Cause.NOT_READY_UNTIL_DEADLINE)
-            return
-    _ORIGINAL_ON_REPLY(run, event)
+def _s10_call() -> Table[Any, Any]:
+    # A not-ready prepare fails the attempt at once instead of being asked again.
+    index = _row(CALL, CallState.WAITING, CallInput.RECV_NOT_READY)
+    rows = list(CALL.rows)
+    rows[index] = replace(rows[index], target=CallState.FAILED, effects=("fail_call",))
+    return CALL.derive("not_ready_fails_at_once", rows=rows)
 
 
-def _live_level_ignored(self: Any, environment: str, default: Any) -> Any:
+def _live_level_ignored(_fleet: Fleet | None, _environment: str, target: Any) -> Any:
     # S11 mutant: the group-scored environment's lowered live level is ignored.
-    return default
+    return target
 
 
 def _journal_loses_everything(
@@ -341,14 +342,11 @@ def _no_discards(value: Any, op_id: OpId, restored: Iterable[Any]) -> tuple[Any,
     return ()
 
 
-_ORIGINAL_JUDGE = _restore.judge_restore
-
-
 def _judge_ignoring_digests(
     expected: Mapping[str, str], replies: Any, failures: Any, ledger: Any = None
 ) -> Any:
     # S16 mutant: restore replies are accepted whatever digest they report.
-    return _ORIGINAL_JUDGE({}, replies, failures, ledger)
+    return judge_restore({}, replies, failures, ledger)
 
 
 class _Everything(frozenset[str]):
@@ -358,13 +356,9 @@ class _Everything(frozenset[str]):
         return True
 
 
-_ORIGINAL_LOWER = _recovery_levels.lower_levels
-
-
 def _lower_allowing_refinement(target: Any, environments: Any, overrides: Any = None) -> Any:
     # Overrides allowed to refine: a finer override is silently kept instead of refused.
-    plan = _ORIGINAL_LOWER(target, environments, None)
-    return plan
+    return lower_levels(target, environments, None)
 
 
 # ------------------------------------------------------------------ scripted scenario checks
@@ -376,12 +370,11 @@ _scenario_s10 = SCENARIOS["s10_completion_after_the_flush_is_acked_and_prepare_r
 _scenario_s13 = SCENARIOS["s13_unknown_recovery_mode_is_refused_at_setup_naming_the_server"]
 _scenario_s14 = SCENARIOS["s14_unmanaged_multi_worker_server_is_refused_at_setup"]
 
-# The mutants of S11 (overrides), S12 and S16 replace a function of a private controller
-# module, which the composed system never calls through that module's attribute: their
-# killers call it there directly, and the system they are given plays no part.
+# The mutants of S11 (overrides), S12 and S16 swap one decision of the coordinator's
+# policy: their killers ask the mutant's own coordinator for that decision directly.
 
 
-def _scenario_s12(_system: System) -> None:
+def _scenario_s12(system: System) -> None:
     """S12: restart_only continuations are discarded before resume."""
     paused = Value(RestoreState.RESTORED_PAUSED, RESTORE.start().data)
     restored = [
@@ -398,27 +391,29 @@ def _scenario_s12(_system: System) -> None:
         ),
         ("agent", Continuation(rollout_id="g0/1", attempt=1, group_id="g0", turn=1, turns=2)),
     ]
-    discards = _restore.plan_discards(paused, OpId(2, 1, 0, "rs"), restored)
+    discards = system.coordinator.policy.plan_discards(paused, OpId(2, 1, 0, "rs"), restored)
     if [(d.rollout_id, d.attempt) for d in discards] != [("g0/0", 1)]:
         raise ScenarioFailed(f"restart_only continuation kept: {discards}")
 
 
-def _scenario_s16(_system: System) -> None:
+def _scenario_s16(system: System) -> None:
     """S16: restore digests that differ from the committed ones reject the snapshot."""
     op = OpId(2, 1, 0, "rs")
     reply = RestoreReply(
         participant="policy", incarnation="p1", op_id=op, status="restored", digest="other"
     )
-    verdict = _restore.judge_restore({"policy": "committed"}, {"policy": reply}, {})
-    if verdict.action is not _restore.VerdictAction.REJECT:
+    verdict = system.coordinator.policy.judge_restore(
+        {"policy": "committed"}, {"policy": reply}, {}, None
+    )
+    if verdict.action is not VerdictAction.REJECT:
         raise ScenarioFailed(f"digest mismatch accepted: {verdict.action}")
 
 
-def _scenario_overrides(_system: System) -> None:
+def _scenario_overrides(system: System) -> None:
     """S11: an override finer than the target level is refused."""
     environments = [EnvironmentTraits("agent")]
     try:
-        _recovery_levels.lower_levels(
+        system.coordinator.policy.lower_levels(
             RecoveryLevel.SIBLING, environments, {"agent": RecoveryLevel.TURN}
         )
     except OverrideRefines:
@@ -431,7 +426,6 @@ def _scenario_overrides(_system: System) -> None:
 
 def scenario_mutants() -> list[Mutant]:
     """One mutant per scenario S1-S19 (and the refining-override variant of S11)."""
-    run = _coordinator._Run
     return [
         Mutant(
             "S1_deadline_runs_while_parked",
@@ -456,7 +450,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S3",
             "a 5xx or timeout is typed as a generic (fatal) error: the run stops",
-            _patch((_coordinator, "classify", _by_exception_type)),
+            _patch(policy=_policy(classify=_by_exception_type)),
             "no_stall",
             _small(faults=1),
         ),
@@ -483,10 +477,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S6",
             "a participant is marked attempted when it answers, not before the call",
-            _patch(
-                (run, "call_role", _attempted_after_call),
-                (_coordinator._HANDLERS, Reply, _attempted_on_reply),
-            ),
+            _patch(call=_s6_call()),
             "I3",
             _small(faults=1),
         ),
@@ -495,7 +486,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S7",
             "pending ACKs at capture are neither re-flushed nor skipped",
-            _patch((run, "capture", _capture_without_reflush)),
+            _patch(policy=_policy(judge_capture=_capture_without_reflush)),
             "I8",
             _small(),
         ),
@@ -504,7 +495,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S8",
             "flushing_acks trusts the background drain and sends nothing",
-            _patch((_coordinator._WORK, "flush_acks", _flush_not_strict)),
+            _patch(checkpoint=_s8_checkpoint()),
             "scenario:test_s8_background_ack_failure_is_caught_by_the_strict_flush",
             scripted=_scenario_s8,
         ),
@@ -513,7 +504,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S9",
             "an optimizer step between commit and capture is not a skip",
-            _patch((run, "capture", _capture_without_step_check)),
+            _patch(policy=_policy(judge_capture=_capture_without_step_check)),
             "I8",
             _small(optimizer_steps=1),
         ),
@@ -522,7 +513,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S10",
             "a not-ready prepare fails the attempt instead of being retried until ready",
-            _patch((_coordinator._HANDLERS, Reply, _not_ready_fails)),
+            _patch(call=_s10_call()),
             "scenario:test_s10_completion_after_the_flush_is_acked_and_prepare_retried_until_ready",
             scripted=_scenario_s10,
         ),
@@ -531,7 +522,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S11",
             "a group-scored environment's sibling is retried alone (live level ignored)",
-            _patch((Fleet, "live_level", _live_level_ignored)),
+            _patch(policy=_policy(retry_level=_live_level_ignored)),
             "I2",
             _small(siblings=2, attempts=2, triggers=0, group_scored=True),
         ),
@@ -540,7 +531,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S11",
             "an override finer than the target level is accepted",
-            _patch((_recovery_levels, "lower_levels", _lower_allowing_refinement)),
+            _patch(policy=_policy(lower_levels=_lower_allowing_refinement)),
             "scenario:test_recovery_levels (override refines)",
             scripted=_scenario_overrides,
         ),
@@ -549,7 +540,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S12",
             "a restored continuation depending on a restart_only resource is resumed",
-            _patch((_restore, "plan_discards", _no_discards)),
+            _patch(policy=_policy(plan_discards=_no_discards)),
             "scenario:test_s12_restart_only_continuations_are_discarded_before_resume",
             scripted=_scenario_s12,
         ),
@@ -558,7 +549,13 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S13",
             "an unknown recovery mode is accepted at setup",
-            _patch((_recovery_levels, "KNOWN_RECOVERY_MODES", _Everything())),
+            _patch(
+                policy=_policy(
+                    validate_discovery=functools.partial(
+                        validate_discovery, recovery_modes=_Everything()
+                    )
+                )
+            ),
             "scenario:test_s13_unknown_recovery_mode_is_refused_at_setup_naming_the_server",
             scripted=_scenario_s13,
         ),
@@ -567,7 +564,13 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S14",
             "an unmanaged multi-worker server is accepted at setup",
-            _patch((_recovery_levels, "KNOWN_MULTI_PROCESS_MODES", _Everything())),
+            _patch(
+                policy=_policy(
+                    validate_discovery=functools.partial(
+                        validate_discovery, multi_process_modes=_Everything()
+                    )
+                )
+            ),
             "scenario:test_s14_unmanaged_multi_worker_server_is_refused_at_setup",
             scripted=_scenario_s14,
         ),
@@ -585,7 +588,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S16",
             "restore replies are accepted whatever digest they report",
-            _patch((_restore, "judge_restore", _judge_ignoring_digests)),
+            _patch(policy=_policy(judge_restore=_judge_ignoring_digests)),
             "scenario:test_s16_restore_digest_mismatch_rejects_the_snapshot",
             scripted=_scenario_s16,
         ),

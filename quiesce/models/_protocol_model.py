@@ -50,7 +50,7 @@ import contextlib
 import functools
 import signal
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from quiesce.fsm import Table
@@ -78,12 +78,14 @@ from quiesce.protocol import Cause, QuiesceConfig
 from quiesce.protocol.controller import (
     CallFailed,
     Coordinator,
+    CoordinatorPolicy,
     GroupOpened,
     GroupTrained,
     OptimizerStepBegin,
     OptimizerStepEnd,
     PeriodElapsed,
     TimerDue,
+    TimerKind,
     TrainerBoundary,
     TrainSwitchBegin,
     TrainSwitchEnd,
@@ -92,6 +94,7 @@ from quiesce.protocol.controller import (
 )
 from quiesce.protocol.machines import (
     ADMISSION_GATE,
+    CALL,
     CHECKPOINT,
     DEADLINE_REGISTRY,
     AttemptState,
@@ -115,8 +118,9 @@ __all__ = ["Hooks", "ProtocolModel"]
 class Hooks:
     """What a mutant swaps, so it runs through the very same model.
 
-    `checkpoint`, `gate`, `deadlines`: the controller's tables (the coordinator takes them
-    as parameters). `participant`: the participants' tables (`ParticipantRules`, which
+    `checkpoint`, `gate`, `deadlines`, `call`: the controller's tables, and `policy`: the
+    pure functions it decides with (the coordinator takes all of them as parameters, see
+    `coordinator`). `participant`: the participants' tables (`ParticipantRules`, which
     `System` passes to every participant step) and `recover`: how a crashed participant
     comes back from its journal (`System` calls it). `patches`: `(module, attribute) ->
     value` pairs set while the model steps and restored after, for behaviour that lives in
@@ -127,9 +131,22 @@ class Hooks:
     checkpoint: Table[Any, Any] = CHECKPOINT
     gate: Table[Any, Any] = ADMISSION_GATE
     deadlines: Table[Any, Any] = DEADLINE_REGISTRY
+    call: Table[Any, Any] = CALL
+    policy: CoordinatorPolicy = field(default_factory=CoordinatorPolicy)
     patches: tuple[tuple[Any, Any, Any], ...] = ()
     participant: ParticipantRules = PARTICIPANT_RULES
     recover: Recovery = from_journal
+
+    def coordinator(self, config: QuiesceConfig) -> Coordinator:
+        """The coordinator of this variant, with `config`."""
+        return Coordinator(
+            config,
+            checkpoint=self.checkpoint,
+            gate=self.gate,
+            deadlines=self.deadlines,
+            call=self.call,
+            policy=self.policy,
+        )
 
 
 class _Patched:
@@ -183,12 +200,7 @@ class ProtocolModel(Model[PState]):
         self.name = name
         self.params = self.p.describe()
         self.config = QuiesceConfig(max_consecutive_failures=self.p.max_consecutive_failures)
-        coordinator = Coordinator(
-            self.config,
-            checkpoint=self.hooks.checkpoint,
-            gate=self.hooks.gate,
-            deadlines=self.hooks.deadlines,
-        )
+        coordinator = self.hooks.coordinator(self.config)
         self.system = System(
             coordinator,
             turns=self.p.turns,
@@ -304,7 +316,7 @@ class ProtocolModel(Model[PState]):
                 if not self._may_expire(sys, group):
                     continue
                 enabled.append(act(f"deadline of {group} expires", ("timer", name)))
-            elif name.startswith("prepare_retry:"):
+            elif name.kind is TimerKind.PREPARE_RETRY:
                 if self._retries_left(sys, env) <= 0:
                     continue
                 enabled.append(act(f"timer {name}", ("timer", name)))
@@ -361,8 +373,8 @@ class ProtocolModel(Model[PState]):
                 )
             if p.crashes:
                 enabled.append(act("controller crashes", ("crash_controller",), True))
-                for name in self.cast.names:
-                    enabled.append(act(f"{name} crashes", ("crash_participant", name), True))
+                for who in self.cast.names:
+                    enabled.append(act(f"{who} crashes", ("crash_participant", who), True))
         return enabled
 
     def _may_expire(self, sys: SystemState, group_id: str) -> bool:
@@ -425,7 +437,7 @@ class ProtocolModel(Model[PState]):
             sys, _, effects = system.finish(sys, agent, rid, attempt)
         elif kind == "timer":
             name = action.payload[1]
-            if name.startswith("prepare_retry:"):
+            if name.kind is TimerKind.PREPARE_RETRY:
                 left = self._retries_left(sys, env) - 1
                 env = replace(
                     env,

@@ -24,13 +24,14 @@ from quiesce.models._protocol_state import CONTROL_OPS, Cast, Env, PState, execu
 from quiesce.models._system import SystemState
 from quiesce.protocol import OpId
 from quiesce.protocol.controller import (
-    PHASES,
+    PHASE_OPS,
     CaptureCut,
     Dispatch,
     Op,
     Outcome,
     Publish,
     Stopped,
+    TimerKind,
     WriteStaging,
 )
 from quiesce.protocol.machines import (
@@ -360,11 +361,13 @@ class Judge:
         # In abort_pending/release_pending the controller waits on its retry timer, not on
         # the calls of the failed round.
         if attempt.phase is not None and phase in _WAITING_PHASES:
-            op = PHASES[attempt.phase][0]
+            op = PHASE_OPS[attempt.phase]
             timers = {name for name, _ in sys.timers}
             # A not-ready participant is asked again by the retry timer, and the prepare
             # deadline bounds the whole phase: both are the controller's own timers.
-            paced = any(t.startswith(("prepare_retry:", "prepare_deadline:")) for t in timers)
+            paced = any(
+                t.kind in (TimerKind.PREPARE_RETRY, TimerKind.PREPARE_DEADLINE) for t in timers
+            )
             for participant, op_id in attempt.waiting:
                 if (participant, op, op_id) in flying:
                     continue

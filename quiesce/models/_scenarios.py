@@ -49,6 +49,7 @@ from quiesce.protocol.controller import (
     VerdictAction,
     judge_restore,
     plan_discards,
+    prepare_deadline_timer,
     prepare_retry_timer,
     restore_retry_timer,
 )
@@ -463,7 +464,7 @@ def s15_a_delayed_prepare_after_its_resume_is_stale(system: System) -> None:
     state = _start(system)
     state, _ = system.input(state, PeriodElapsed(), now=1.0)
     state, delayed = system.delay(state, 0)  # prepare(x) to the policy, held in the network
-    state, _ = system.input(state, TimerDue(f"prepare_deadline:{_attempt_id(state)}"))
+    state, _ = system.input(state, TimerDue(prepare_deadline_timer(_attempt_id(state))))
     state, _ = _drain(system, state)  # the attempt times out and resume(x) retires x
     _same(_fence(state, "policy"), FenceState.IDLE, "the policy's fence after the timeout")
     state, reply = system.redeliver(state, "policy", Op.PREPARE, delayed)

@@ -83,6 +83,7 @@ from quiesce.protocol.controller import (
     SnapshotsListed,
     SourceUnreadable,
     TimerDue,
+    TimerKey,
     TrainerAnchor,
     TrainerBoundary,
     Validate,
@@ -196,7 +197,7 @@ class SystemState:
     controller: ControllerState
     participants: tuple[ParticipantState, ...]
     messages: tuple[InFlight, ...] = ()
-    timers: tuple[tuple[str, float], ...] = ()
+    timers: tuple[tuple[TimerKey, float], ...] = ()
     store: Store = field(default_factory=Store)
     now: float = 0.0
     anchor: TrainerAnchor | SourceUnreadable | None = None
@@ -402,7 +403,7 @@ class System:
 
     # ------------------------------------------------------------------ time and crashes
 
-    def fire_timer(self, state: SystemState, name: str) -> tuple[SystemState, Effects]:
+    def fire_timer(self, state: SystemState, name: TimerKey) -> tuple[SystemState, Effects]:
         """Fire the armed timer `name` (time advances to it)."""
         at = dict(state.timers)[name]
         timers = tuple(t for t in state.timers if t[0] != name)

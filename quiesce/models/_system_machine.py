@@ -109,7 +109,6 @@ from quiesce.protocol.controller import (
     ControllerEffect,
     ControllerInput,
     ControllerState,
-    Coordinator,
     Dispatch,
     GroupOpened,
     GroupRecord,
@@ -308,14 +307,8 @@ class SystemRun:
     # ------------------------------------------------------------------ controller life
 
     def _new_driver(self) -> Driver:
-        coordinator = Coordinator(
-            self.config,
-            checkpoint=self.hooks.checkpoint,
-            gate=self.hooks.gate,
-            deadlines=self.hooks.deadlines,
-        )
         driver = Driver(
-            coordinator,
+            self.hooks.coordinator(self.config),
             self.clock,
             self.participants,
             store=self.store,

@@ -14,7 +14,8 @@ from quiesce.cli import main
 from quiesce.models import NO_STALL, ProtocolModel, ProtocolParams, build_model, check
 from quiesce.models._mutants import MUTANTS
 from quiesce.models._protocol_model import Hooks
-from quiesce.protocol.controller import _restore_flow
+from quiesce.protocol.controller import CoordinatorPolicy
+from quiesce.protocol.machines import PHASE_ORDER, Phase
 
 # The smallest exhaustive configurations, cheap enough for every CI run. The §8 reference
 # size (`ProtocolParams()`) is far larger: see the README section "Model checking the
@@ -138,8 +139,8 @@ def test_check_cli_kills_a_mutant_and_writes_traces(tmp_path: Path) -> None:
 def test_restore_out_of_phase_order_breaks_i5() -> None:
     # §3: restore goes policy -> agents -> resources. A controller that restores in the
     # resume order is caught at the first restore call it sends too early.
-    reversed_order = tuple(reversed(_restore_flow.RESTORE_ORDER))
-    hooks = Hooks(patches=((_restore_flow, "RESTORE_ORDER", reversed_order),))
+    reversed_order = {**PHASE_ORDER, Phase.RESTORE: tuple(reversed(PHASE_ORDER[Phase.RESTORE]))}
+    hooks = Hooks(policy=CoordinatorPolicy(phase_order=reversed_order))
     model = ProtocolModel(ProtocolParams(**EVERY_FAULT), hooks=hooks)
     violation = check(model).violation("I5")
     assert violation is not None

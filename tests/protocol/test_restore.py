@@ -31,14 +31,14 @@ from quiesce.protocol.controller import (
     select_snapshot,
 )
 from quiesce.protocol.machines import (
+    PHASE_ORDER,
     RESTORE,
-    RESTORE_ORDER,
-    RESUME_ORDER,
     AttemptState,
     GroupState,
     IntentAction,
     IntentDecision,
     IntentRecord,
+    Phase,
     PublishedState,
     RestoreData,
     RestoreInput,
@@ -158,9 +158,18 @@ def test_every_unmapped_pair_is_refused() -> None:
     assert RESTORE.finals == {S.IDLE, S.RESTORE_FAILED}
 
 
-def test_phase_orders() -> None:
-    assert RESTORE_ORDER == ("policy", "agent", "resources")
-    assert RESUME_ORDER == ("resources", "policy", "agent")
+def test_phase_orders_are_section_3() -> None:
+    def roles(phase: Phase) -> list[str]:
+        return [slot.role for slot in PHASE_ORDER[phase] if not slot.conflicting]
+
+    assert roles(Phase.PREPARE) == roles(Phase.RESTORE) == ["policy", "agent", "resources"]
+    assert roles(Phase.COMMIT) == ["agent", "policy", "resources"]
+    assert roles(Phase.RESUME) == roles(Phase.ABORT) == ["resources", "policy", "agent"]
+    assert roles(Phase.DISCARD) == ["agent"]
+    # An abort resumes the conflicting ids first (S5), in the resume order too.
+    conflicting = [slot.role for slot in PHASE_ORDER[Phase.ABORT] if slot.conflicting]
+    assert conflicting == ["resources", "policy", "agent"]
+    assert all(slot.conflicting for slot in PHASE_ORDER[Phase.ABORT][:3])
 
 
 # ------------------------------------------------------------------ (a) intent record

@@ -2,19 +2,19 @@
 
 `Coordinator.step(now, input) -> (state, effects)` composes the machines of
 `quiesce.protocol.machines` for one run; `Ledger` is the recovery ledger (M8); the restore
-flow (M9) runs at controller start. Nothing here awaits, sleeps or reads a clock, and
-nothing here knows how a participant is implemented: it sees only wire replies.
+flow (M9) runs at controller start; `CoordinatorPolicy` bundles the decisions that are pure
+functions. Nothing here awaits, sleeps or reads a clock, and nothing here knows how a
+participant is implemented: it sees only wire replies.
 """
 
-from quiesce.protocol._timers import ArmTimer, CancelTimer
-from quiesce.protocol.controller._coordinator import (
-    CHECKPOINT_HOLDER,
-    PHASES,
-    Coordinator,
+from quiesce.protocol._timers import ArmTimer, CancelTimer, TimerKey, TimerKind
+from quiesce.protocol.controller._capture import CaptureFacts, CaptureVerdict, judge_capture
+from quiesce.protocol.controller._checkpoint_work import (
+    CHECKPOINT_WORK,
     prepare_deadline_timer,
-    prepare_retry_timer,
     retry_timer,
 )
+from quiesce.protocol.controller._coordinator import Coordinator
 from quiesce.protocol.controller._effects import (
     Call,
     CaptureCut,
@@ -81,6 +81,13 @@ from quiesce.protocol.controller._ledger import (
     UnknownAttempt,
     UnknownGroup,
 )
+from quiesce.protocol.controller._phase_runner import (
+    CALL_WORK,
+    PHASE_OPS,
+    prepare_retry_timer,
+    read_reply,
+)
+from quiesce.protocol.controller._policy import CoordinatorPolicy, live_level
 from quiesce.protocol.controller._recovery_levels import (
     DiscoveryRefused,
     DuplicateParticipant,
@@ -99,9 +106,8 @@ from quiesce.protocol.controller._recovery_levels import (
     validate_discovery,
 )
 from quiesce.protocol.controller._restore_flow import (
-    RESTORE_HOLDER,
+    RESTORE_WORK,
     RestoreFlow,
-    RestoreHost,
     restore_retry_timer,
 )
 from quiesce.protocol.controller._restore_plan import (
@@ -138,9 +144,10 @@ from quiesce.protocol.controller._state import (
 from quiesce.protocol.machines import DeadlineExpired, ResumeDeadlines, SuspendDeadlines
 
 __all__ = [
-    "CHECKPOINT_HOLDER",
-    "PHASES",
-    "RESTORE_HOLDER",
+    "CALL_WORK",
+    "CHECKPOINT_WORK",
+    "PHASE_OPS",
+    "RESTORE_WORK",
     "ArmTimer",
     "AttemptKey",
     "AttemptRecord",
@@ -148,12 +155,15 @@ __all__ = [
     "CallFailed",
     "CancelTimer",
     "CaptureCut",
+    "CaptureFacts",
+    "CaptureVerdict",
     "ClearIntent",
     "CloseAdmission",
     "ControllerEffect",
     "ControllerInput",
     "ControllerState",
     "Coordinator",
+    "CoordinatorPolicy",
     "DeadlineExpired",
     "DiscardContinuation",
     "DiscardStaging",
@@ -201,7 +211,6 @@ __all__ = [
     "Reply",
     "RestoreCut",
     "RestoreFlow",
-    "RestoreHost",
     "RestoreMetrics",
     "RestoreMode",
     "RestoreOutcome",
@@ -224,6 +233,8 @@ __all__ = [
     "Stopped",
     "SuspendDeadlines",
     "TimerDue",
+    "TimerKey",
+    "TimerKind",
     "Topology",
     "TrainSwitchBegin",
     "TrainSwitchEnd",
@@ -242,12 +253,15 @@ __all__ = [
     "WeightSyncEnd",
     "WriteIntent",
     "WriteStaging",
+    "judge_capture",
     "judge_restore",
+    "live_level",
     "lower_levels",
     "plan_discards",
     "plan_redispatch",
     "prepare_deadline_timer",
     "prepare_retry_timer",
+    "read_reply",
     "restore_active",
     "restore_failed",
     "restore_retry_timer",

@@ -12,7 +12,7 @@ back as an input. The rest are fire-and-forget or informational.
 | `Validate(checkpoint_id, ...)` | `LocalDone(VALIDATE)` / `LocalFailed(VALIDATE)` |
 | `Publish(checkpoint_id)` | `LocalDone(PUBLISH)` / `LocalFailed(PUBLISH)` |
 | `InspectPublished(checkpoint_id)` | `PublishInspected(checkpoint_id, verdict)` |
-| `ArmTimer(name, at)` | `TimerDue(name)` at or after `at` (re-arming a name replaces it) |
+| `ArmTimer(key, at)` | `TimerDue(key)` at or after `at` (re-arming a key replaces it) |
 | `ListSnapshots()` | `SnapshotsListed(anchor, candidates)` |
 | `LoadSnapshot(snapshot_id)` | `SnapshotLoaded(...)` / `SnapshotLoadFailed(snapshot_id, reason)` |
 
@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._timers import ArmTimer, CancelTimer
-from quiesce.protocol.machines import ResumeDeadlines, SuspendDeadlines
+from quiesce.protocol.machines import Holder, ResumeDeadlines, SuspendDeadlines
 
 __all__ = [
     "Call",
@@ -281,9 +281,6 @@ class RestoreOutcome:
     metrics: tuple[tuple[str, int], ...] = ()
 
 
-# ------------------------------------------------------------------------ time
-
-
 # ------------------------------------------------------------------------ reports
 
 
@@ -291,14 +288,14 @@ class RestoreOutcome:
 class CloseAdmission:
     """`owner` closed the admission gate (M6): dispatch no new rollouts."""
 
-    owner: str
+    owner: Holder
 
 
 @dataclass(frozen=True, slots=True)
 class OpenAdmission:
     """The last holder, `owner`, released the admission gate: dispatch may resume."""
 
-    owner: str
+    owner: Holder
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from quiesce.protocol._causes import Cause
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import Capabilities
+from quiesce.protocol._timers import TimerKey
 from quiesce.protocol.controller._effects import LocalOp, Op
 from quiesce.protocol.controller._ledger import Ledger
 from quiesce.protocol.controller._restore_plan import (
@@ -58,9 +59,10 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class TimerDue:
-    """A timer the coordinator armed (`ArmTimer(name, at)`) fired."""
+    """A timer the coordinator armed (`ArmTimer(name, at)`) fired; `name` is its key, handed
+    back unread."""
 
-    name: str
+    name: TimerKey
 
 
 @dataclass(frozen=True, slots=True)

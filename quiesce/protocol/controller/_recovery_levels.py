@@ -51,7 +51,7 @@ Lowering rules (PROTOCOL.md M8), applied in this order, each emitting at most on
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -217,14 +217,20 @@ class Topology:
         return tuple(traits)
 
 
-def validate_discovery(replies: Iterable[Capabilities | Mapping[str, Any]]) -> Topology:
+def validate_discovery(
+    replies: Iterable[Capabilities | Mapping[str, Any]],
+    *,
+    recovery_modes: Collection[str] = KNOWN_RECOVERY_MODES,
+    multi_process_modes: Collection[str] = KNOWN_MULTI_PROCESS_MODES,
+) -> Topology:
     """Check every discovery reply (§2) and return the `Topology`.
 
-    Refuses, naming the server: an unknown role (`UnknownRole`), an unknown recovery mode
-    (`UnknownRecoveryMode`, S13), `unmanaged` or any unknown multi-process mode
-    (`UnmanagedMultiProcess`, S14), two replies with one name (`DuplicateParticipant`).
-    Raw mappings are checked before parsing; any other malformed field is a
-    `RemoteProtocolError` naming the participant (not retryable: it is a setup error).
+    Refuses, naming the server: an unknown role (`UnknownRole`), a recovery mode not in
+    `recovery_modes` (`UnknownRecoveryMode`, S13), `unmanaged` or any multi-process mode not
+    in `multi_process_modes` (`UnmanagedMultiProcess`, S14), two replies with one name
+    (`DuplicateParticipant`). Raw mappings are checked before parsing; any other malformed
+    field is a `RemoteProtocolError` naming the participant (not retryable: it is a setup
+    error). The mode sets default to the protocol's (`_messages.KNOWN_*`).
     """
     parsed: dict[str, Capabilities] = {}
     for reply in replies:
@@ -233,9 +239,9 @@ def validate_discovery(replies: Iterable[Capabilities | Mapping[str, Any]]) -> T
             if reply.get("role") not in KNOWN_ROLES:
                 raise UnknownRole(server, reply.get("role"))
             reply = parse_reply(Capabilities, server, dict(reply), retryable=False)
-        if reply.recovery_mode not in KNOWN_RECOVERY_MODES:
+        if reply.recovery_mode not in recovery_modes:
             raise UnknownRecoveryMode(reply.participant, reply.recovery_mode)
-        if reply.multi_process not in KNOWN_MULTI_PROCESS_MODES:
+        if reply.multi_process not in multi_process_modes:
             raise UnmanagedMultiProcess(reply.participant, reply.multi_process)
         if reply.participant in parsed:
             raise DuplicateParticipant(reply.participant)

@@ -4,18 +4,19 @@ module does it.
 What lives here: the controller's side of the restore at start, as the work behind every
 effect name of `RESTORE`'s rows (`finish_in_flight`, `send_restore`, `abort_restore`,
 `retry_same_op`, `send_discards`, `send_resume`, `drain_acks`, `redispatch`,
-`start_at_anchor`, `clear_intent`, `report_candidates`) plus the sub-steps that are not
-M9 transitions (one role restored, one discard answered, a failed call asked again). Every
-decision is one of `_restore`'s pure planning functions -- `decide_intent`,
-`select_snapshot`, `judge_restore`, `plan_discards`, `plan_redispatch` -- composed here,
-never re-implemented. What it does not know: how the store is read or how a call is
-carried (effects go out, outcomes come back as inputs), or the checkpoint lifecycle (M1
-finishes the in-flight id; this module only tells it which verdict the intent got).
+`start_at_anchor`, `clear_intent`, `report_candidates`), and M9's side of its remote phases
+(restore, discard, resume, and the abort of a rejected snapshot), which the shared phase
+runner walks in §3 order. Every decision is one of the pure planning functions --
+`decide_intent`, `select_snapshot`, `judge_restore`, `plan_discards`, `plan_redispatch` --
+composed here, never re-implemented (the last three through the coordinator's policy).
+What it does not know: how the store is read or how a call is carried (effects go out,
+outcomes come back as inputs), or the checkpoint lifecycle (M1 finishes the in-flight id;
+this module only tells it which verdict the intent got).
 
 The flow (`RestoreFlow`, one per coordinator step; its state is `ControllerState.restore`,
 the M9 table value, and `ControllerState.restoring`, the `RestoreRun` bookkeeping):
 
-    Recovered(intent)      hold admission ("restore"); intent: M1 inspects, the verdict
+    Recovered(intent)      hold admission (`Holder.RESTORE`); intent: M1 inspects, the verdict
                            is decided (`decide_intent`) and M1 releases or aborts the id
     SELECTING              ListSnapshots -> SnapshotsListed; `select_snapshot`
     RESTORING              LoadSnapshot -> SnapshotLoaded; a fresh `rs-` id; restore calls
@@ -34,30 +35,28 @@ the M9 table value, and `ControllerState.restoring`, the `RestoreRun` bookkeepin
 
 Failed calls are retried with the same op id when `restore_retry_timer(op_id)` fires
 (`prepare_retry_interval_s` later): a restore call while the table allows (`max_retries`),
-discards and resumes until they succeed. A participant that *refused* a restore changed
-nothing, so it is not aborted. Checkpoint triggers wait while a restore runs, and groups
-the dataloader opens meanwhile are queued as new work, dispatched after every unfinished
-group.
+discards and resumes until they succeed (M9 calls spend no `call_retries`: this timer is
+their retry). A participant that *refused* a restore changed nothing, so it is not aborted.
+Checkpoint triggers wait while a restore runs, and groups the dataloader opens meanwhile
+are queued as new work, dispatched after every unfinished group.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Protocol
+from types import MappingProxyType
+from typing import Any
 
-from quiesce.fsm import Effect, Table, TransitionNotAllowed, Value
-from quiesce.protocol._causes import Cause, cause_of_refusal, classify
-from quiesce.protocol._config import QuiesceConfig
+from quiesce.fsm import Effect, TransitionNotAllowed, Value
+from quiesce.protocol._causes import Cause
 from quiesce.protocol._errors import LocalProtocolError
-from quiesce.protocol._ids import OpId, OpKind
-from quiesce.protocol._messages import ErrorReply, RestoreReply, ResumeReply
-from quiesce.protocol._timers import ArmTimer, CancelTimer
+from quiesce.protocol._ids import OpId
+from quiesce.protocol._timers import ArmTimer, CancelTimer, TimerKey, TimerKind
 from quiesce.protocol.controller._effects import (
     Call,
     ClearIntent,
-    ControllerEffect,
     Dispatch,
     ListSnapshots,
     LoadSnapshot,
@@ -70,6 +69,7 @@ from quiesce.protocol.controller._effects import (
     RewindToAnchor,
     Stopped,
 )
+from quiesce.protocol.controller._host import StepHost
 from quiesce.protocol.controller._inputs import (
     GroupOpened,
     SnapshotLoaded,
@@ -77,81 +77,45 @@ from quiesce.protocol.controller._inputs import (
     SnapshotsListed,
 )
 from quiesce.protocol.controller._ledger import Ledger
+from quiesce.protocol.controller._phase_runner import PhaseRunner
 from quiesce.protocol.controller._recovery_levels import EffectiveLevel, LevelPlan
 from quiesce.protocol.controller._restore_plan import (
     DispatchItem,
     NewGroup,
     RestoreMetrics,
+    RestoreVerdict,
     SelectionKind,
     TrainerAnchor,
     VerdictAction,
-    judge_restore,
-    plan_discards,
     plan_redispatch,
     select_snapshot,
 )
-from quiesce.protocol.controller._state import (
-    ControllerState,
-    RestoreRun,
-    restore_active,
-)
+from quiesce.protocol.controller._state import RestoreRun, restore_active
 from quiesce.protocol.machines import (
-    RESTORE_ORDER,
-    RESUME_ORDER,
+    CallData,
+    CallKey,
     CheckpointInput,
     CheckpointState,
+    Holder,
     IntentAction,
     IntentDecision,
     IntentRecord,
+    Phase,
+    PhaseCalls,
     PublishedState,
     RestoreData,
     RestoreInput,
     RestoreState,
+    Slot,
     decide_intent,
 )
 
-__all__ = ["RESTORE_HOLDER", "RestoreFlow", "RestoreHost", "restore_retry_timer"]
-
-RESTORE_HOLDER = "restore"
-"""The admission gate's owner while a restore runs (nothing is dispatched until it ends)."""
+__all__ = ["RESTORE_WORK", "RestoreFlow", "restore_retry_timer"]
 
 
-def restore_retry_timer(op_id: OpId) -> str:
+def restore_retry_timer(op_id: OpId) -> TimerKey:
     """The timer that asks again the participants whose restore-flow call `op_id` failed."""
-    return f"restore_retry:{op_id}"
-
-
-# ============================================================================ bookkeeping
-
-
-class RestoreHost(Protocol):
-    """What the restore flow needs from the coordinator's step (`_coordinator._Run`)."""
-
-    state: ControllerState
-    now: float
-    config: QuiesceConfig
-    restore_table: Table[RestoreState, RestoreInput]
-
-    @property
-    def intent_cleared(self) -> bool:
-        """Did M1 already clear the intent record in this step?"""
-        ...
-
-    def emit(self, *effects: ControllerEffect) -> None: ...
-
-    def log(self, event: str, level: str = "info", **fields: Any) -> None: ...
-
-    def fire(self, event: CheckpointInput, arg: Any = None) -> None: ...
-
-    def hold(self, owner: str, *, deadlines: bool) -> None: ...
-
-    def release(self, owner: str, *, deadlines: bool) -> None: ...
-
-    def send_acks(self) -> frozenset[str]: ...
-
-    def start_deadline(self, group_id: str) -> None: ...
-
-    def mint_id(self, kind: OpKind) -> OpId: ...
+    return TimerKey(TimerKind.RESTORE_RETRY, str(op_id))
 
 
 # The M1 input that carries out each intent decision (the ambiguous-publish rule).
@@ -161,18 +125,24 @@ _M1_VERDICT = {
     IntentAction.ABORT: CheckpointInput.INSPECTED_ABSENT,
 }
 
-# The op each remote sub-phase sends.
-_STEP_OP = {"restore": Op.RESTORE, "discard": Op.DISCARD, "resume": Op.RESUME, "abort": Op.RESUME}
-
-_ENDED = (RestoreState.IDLE, RestoreState.RESTORE_FAILED)
-_ACTIVE = frozenset(s for s in RestoreState if s not in _ENDED)
+# What M9 is told when every call of a phase answered (the abort of a rejected snapshot
+# tells it nothing: M9 is already selecting again).
+_DONE: Mapping[Phase, RestoreInput] = MappingProxyType(
+    {
+        Phase.RESTORE: RestoreInput.RECV_RESTORED,
+        Phase.DISCARD: RestoreInput.RECV_DISCARDED,
+        Phase.RESUME: RestoreInput.RECV_RESUMED,
+    }
+)
 
 
 class RestoreFlow:
-    """The restore's work within one coordinator step (scratch: thrown away after it)."""
+    """The restore's work within one coordinator step (scratch: thrown away after it); M9's
+    side of its remote phases (a `PhaseOwner` of `phases`)."""
 
-    def __init__(self, host: RestoreHost) -> None:
+    def __init__(self, host: StepHost) -> None:
         self.h = host
+        self.phases = PhaseRunner(host, self)
         self._queue: deque[tuple[RestoreInput, Any]] = deque()
         self._draining = False
 
@@ -217,14 +187,14 @@ class RestoreFlow:
         self.h.state = replace(self.h.state, restore=after)
         for effect in named:
             if isinstance(effect, Effect):
-                _WORK[effect.name](self, arg)
+                RESTORE_WORK[effect.name](self, arg)
             else:  # a derived table may bind its own effect values
                 self.h.emit(effect)
         if after.state is not before.state:
             self._entered(after.state)
 
     def _entered(self, state: RestoreState) -> None:
-        if state is RestoreState.SELECTING and self.run.step == "":
+        if state is RestoreState.SELECTING and self.run.calls is None:
             self.select()
         elif state is RestoreState.RESTORED_PAUSED:
             self.discard_plan()
@@ -249,7 +219,7 @@ class RestoreFlow:
             restore=self.h.restore_table.start(),
             restoring=RestoreRun(intent=intent, started_at=self.h.now),
         )
-        self.h.hold(RESTORE_HOLDER, deadlines=False)
+        self.h.hold(Holder.RESTORE, deadlines=False)
         if intent is None:
             decision = decide_intent(None, None)
             self.update(decision=decision)
@@ -299,7 +269,7 @@ class RestoreFlow:
             fingerprint="" if fleet is None else fleet.fingerprint,
             rejected=self.value.data.rejected,
         )
-        self.update(selection=selection, loaded=False, op_id=None, step="", touched=frozenset())
+        self.update(selection=selection, loaded=False, op_id=None, calls=None, touched=frozenset())
         chosen = selection.snapshot
         self.fire(selection.input, None if chosen is None else str(chosen.snapshot_id))
 
@@ -312,7 +282,7 @@ class RestoreFlow:
             self.h.log("stale_snapshot_list")
             return
         self.update(anchor=event.anchor, candidates=event.candidates)
-        if self.run.step == "":
+        if self.run.calls is None:
             self.select()
 
     def on_loaded(self, event: SnapshotLoaded) -> None:
@@ -339,14 +309,10 @@ class RestoreFlow:
             digests=tuple(sorted(digests.items())),
             ledger=ledger,
             op_id=self.h.mint_id("rs"),  # a fresh id per snapshot tried, never reused
-            step="restore",
-            role=0,
-            waiting=frozenset(),
-            retry=frozenset(),
             replies=(),
             failures=(),
         )
-        self.call_role()
+        self.phases.start(Phase.RESTORE)
 
     def on_load_failed(self, event: SnapshotLoadFailed) -> None:
         if self._loading(event.snapshot_id):
@@ -370,113 +336,123 @@ class RestoreFlow:
         self.update(new_work=(*self.run.new_work, work))
         self.h.log("group_queued_during_restore", group=event.group_id)
 
-    # ------------------------------------------------------------------ remote sub-phases
-
-    def call_role(self) -> None:
-        """Call every participant of the sub-phase's next role that has someone to call."""
-        run = self.run
-        order = RESTORE_ORDER if run.step == "restore" else RESUME_ORDER
-        role = run.role
-        while role < len(order):
-            names = self.members(order[role])
-            if run.step == "abort":
-                names = [n for n in names if n in run.touched]
-            if names:
-                self.update(role=role, waiting=frozenset(names))
-                self.send(names)
-                return
-            role += 1
-        self.update(role=role, waiting=frozenset())
-        self.step_done()
-
-    def send(self, names: Iterable[str]) -> None:
-        run = self.run
-        assert run.op_id is not None
-        deadline = self.deadline()
-        names = sorted(names)
-        if run.step == "restore":
-            snapshot = run.snapshot
-            assert snapshot is not None
-            digests = dict(run.digests)
-            # Marked touched in the same step that sends the call (a lost reply is aborted).
-            self.update(touched=run.touched | set(names))
-            for name in names:
-                target = RestoreTarget(snapshot.snapshot_id, digests.get(name, ""))
-                self.h.emit(Call(name, Op.RESTORE, run.op_id, deadline, target))
-        elif run.step == "discard":
-            for name in names:
-                head = next(d for d in run.pending_discards if d.participant == name)
-                key = (head.rollout_id, head.attempt)
-                self.h.emit(Call(name, Op.DISCARD, run.op_id, deadline, key))
-        else:
-            self.h.emit(*(Call(name, Op.RESUME, run.op_id, deadline) for name in names))
+    # ------------------------------------------------------------------ remote phases
 
     def owns(self, op_id: OpId | None) -> bool:
         """Is a call with `op_id` one of the restore's (an `rs-` id)?"""
         return op_id is not None and op_id.kind == "rs"
 
-    def on_result(
-        self, participant: str, op: Op, op_id: OpId | None, result: Any, cause: Cause | None
-    ) -> None:
-        """A reply (`result`) or a failure (`cause`) of a restore-flow call."""
-        run = self.run if self.active() else None
-        if (
-            run is None
-            or op_id != run.op_id
-            or participant not in run.waiting
-            or op is not _STEP_OP.get(run.step)
-        ):
-            self.h.log("stale_restore_reply", participant=participant, op=op.value)
-            return
-        if run.step == "restore":
-            self._restore_result(participant, result, cause)
-        elif run.step == "discard":
-            self._discard_result(participant, result, cause)
-        else:
-            ok = cause is None and isinstance(result, ResumeReply) and result.op_id == op_id
-            self._settle(participant, ok)
+    def progress(self) -> PhaseCalls | None:
+        run = self.h.state.restoring
+        return None if run is None else run.calls
 
-    def _restore_result(self, participant: str, result: Any, cause: Cause | None) -> None:
-        run = self.run
-        replies, failures = dict(run.replies), dict(run.failures)
-        touched = run.touched
-        if cause is not None:
-            failures[participant] = classify(cause).retryable
-        elif isinstance(result, RestoreReply) and result.op_id == run.op_id:
-            replies[participant] = result
-        elif isinstance(result, ErrorReply):
-            failures[participant] = classify(cause_of_refusal(result.code)).retryable
-            touched = touched - {participant}  # a refusal changed nothing: nothing to abort
-        else:
-            failures[participant] = False  # a reply naming another id: not to be trusted
-        self.update(
-            replies=tuple(sorted(replies.items())),
-            failures=tuple(sorted(failures.items())),
-            touched=touched,
-            waiting=run.waiting - {participant},
-        )
-        if not self.run.waiting:
-            self.judge()
+    def save(self, calls: PhaseCalls | None) -> None:
+        self.update(calls=calls)
 
-    def judge(self) -> None:
-        """Every call of the role answered: verify digests and ownership (S16)."""
+    def targets(self, slot: Slot) -> frozenset[CallKey]:
         run = self.run
-        called = [n for role in RESTORE_ORDER[: run.role + 1] for n in self.members(role)]
+        if slot.conflicting or run.op_id is None:
+            return frozenset()  # a restore reports no conflicting ids to abort first
+        names = set(self.members(slot.role))
+        phase = self.phases.current().phase
+        if phase is Phase.ABORT:
+            names &= run.touched  # resume (= abort) only where the rejected restore went
+        elif phase is Phase.DISCARD:
+            names &= {d.participant for d in run.pending_discards}
+        return frozenset((name, run.op_id) for name in names)
+
+    def plan(self, phase: Phase, key: CallKey) -> CallData:
+        # No budget: a failed restore-flow call waits for the restore retry timer instead.
+        return CallData(deadline_at=self.deadline())
+
+    def payload(self, phase: Phase, key: CallKey) -> Any:
+        run = self.run
+        name = key[0]
+        if phase is Phase.RESTORE:
+            snapshot = run.snapshot
+            assert snapshot is not None
+            return RestoreTarget(snapshot.snapshot_id, dict(run.digests).get(name, ""))
+        if phase is Phase.DISCARD:
+            # One discard at a time per agent: a reply names no rollout.
+            head = next(d for d in run.pending_discards if d.participant == name)
+            return (head.rollout_id, head.attempt)
+        return None
+
+    def mark_attempted(self, key: CallKey) -> None:
+        # Touched from the moment the restore call goes out (a lost reply is aborted too).
+        if self.phases.current().phase is Phase.RESTORE:
+            self.update(touched=self.run.touched | {key[0]})
+
+    def record_answer(self, key: CallKey, result: Any) -> None:
+        run = self.run
+        name = key[0]
+        phase = self.phases.current().phase
+        if phase is Phase.RESTORE:
+            self.update(replies=tuple(sorted({**dict(run.replies), name: result}.items())))
+        elif phase is Phase.DISCARD:
+            pending = run.pending_discards
+            head = next(i for i, d in enumerate(pending) if d.participant == name)
+            pending = pending[:head] + pending[head + 1 :]
+            self.update(pending_discards=pending)
+            if any(d.participant == name for d in pending):
+                self.phases.send_new([key])  # the next discard of this agent
+
+    def note_conflict(self, key: CallKey, active_id: OpId) -> None:
+        """A restore refused as conflicting is retried like any refusal."""
+
+    def call_failed(self, key: CallKey, cause: Cause, *, refused: bool) -> None:
+        if self.phases.current().phase is not Phase.RESTORE:
+            return  # the call's `failed` state is what the retry timer sends again
+        run = self.run
+        name = key[0]
+        retryable = self.h.policy.classify(cause).retryable
+        # A refusal changed nothing: nothing to abort there if the snapshot is rejected.
+        touched = run.touched - {name} if refused else run.touched
+        failures = tuple(sorted({**dict(run.failures), name: retryable}.items()))
+        self.update(failures=failures, touched=touched)
+
+    def role_settled(self, failed: frozenset[CallKey]) -> bool:
+        phase = self.phases.current().phase
+        if phase is Phase.RESTORE:
+            return self.judged(self.judge())
+        if not failed:
+            return True
+        if phase is Phase.ABORT:
+            self.arm_retry()  # aborting a rejected restore: M9 is already selecting
+        else:
+            self.fire(RestoreInput.CALL_FAILED)
+        return False
+
+    def phase_done(self) -> None:
+        phase = self.phases.current().phase
+        if phase is Phase.ABORT:
+            self.update(calls=None)
+            self.select()
+        else:
+            self.fire(_DONE[phase])
+
+    def judge(self) -> RestoreVerdict:
+        """Verify the digests and ownership of every role restored so far (S16)."""
+        run = self.run
+        calls = self.phases.current()
+        order = self.h.policy.phase_order[Phase.RESTORE][: calls.role + 1]
+        called = [name for slot in order for name in self.members(slot.role)]
         digests = dict(run.digests)
-        verdict = judge_restore(
+        return self.h.policy.judge_restore(
             {n: digests.get(n, "") for n in called},
             dict(run.replies),
             dict(run.failures),
             run.ledger,
         )
+
+    def judged(self, verdict: RestoreVerdict) -> bool:
+        """Act on a role's verdict; True if the restore moves to the next role."""
         if verdict.action is VerdictAction.DONE:
-            self.update(role=run.role + 1)
-            self.call_role()
-        elif verdict.action is VerdictAction.RETRY:
-            self.update(retry=frozenset(verdict.retry))
+            return True
+        if verdict.action is VerdictAction.RETRY:
             self.fire(RestoreInput.CALL_FAILED)
         elif verdict.action is VerdictAction.REJECT:
-            snapshot = run.snapshot
+            snapshot = self.run.snapshot
             self.h.log(
                 "restore_rejected",
                 level="warning",
@@ -486,53 +462,7 @@ class RestoreFlow:
                 unowned=verdict.unowned,
             )
             self.fire(RestoreInput.RESTORE_REJECTED, verdict.reason)
-
-    def _discard_result(self, participant: str, result: Any, cause: Cause | None) -> None:
-        run = self.run
-        waiting, retry, pending = run.waiting - {participant}, run.retry, run.pending_discards
-        if cause is None and isinstance(result, RestoreReply):
-            head = next(i for i, d in enumerate(pending) if d.participant == participant)
-            pending = pending[:head] + pending[head + 1 :]
-            if any(d.participant == participant for d in pending):
-                waiting = waiting | {participant}
-        else:
-            retry = retry | {participant}
-        self.update(waiting=waiting, retry=retry, pending_discards=pending)
-        if participant in waiting:
-            self.send([participant])  # the next discard of this agent
-        if waiting:
-            return
-        if retry:
-            self.fire(RestoreInput.CALL_FAILED)
-        else:
-            self.fire(RestoreInput.RECV_DISCARDED)
-
-    def _settle(self, participant: str, ok: bool) -> None:
-        """A resume (or abort) answered: the next role once all did, else retry later."""
-        run = self.run
-        retry = run.retry if ok else run.retry | {participant}
-        self.update(waiting=run.waiting - {participant}, retry=retry)
-        if self.run.waiting:
-            return
-        if retry:
-            if run.step == "resume":
-                self.fire(RestoreInput.CALL_FAILED)
-            else:
-                # Aborting a rejected restore: M9 is already selecting; retry until done.
-                self.arm_retry()
-            return
-        self.update(role=run.role + 1)
-        self.call_role()
-
-    def step_done(self) -> None:
-        step = self.run.step
-        if step == "restore":
-            self.fire(RestoreInput.RECV_RESTORED)
-        elif step == "resume":
-            self.fire(RestoreInput.RECV_RESUMED)
-        elif step == "abort":
-            self.update(step="")
-            self.select()
+        return False
 
     def arm_retry(self) -> None:
         op_id = self.run.op_id
@@ -540,26 +470,36 @@ class RestoreFlow:
         at = self.h.now + self.h.config.prepare_retry_interval_s
         self.h.emit(ArmTimer(restore_retry_timer(op_id), at))
 
-    def on_timer(self, name: str) -> bool:
-        """Handle a restore retry timer; False if `name` is not one."""
-        if not name.startswith("restore_retry:"):
-            return False
+    def on_retry_timer(self, timer: TimerKey) -> None:
+        """The restore retry timer fired: send the failed calls again, same op id."""
         run = self.run if self.active() else None
-        if run is None or run.op_id is None or name != restore_retry_timer(run.op_id):
-            self.h.log("stale_timer", timer=name)
-            return True
-        names = sorted(run.retry)
-        if not names or run.waiting:
-            self.h.log("stale_timer", timer=name)
-            return True
-        if run.step == "restore":
+        if run is None or run.op_id is None or timer != restore_retry_timer(run.op_id):
+            self.h.log("stale_timer", timer=str(timer))
+            return
+        retry = self._to_retry()
+        if not retry or self.phases.in_flight():
+            self.h.log("stale_timer", timer=str(timer))
+            return
+        if self.phases.current().phase is Phase.RESTORE:
+            names = {name for name, _ in retry}
             self.update(
-                replies=tuple(p for p in run.replies if p[0] not in run.retry),
-                failures=tuple(p for p in run.failures if p[0] not in run.retry),
+                replies=tuple(p for p in run.replies if p[0] not in names),
+                failures=tuple(p for p in run.failures if p[0] not in names),
             )
-        self.update(retry=frozenset(), waiting=frozenset(names))
-        self.send(names)  # the same op id (M9: retryable failures keep their id)
-        return True
+        self.phases.send_new(sorted(retry))  # the same op id (M9 keeps its id on a retry)
+
+    def _to_retry(self) -> frozenset[CallKey]:
+        calls = self.progress()
+        if calls is None:
+            return frozenset()
+        if calls.phase is Phase.RESTORE:
+            # The judge decides which restore calls are asked again (a `failed` reply too).
+            verdict = self.judge()
+            op_id = self.run.op_id
+            if verdict.action is not VerdictAction.RETRY or op_id is None:
+                return frozenset()
+            return frozenset((name, op_id) for name in verdict.retry)
+        return self.phases.unanswered()
 
     # ------------------------------------------------------------------ after the restore
 
@@ -568,7 +508,7 @@ class RestoreFlow:
         run = self.run
         assert run.op_id is not None
         restored = tuple((name, c) for name, reply in run.replies for c in reply.continuations)
-        discards = plan_discards(self.value, run.op_id, restored)
+        discards = self.h.policy.plan_discards(self.value, run.op_id, restored)
         self.update(restored=restored, discards=discards, pending_discards=discards)
         self.fire(RestoreInput.DISCARD_BEGIN, len(discards))
 
@@ -634,7 +574,7 @@ class RestoreFlow:
             )
         )
         self.h.state = replace(self.h.state, restoring=None)
-        self.h.release(RESTORE_HOLDER, deadlines=False)
+        self.h.release(Holder.RESTORE, deadlines=False)
 
 
 def _action(run: RestoreRun) -> str:
@@ -695,10 +635,9 @@ def _w_abort_restore(flow: RestoreFlow, _arg: Any) -> None:
         flow.h.emit(CancelTimer(restore_retry_timer(run.op_id)))
     if run.touched:
         # Resume (= abort) the rejected restore's id everywhere it may hold, then select.
-        flow.update(step="abort", role=0, waiting=frozenset(), retry=frozenset())
-        flow.call_role()
+        flow.phases.start(Phase.ABORT)
     else:
-        flow.update(step="")
+        flow.update(calls=None)
 
 
 def _w_retry_same_op(flow: RestoreFlow, _arg: Any) -> None:
@@ -706,20 +645,17 @@ def _w_retry_same_op(flow: RestoreFlow, _arg: Any) -> None:
 
 
 def _w_send_discards(flow: RestoreFlow, _arg: Any) -> None:
-    agents = sorted({d.participant for d in flow.run.pending_discards})
-    flow.update(step="discard", waiting=frozenset(agents), retry=frozenset())
-    flow.send(agents)  # one at a time per agent: a reply names no rollout
+    flow.phases.start(Phase.DISCARD)
 
 
 def _w_send_resume(flow: RestoreFlow, _arg: Any) -> None:
-    flow.update(step="resume", role=0, waiting=frozenset(), retry=frozenset())
-    flow.call_role()
+    flow.phases.start(Phase.RESUME)
 
 
 def _w_drain_acks(flow: RestoreFlow, _arg: Any) -> None:
     ledger = flow.run.ledger or Ledger()
     flow.h.state = replace(flow.h.state, ledger=ledger, mutated=True)
-    flow.update(step="")
+    flow.update(calls=None)
     if ledger.pending_acks():
         flow.h.send_acks()
 
@@ -769,17 +705,19 @@ def _w_start_at_anchor(flow: RestoreFlow, _arg: Any) -> None:
     flow.fire(RestoreInput.REDISPATCHED)
 
 
-_WORK: dict[str, Callable[[RestoreFlow, Any], None]] = {
-    "finish_in_flight": _w_finish_in_flight,
-    "clear_intent": _w_clear_intent,
-    "report_candidates": _w_report_candidates,
-    "send_restore": _w_send_restore,
-    "abort_restore": _w_abort_restore,
-    "retry_same_op": _w_retry_same_op,
-    "send_discards": _w_send_discards,
-    "send_resume": _w_send_resume,
-    "drain_acks": _w_drain_acks,
-    "redispatch": _w_redispatch,
-    "start_at_anchor": _w_start_at_anchor,
-}
+RESTORE_WORK: Mapping[str, Callable[[RestoreFlow, Any], None]] = MappingProxyType(
+    {
+        "finish_in_flight": _w_finish_in_flight,
+        "clear_intent": _w_clear_intent,
+        "report_candidates": _w_report_candidates,
+        "send_restore": _w_send_restore,
+        "abort_restore": _w_abort_restore,
+        "retry_same_op": _w_retry_same_op,
+        "send_discards": _w_send_discards,
+        "send_resume": _w_send_resume,
+        "drain_acks": _w_drain_acks,
+        "redispatch": _w_redispatch,
+        "start_at_anchor": _w_start_at_anchor,
+    }
+)
 """The work each M9 effect name stands for (every name of RESTORE's rows is here)."""

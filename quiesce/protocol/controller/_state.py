@@ -33,6 +33,7 @@ from quiesce.protocol.machines import (
     GateState,
     Holders,
     IntentDecision,
+    PhaseCalls,
     RegistryState,
     RestoreData,
     RestoreState,
@@ -155,10 +156,10 @@ class RestoreRun:
     """What the coordinator tracks about the restore in progress (M9's own data, the
     snapshot and the retries used on it, is the `restore` table value's `RestoreData`).
 
-    `step` is the remote sub-phase on `op_id`: `restore`, `discard`, `resume`, `abort`
-    (of a rejected restore) or `""` (none); `role` indexes its phase order; `waiting` are
-    the calls out, `retry` the ones to send again when the retry timer fires; `touched` the
-    participants a restore call was sent to (aborted if the snapshot is rejected).
+    `calls` is the remote phase in progress on `op_id` (restore, discard, resume, or the
+    abort of a rejected restore; None: none); `touched` the participants a restore call was
+    sent to (aborted if the snapshot is rejected); `replies` and `failures` what the restore
+    calls answered so far (judged role by role, S16).
     """
 
     intent: OpId | None = None
@@ -171,10 +172,7 @@ class RestoreRun:
     digests: tuple[tuple[str, str], ...] = ()
     ledger: Ledger | None = None
     op_id: OpId | None = None
-    step: str = ""
-    role: int = 0
-    waiting: frozenset[str] = frozenset()
-    retry: frozenset[str] = frozenset()
+    calls: PhaseCalls | None = None
     touched: frozenset[str] = frozenset()
     replies: tuple[tuple[str, RestoreReply], ...] = ()
     failures: tuple[tuple[str, bool], ...] = ()  # participant -> retryable
@@ -202,6 +200,3 @@ def restore_active(state: ControllerState) -> bool:
 def restore_failed(state: ControllerState) -> bool:
     """Did the restore end in `restore_failed` (the controller does nothing more)?"""
     return state.restore is not None and state.restore.state is RestoreState.RESTORE_FAILED
-
-
-# ============================================================================ the flow

@@ -23,6 +23,13 @@ from quiesce.protocol.machines._agent_execution import (
     ExecState,
     ExecutionData,
 )
+from quiesce.protocol.machines._call import (
+    CALL,
+    CallData,
+    CallEvent,
+    CallInput,
+    CallState,
+)
 from quiesce.protocol.machines._checkpoint import (
     ATTEMPT_STATES,
     CHECKPOINT,
@@ -47,7 +54,6 @@ from quiesce.protocol.machines._control_fence import (
     FenceState,
 )
 from quiesce.protocol.machines._deadline_registry import (
-    DEADLINE_PREFIX,
     DEADLINE_REGISTRY,
     DeadlineArg,
     DeadlineExpired,
@@ -60,9 +66,11 @@ from quiesce.protocol.machines._deadline_registry import (
     group_of_timer,
 )
 from quiesce.protocol.machines._holder_set import (
+    Holder,
     Holders,
     HolderSet,
 )
+from quiesce.protocol.machines._phases import PHASE_ORDER, CallKey, Phase, PhaseCalls, Slot
 from quiesce.protocol.machines._policy_admission import (
     POLICY_ADMISSION,
     AdmissionData,
@@ -85,8 +93,6 @@ from quiesce.protocol.machines._resources import (
 )
 from quiesce.protocol.machines._restore import (
     RESTORE,
-    RESTORE_ORDER,
-    RESUME_ORDER,
     IntentAction,
     IntentDecision,
     IntentRecord,
@@ -129,10 +135,12 @@ TABLES: Mapping[str, Table[Any, Any]] = MappingProxyType(
             ROLLOUT_ATTEMPT,  # M8
             PROMPT_GROUP,  # M8
             RESTORE,  # M9
+            CALL,  # one control call of a phase (§3, §4)
         )
     }
 )
-"""Every machine of the protocol by name, in the spec's order (M1-M9)."""
+"""Every machine of the protocol by name, in the spec's order (M1-M9), then the per-call
+lifecycle the controller's phases share."""
 
 
 def get_table(name: str) -> Table[Any, Any]:
@@ -146,18 +154,17 @@ __all__ = [
     "ADMISSION_GATE",
     "AGENT_EXECUTION",
     "ATTEMPT_STATES",
+    "CALL",
     "CHECKPOINT",
     "CONTROL_FENCE",
-    "DEADLINE_PREFIX",
     "DEADLINE_REGISTRY",
     "DONE_ATTEMPT_STATES",
     "LIVE_ATTEMPT_STATES",
+    "PHASE_ORDER",
     "POLICY_ADMISSION",
     "PROMPT_GROUP",
     "RESOURCES",
     "RESTORE",
-    "RESTORE_ORDER",
-    "RESUME_ORDER",
     "ROLLOUT_ATTEMPT",
     "TABLES",
     "Admission",
@@ -167,6 +174,11 @@ __all__ = [
     "AttemptData",
     "AttemptInput",
     "AttemptState",
+    "CallData",
+    "CallEvent",
+    "CallInput",
+    "CallKey",
+    "CallState",
     "CheckpointData",
     "CheckpointInput",
     "CheckpointState",
@@ -192,12 +204,15 @@ __all__ = [
     "GroupData",
     "GroupInput",
     "GroupState",
+    "Holder",
     "HolderSet",
     "Holders",
     "IntentAction",
     "IntentDecision",
     "IntentRecord",
     "Mutation",
+    "Phase",
+    "PhaseCalls",
     "PolicyInput",
     "PolicyState",
     "PublishedState",
@@ -211,6 +226,7 @@ __all__ = [
     "RestoreInput",
     "RestoreState",
     "ResumeDeadlines",
+    "Slot",
     "SuspendDeadlines",
     "Trigger",
     "UnknownTable",

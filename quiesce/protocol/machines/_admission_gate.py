@@ -1,8 +1,8 @@
 """M6 admission gate (`admission_gate`): may new rollouts be dispatched?
 
-What lives here: the gate's two states and the *set* of owners holding it closed
-(`weight_sync`, `checkpoint`, `train_switch`). What it does not know: who the owners are
-or why they hold; the coordinator passes the owner as the input's argument.
+What lives here: the gate's two states and the *set* of owners holding it closed (each a
+`Holder`: `weight_sync`, `checkpoint`, `train_switch`, `restore`). What it does not know:
+why they hold; the coordinator passes the owner as the input's argument.
 
     +------+  HOLD(o)                      +--------+  HOLD(o) / RELEASE(o), others remain
     | open | ----------------------------> | closed | <-------------------------------+
@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from enum import Enum
 
 from quiesce.fsm import Table, on
-from quiesce.protocol.machines._holder_set import Holders, HolderSet
+from quiesce.protocol.machines._holder_set import Holder, Holders, HolderSet
 
 __all__ = ["ADMISSION_GATE", "ARG_EXAMPLES", "GateInput", "GateState"]
 
@@ -74,8 +74,9 @@ ADMISSION_GATE: Table[GateState, GateInput] = Table(
     },
 )
 
+_OWNER_EXAMPLES = (Holder.CHECKPOINT, Holder.TRAIN_SWITCH, Holder.WEIGHT_SYNC)
 ARG_EXAMPLES: Mapping[GateInput, tuple[object, ...]] = {
-    GateInput.HOLD: ("checkpoint", "train_switch", "weight_sync"),
-    GateInput.RELEASE: ("checkpoint", "train_switch", "weight_sync"),
+    GateInput.HOLD: _OWNER_EXAMPLES,
+    GateInput.RELEASE: _OWNER_EXAMPLES,
 }
 """Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): owners."""

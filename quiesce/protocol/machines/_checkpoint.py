@@ -5,10 +5,10 @@ them, and the data those moves decide on: the attempt in flight (its id, the cau
 ends it, whether it was published) and the consecutive failure and skip counters that
 decide `stopped`. What it does not know: participants, roles, calls, timers or the store.
 Each row *names* the work its transition starts (`write_intent`, `call_prepare`,
-`publish`, ...); the coordinator (`_coordinator.py`) turns each name into concrete effects
-and feeds the outcome back as the next input. So this table is the protocol's spine: drop
-an effect name from a row and the coordinator really stops doing that work (the mutants
-of `quiesce.models` rely on it).
+`publish`, ...); the coordinator's named work (`controller/_checkpoint_work.py`) turns each
+name into concrete effects and feeds the outcome back as the next input. So this table is
+the protocol's spine: drop an effect name from a row and the coordinator really stops
+doing that work (the mutants of `quiesce.models` rely on it).
 
     idle -TRIGGER-> closing_admission -INTENT_WRITTEN-> flushing_acks -ACKS_FLUSHED->
     preparing -ROLES_DONE-> committing -ROLES_DONE-> capturing -CUT_CAPTURED-> validating
@@ -44,6 +44,8 @@ from typing import Any
 from quiesce.fsm import Table, Value, each, on
 from quiesce.protocol._causes import Cause, Classification, Disposition, classify
 from quiesce.protocol._ids import OpId
+from quiesce.protocol.machines._call import CallState
+from quiesce.protocol.machines._phases import CallKey, Phase, PhaseCalls
 
 __all__ = [
     "ARG_EXAMPLES",
@@ -96,6 +98,8 @@ class Attempt:
 
     The table reads `op_id`, `cause` and `published`; the rest is the coordinator's
     bookkeeping of calls (kept here so the attempt is one value, not a side dictionary).
+    `calls` is the remote phase in progress (None before the first); `waiting` and
+    `not_ready` read it.
     """
 
     op_id: OpId
@@ -108,13 +112,7 @@ class Attempt:
     attempted: frozenset[str] = frozenset()
     # `(participant, active id)` reported by checkpoint_conflict: aborted too (S5).
     conflicts: frozenset[tuple[str, OpId]] = frozenset()
-    # The remote phase in progress: its op (a `_controller_effects.Op` value), the index of
-    # the role being called, the calls awaiting a reply, the calls already answered.
-    phase: str | None = None
-    role: int = 0
-    waiting: frozenset[tuple[str, OpId]] = frozenset()
-    done: frozenset[tuple[str, OpId]] = frozenset()
-    not_ready: frozenset[str] = frozenset()
+    calls: PhaseCalls | None = None
     acking: frozenset[str] = frozenset()  # agents whose ACK batch is in flight
     reflushed: bool = False  # the capture re-flushed the outbox once (S7)
     prepare_deadline_at: float = 0.0
@@ -124,6 +122,25 @@ class Attempt:
     frozen: int = 0
     # Seconds spent per M1 state, by state label (bounded: one entry per state).
     phase_seconds: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def phase(self) -> Phase | None:
+        """The remote phase in progress (or last run), if any."""
+        return None if self.calls is None else self.calls.phase
+
+    @property
+    def waiting(self) -> frozenset[CallKey]:
+        """The calls of the phase not settled yet: out, or not ready."""
+        if self.calls is None:
+            return frozenset()
+        return self.calls.keys(CallState.WAITING, CallState.NOT_READY)
+
+    @property
+    def not_ready(self) -> frozenset[str]:
+        """The participants whose prepare answered not_ready, to be asked again (S10)."""
+        if self.calls is None:
+            return frozenset()
+        return frozenset(name for name, _ in self.calls.keys(CallState.NOT_READY))
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +345,7 @@ CHECKPOINT: Table[CheckpointState, CheckpointInput] = Table(
     invariants={"attempt_iff_busy": _attempt_matches_state},
 )
 """M1 `checkpoint`. Effects are named, unbound (`quiesce.fsm.Effect`): the coordinator
-interprets each name (see `_coordinator.py`, `_WORK`)."""
+interprets each name (see `_checkpoint_work.py`, `CHECKPOINT_WORK`)."""
 
 _ATTEMPTS = tuple(
     Attempt(OpId(1, seq, step), trainer_step=step, started_at=0.0, phase_started_at=0.0)

@@ -4,7 +4,8 @@ What lives here: the registry's two states, the *set* of holders suspending it
 (`checkpoint`, `train_switch`) and every prompt group's remaining budget. What it does not
 know: clocks or groups' rollouts. Time comes in as the `now` of each input's argument, and
 expiry comes out of a timer the registry arms itself: a group's deadline is the timer
-`deadline:<group>`, and its `TIMER_DUE` expires the group only while the registry runs.
+`deadline_timer(group)` (`TimerKind.DEADLINE`), and its `TIMER_DUE` expires the group only
+while the registry runs.
 
     +---------+  SUSPEND(h) / charge clocks, cancel timers  +-----------+  SUSPEND(h) / RESUME(h)
     | running | -----------------------------------------> | suspended | <----------------------+
@@ -33,12 +34,11 @@ from enum import Enum
 from typing import Any
 
 from quiesce.fsm import Table, Value, each, on
-from quiesce.protocol._timers import ArmTimer, CancelTimer
-from quiesce.protocol.machines._holder_set import Holders, HolderSet
+from quiesce.protocol._timers import ArmTimer, CancelTimer, TimerKey, TimerKind
+from quiesce.protocol.machines._holder_set import Holder, Holders, HolderSet
 
 __all__ = [
     "ARG_EXAMPLES",
-    "DEADLINE_PREFIX",
     "DEADLINE_REGISTRY",
     "DeadlineArg",
     "DeadlineExpired",
@@ -51,8 +51,6 @@ __all__ = [
     "group_of_timer",
 ]
 
-DEADLINE_PREFIX = "deadline:"
-
 
 class RegistryState(Enum):
     RUNNING = "running"
@@ -60,7 +58,7 @@ class RegistryState(Enum):
 
 
 class RegistryInput(Enum):
-    SUSPEND = "suspend"  # a holder stops the clocks (arg: holder, now)
+    SUSPEND = "suspend"  # a holder stops the clocks (arg: Holder, now)
     RESUME = "resume"  # a holder lets go (arg: holder, now)
     START = "start"  # a prompt group gets its deadline (arg: group, now, budget_s)
     STOP = "stop"  # a prompt group finished or was retried: forget its deadline
@@ -69,9 +67,10 @@ class RegistryInput(Enum):
 
 @dataclass(frozen=True, slots=True)
 class DeadlineArg:
-    """The argument of every registry input: who (`key`: a holder or a group), when."""
+    """The argument of every registry input: who, when. `key` is a `Holder` for SUSPEND and
+    RESUME, a prompt group's id for START, STOP and TIMER_DUE."""
 
-    key: str
+    key: Holder | str
     now: float
     budget_s: float = 0.0
 
@@ -127,14 +126,14 @@ _IGNORED = each(_S, _IN.TIMER_DUE)
 class SuspendDeadlines:
     """`holder` stopped the rollout deadline clocks (M7)."""
 
-    holder: str
+    holder: Holder
 
 
 @dataclass(frozen=True, slots=True)
 class ResumeDeadlines:
     """The last holder, `holder`, released the deadline registry: clocks run again."""
 
-    holder: str
+    holder: Holder
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,20 +143,20 @@ class DeadlineExpired:
     group: str
 
 
-def deadline_timer(group: str) -> str:
-    """The name of `group`'s deadline timer."""
-    return DEADLINE_PREFIX + group
+def deadline_timer(group: str) -> TimerKey:
+    """The key of `group`'s deadline timer."""
+    return TimerKey(TimerKind.DEADLINE, group)
 
 
-def group_of_timer(name: str) -> str | None:
+def group_of_timer(key: TimerKey) -> str | None:
     """The group a deadline timer belongs to, or None for any other timer."""
-    return name[len(DEADLINE_PREFIX) :] if name.startswith(DEADLINE_PREFIX) else None
+    return key.subject if key.kind is TimerKind.DEADLINE else None
 
 
 _HOLDERS: HolderSet[Deadlines] = HolderSet(
     holders=lambda data: data.holders,
     replace=lambda data, held: replace(data, holders=held),
-    holder=lambda arg: arg.key,
+    holder=lambda arg: Holder(arg.key),
 )
 
 
@@ -172,7 +171,7 @@ def _with_budget(data: Deadlines, group: str, left: float | None) -> Deadlines:
 
 
 def _known_group(value: Value[Any, Deadlines], arg: DeadlineArg) -> bool:
-    return value.data.remaining(arg.key) is not None
+    return value.data.remaining(str(arg.key)) is not None
 
 
 # ----------------------------------------------------------------------------- updates
@@ -192,15 +191,15 @@ def _resume_last(data: Deadlines, arg: DeadlineArg) -> Deadlines:
 
 def _start_running(data: Deadlines, arg: DeadlineArg) -> Deadlines:
     # Expressed at `since`, so the group's timer fires at now + budget_s.
-    return _with_budget(data, arg.key, arg.budget_s + (arg.now - data.since))
+    return _with_budget(data, str(arg.key), arg.budget_s + (arg.now - data.since))
 
 
 def _start_suspended(data: Deadlines, arg: DeadlineArg) -> Deadlines:
-    return _with_budget(data, arg.key, arg.budget_s)
+    return _with_budget(data, str(arg.key), arg.budget_s)
 
 
 def _forget(data: Deadlines, arg: DeadlineArg) -> Deadlines:
-    return _with_budget(data, arg.key, None)
+    return _with_budget(data, str(arg.key), None)
 
 
 # ----------------------------------------------------------------------------- effects
@@ -221,23 +220,23 @@ def _cancel_all(value: Value[Any, Deadlines], _arg: DeadlineArg) -> tuple[Any, .
 
 
 def _arm_one(value: Value[Any, Deadlines], arg: DeadlineArg) -> tuple[Any, ...]:
-    return _timers(value.data, [arg.key])
+    return _timers(value.data, [str(arg.key)])
 
 
 def _cancel_one(_value: Value[Any, Deadlines], arg: DeadlineArg) -> tuple[Any, ...]:
-    return (CancelTimer(deadline_timer(arg.key)),)
+    return (CancelTimer(deadline_timer(str(arg.key))),)
 
 
 def _expired(_value: Value[Any, Deadlines], arg: DeadlineArg) -> tuple[Any, ...]:
-    return (DeadlineExpired(arg.key),)
+    return (DeadlineExpired(str(arg.key)),)
 
 
 def _suspended(_value: Value[Any, Deadlines], arg: DeadlineArg) -> tuple[Any, ...]:
-    return (SuspendDeadlines(arg.key),)
+    return (SuspendDeadlines(Holder(arg.key)),)
 
 
 def _resumed(_value: Value[Any, Deadlines], arg: DeadlineArg) -> tuple[Any, ...]:
-    return (ResumeDeadlines(arg.key),)
+    return (ResumeDeadlines(Holder(arg.key)),)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -277,12 +276,24 @@ DEADLINE_REGISTRY: Table[RegistryState, RegistryInput] = Table(
 """M7 `deadline_registry`. Every effect is a tuple of controller effects (flattened by the
 coordinator), because resuming re-arms one timer per group."""
 
-_DEADLINE_ARGS = tuple(
-    DeadlineArg(key, now, budget_s)
-    for key in ("checkpoint", "train_switch", "g0", "g1")
-    for now in (0.0, 1.0, 5.0)
-    for budget_s in (1.0, 10.0)
-)
-ARG_EXAMPLES: Mapping[RegistryInput, tuple[object, ...]] = {i: _DEADLINE_ARGS for i in _IN}
-"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): every input
-with holders and groups as keys (either kind for any input), at a few times and budgets."""
+
+def _args(keys: tuple[Holder | str, ...]) -> tuple[DeadlineArg, ...]:
+    return tuple(
+        DeadlineArg(key, now, budget_s)
+        for key in keys
+        for now in (0.0, 1.0, 5.0)
+        for budget_s in (1.0, 10.0)
+    )
+
+
+_HOLDER_ARGS = _args((Holder.CHECKPOINT, Holder.TRAIN_SWITCH))
+_GROUP_ARGS = _args(("g0", "g1"))
+ARG_EXAMPLES: Mapping[RegistryInput, tuple[object, ...]] = {
+    _IN.SUSPEND: _HOLDER_ARGS,
+    _IN.RESUME: _HOLDER_ARGS,
+    _IN.START: _GROUP_ARGS,
+    _IN.STOP: _GROUP_ARGS,
+    _IN.TIMER_DUE: _GROUP_ARGS,
+}
+"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): holders for
+the holder-set inputs, groups for the per-group ones, at a few times and budgets."""

@@ -4,34 +4,49 @@ A resource is held while *any* holder holds it. `hold(h)` adds `h` (a repeated h
 same holder is a no-op: sets dedupe); `release(h)` removes only `h`, so one holder never
 reopens what another still holds; releasing a hold one does not have changes nothing.
 
-What lives here: the guard, the two updates and the invariant of that rule, written once
-over any machine data that *contains* a holder set. What does not: the rows. Each machine
-keeps its own literal table (so a reader sees every move in one screen) and names these
-functions in it; M6's data is the set itself, M7's data carries the set next to its clocks.
+What lives here: who may hold (`Holder`), and the guard, the two updates and the invariant
+of that rule, written once over any machine data that *contains* a holder set. What does
+not: the rows. Each machine keeps its own literal table (so a reader sees every move in one
+screen) and names these functions in it; M6's data is the set itself, M7's data carries the
+set next to its clocks.
 
 >>> rule = HolderSet(holders=lambda data: data, replace=lambda data, held: held)
->>> rule.add(frozenset(), "checkpoint")
-frozenset({'checkpoint'})
+>>> rule.add(frozenset(), Holder.CHECKPOINT) == {Holder.CHECKPOINT}
+True
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from quiesce.fsm import Value
 
-__all__ = ["HolderSet", "Holders"]
+__all__ = ["Holder", "HolderSet", "Holders"]
 
 D = TypeVar("D")
 
-Holders = frozenset[str]
-"""The names holding a resource (`checkpoint`, `train_switch`, `weight_sync`)."""
+
+class Holder(StrEnum):
+    """Who holds admission closed (M6) or the deadline clocks stopped (M7).
+
+    A `StrEnum`: a holder is its spec name wherever it is printed, logged or compared.
+    """
+
+    CHECKPOINT = "checkpoint"  # an attempt, from closing_admission until it ends (M1)
+    TRAIN_SWITCH = "train_switch"  # the colocated train switch (both M6 and M7)
+    WEIGHT_SYNC = "weight_sync"  # a weight sync (M6 only)
+    RESTORE = "restore"  # the restore at controller start (M9, M6 only)
 
 
-def _same(arg: Any) -> str:
-    return str(arg)
+Holders = frozenset[Holder]
+"""The holders holding a resource."""
+
+
+def _same(arg: Any) -> Holder:
+    return Holder(arg)
 
 
 @dataclass(frozen=True)
@@ -45,7 +60,7 @@ class HolderSet(Generic[D]):
 
     holders: Callable[[D], Holders]
     replace: Callable[[D, Holders], D]
-    holder: Callable[[Any], str] = _same
+    holder: Callable[[Any], Holder] = _same
 
     def is_last(self, value: Value[Any, D], arg: Any) -> bool:
         """Guard: `arg`'s holder is the only one left, so releasing it frees the resource."""

@@ -1,9 +1,9 @@
 """M9 `restore`: the restore lifecycle at controller start, and the ambiguous-publish rule.
 
-What lives here: the `restore` table, the §3 restore and resume orders, and
-`decide_intent` (what to do with a checkpoint the intent record says was in flight). What
-it does not know: the store, the ledger, how calls are sent; the controller's restore flow
-fires the inputs and plans the work (`quiesce.protocol.controller`).
+What lives here: the `restore` table and `decide_intent` (what to do with a checkpoint the
+intent record says was in flight). What it does not know: the store, the ledger, how calls
+are sent or in which order (§3: `PHASE_ORDER`); the controller's restore flow fires the
+inputs and plans the work (`quiesce.protocol.controller`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ from quiesce.protocol._ids import OpId
 __all__ = [
     "ARG_EXAMPLES",
     "RESTORE",
-    "RESTORE_ORDER",
-    "RESUME_ORDER",
     "IntentAction",
     "IntentDecision",
     "IntentRecord",
@@ -30,12 +28,6 @@ __all__ = [
     "RestoreState",
     "decide_intent",
 ]
-
-RESTORE_ORDER = ("policy", "agent", "resources")
-"""§3: restore policy -> agents -> resources."""
-RESUME_ORDER = ("resources", "policy", "agent")
-"""§3: resume resources -> policy -> agents."""
-
 
 # ==================================================================================== restore
 #
