@@ -76,6 +76,7 @@ from quiesce.protocol.controller import (
     WeightSyncBegin,
     WeightSyncEnd,
     WriteStaging,
+    call_retry_timer,
 )
 from quiesce.protocol.machines import (
     ADMISSION_GATE,
@@ -146,6 +147,7 @@ class ProtocolParams:
     faults: int = 1
     agents: int = 1
     max_consecutive_failures: int = 3
+    call_retries: int = 0  # §4 retries inside an attempt (the pinned sizes run without)
     group_scored: bool = False
     recovery_mode: str = "restart_only"
     crashes: bool = True
@@ -164,6 +166,7 @@ class ProtocolParams:
             "faults": self.faults,
             "agents": self.agents,
             "max_consecutive_failures": self.max_consecutive_failures,
+            "call_retries": self.call_retries,
             "group_scored": self.group_scored,
             "recovery_mode": self.recovery_mode,
             "crashes": self.crashes,
@@ -319,7 +322,10 @@ class ProtocolModel(Model[PState]):
         self.hooks = hooks or Hooks()
         self.name = name
         self.params = self.p.describe()
-        self.config = QuiesceConfig(max_consecutive_failures=self.p.max_consecutive_failures)
+        self.config = QuiesceConfig(
+            max_consecutive_failures=self.p.max_consecutive_failures,
+            call_retries=self.p.call_retries,
+        )
         self.system = System(self.hooks.coordinator(self.config), turns=self.p.turns)
         self.agents = tuple(
             "agent" if self.p.agents == 1 else f"agent{i}" for i in range(self.p.agents)
@@ -957,6 +963,11 @@ class ProtocolModel(Model[PState]):
             for participant, op_id in attempt.waiting:
                 if (participant, op, op_id) in flying:
                     continue
+                # A call backing off is sent again by its own timer, before its deadline.
+                if (participant, op_id) in attempt.backing_off:
+                    if call_retry_timer(op_id, participant) in timers:
+                        continue
+                    return False
                 if not (participant in attempt.not_ready and paced):
                     return False
         if phase not in (CheckpointState.FLUSHING_ACKS, CheckpointState.CAPTURING):

@@ -59,7 +59,10 @@ S = CheckpointState
 
 
 def make(**agent: Any) -> tuple[System, SystemState]:
-    system = System(Coordinator(QuiesceConfig(max_consecutive_failures=5)))
+    # Each scenario injects one failure and watches the attempt handle it: no retries inside
+    # the attempt (§4), which `test_coordinator_retries.py` covers.
+    config = QuiesceConfig(max_consecutive_failures=5, call_retries=0)
+    system = System(Coordinator(config))
     participants = [
         new_participant({"name": "policy", "role": "policy"}, "p1"),
         new_participant({"name": "agent", "role": "agent", **agent}, "a1"),
