@@ -505,7 +505,11 @@ class Driver:
         elif isinstance(effect, Stopped):
             self.stopped = effect
             self._log.error(
-                "controller_stopped", reason=effect.reason, checkpoint_id=str(effect.checkpoint_id)
+                "controller_stopped",
+                reason=effect.reason,
+                checkpoint_id=str(effect.checkpoint_id),
+                participant=effect.participant,
+                cause=effect.cause,
             )
         elif isinstance(effect, Log):
             getattr(self._log, effect.level)(effect.event, **dict(effect.fields))

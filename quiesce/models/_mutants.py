@@ -342,6 +342,12 @@ def _no_discards(value: Any, op_id: OpId, restored: Iterable[Any]) -> tuple[Any,
     return ()
 
 
+def _new_id_per_retry(op_id: OpId, retry: int) -> OpId:
+    # A call retried inside the attempt goes out under a new id (one nobody else minted),
+    # instead of the same one the fence would replay (§4).
+    return op_id if retry == 0 else replace(op_id, seq=op_id.seq + 1000 * retry)
+
+
 def _judge_ignoring_digests(
     expected: Mapping[str, str], replies: Any, failures: Any, ledger: Any = None
 ) -> Any:
@@ -453,6 +459,15 @@ def scenario_mutants() -> list[Mutant]:
             _patch(policy=_policy(classify=_by_exception_type)),
             "no_stall",
             _small(faults=1),
+        ),
+        Mutant(
+            "retry_with_new_id",
+            "scenario",
+            "S3",
+            "a call retried inside the attempt (a 5xx, a timeout) carries a new op id",
+            _patch(policy=_policy(retry_op_id=_new_id_per_retry)),
+            "I6",
+            _small(faults=1, call_retries=1),
         ),
         Mutant(
             "S4_release_failure_reraised",

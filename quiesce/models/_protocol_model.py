@@ -199,7 +199,10 @@ class ProtocolModel(Model[PState]):
         self.hooks = hooks or Hooks()
         self.name = name
         self.params = self.p.describe()
-        self.config = QuiesceConfig(max_consecutive_failures=self.p.max_consecutive_failures)
+        self.config = QuiesceConfig(
+            max_consecutive_failures=self.p.max_consecutive_failures,
+            call_retries=self.p.call_retries,
+        )
         coordinator = self.hooks.coordinator(self.config)
         self.system = System(
             coordinator,

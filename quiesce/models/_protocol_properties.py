@@ -33,6 +33,7 @@ from quiesce.protocol.controller import (
     Stopped,
     TimerKind,
     WriteStaging,
+    call_retry_timer,
 )
 from quiesce.protocol.machines import (
     AttemptState,
@@ -371,6 +372,11 @@ class Judge:
             for participant, op_id in attempt.waiting:
                 if (participant, op, op_id) in flying:
                     continue
+                # A call backing off is sent again by its own timer, before its deadline.
+                if (participant, op_id) in attempt.backing_off:
+                    if call_retry_timer(op_id, participant) in timers:
+                        continue
+                    return False
                 if not (participant in attempt.not_ready and paced):
                     return False
         if phase not in (CheckpointState.FLUSHING_ACKS, CheckpointState.CAPTURING):

@@ -30,6 +30,7 @@ _DOCS = {
     "faults": "fault budget (a crash counts as a fault); --faults sets it too",
     "agents": "agent servers (the group runs on the first)",
     "max_consecutive_failures": "the controller's max_consecutive_failures",
+    "call_retries": "the controller's call_retries (§4 retries inside an attempt)",
     "group_scored": "the agent's environment is group-scored",
     "recovery_mode": "the resources server's recovery mode",
     "crashes": "controller and participant crashes are faults",

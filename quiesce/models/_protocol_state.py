@@ -58,6 +58,7 @@ class ProtocolParams:
     faults: int = 1
     agents: int = 1
     max_consecutive_failures: int = 3
+    call_retries: int = 0  # §4 retries inside an attempt (the pinned sizes run without)
     group_scored: bool = False
     recovery_mode: str = "restart_only"
     crashes: bool = True
@@ -76,6 +77,7 @@ class ProtocolParams:
             "faults": self.faults,
             "agents": self.agents,
             "max_consecutive_failures": self.max_consecutive_failures,
+            "call_retries": self.call_retries,
             "group_scored": self.group_scored,
             "recovery_mode": self.recovery_mode,
             "crashes": self.crashes,

@@ -117,6 +117,13 @@ class QuiesceConfig(_Strict):
     """Every other control call gets `now + control_timeout_s` (§3)."""
     prepare_retry_interval_s: float = Field(default=1.0, gt=0)
     """How long to wait before asking a `not_ready` participant again."""
+    call_retries: int = Field(default=3, ge=0)
+    """How many more times a prepare or commit call that failed transiently (timeout, lost,
+    I/O error, 5xx) is sent again, same op id, before the attempt fails (§4)."""
+    call_backoff_s: float = Field(default=0.5, gt=0)
+    """The first retry's backoff; it doubles per retry, with full jitter (§4)."""
+    call_backoff_max_s: float = Field(default=10.0, gt=0)
+    """No retry waits longer than this (and none is sent past the call's deadline)."""
     snapshot_attempt_interval_s: float = Field(default=120.0, gt=0)
     """The periodic trigger, and the retry timer of a pending abort or release."""
     save_period: int = Field(default=1, ge=1)
@@ -130,6 +137,14 @@ class QuiesceConfig(_Strict):
     restore_mode: Literal["latest", "trainer_checkpoint"] = "latest"
     """Which snapshot a restart restores (M9)."""
     rollout_recovery: RolloutRecoveryConfig = Field(default_factory=RolloutRecoveryConfig)
+
+    @field_validator("call_backoff_max_s")
+    @classmethod
+    def _cap_above_base(cls, value: float, info: ValidationInfo) -> float:
+        base = info.data.get("call_backoff_s")
+        if base is not None and value < base:
+            raise ValueError(f"must be at least call_backoff_s ({base}); raise it or lower that")
+        return value
 
     @classmethod
     def load(cls, source: Mapping[str, Any] | str | Path) -> QuiesceConfig:

@@ -5,8 +5,8 @@ A pure machine never reads a clock; it asks for a `TimerDue` input at an absolut
 back unread: only the core looks inside a `TimerKey`, and it reads the kind and the subject,
 never a prefix of a string.
 
->>> str(TimerKey(TimerKind.PREPARE_RETRY, "ck-1-3-step7"))
-'prepare_retry:ck-1-3-step7'
+>>> str(TimerKey(TimerKind.CALL_RETRY, "ck-1-3-step7", "agent-0"))
+'call_retry:ck-1-3-step7/agent-0'
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class TimerKind(StrEnum):
     PREPARE_RETRY = "prepare_retry"  # ask the not-ready participants of a prepare again (S10)
     ATTEMPT_RETRY = "retry"  # retry a pending abort or release (M1 abort/release_pending)
     RESTORE_RETRY = "restore_retry"  # ask again the restore-flow calls that failed (M9)
+    CALL_RETRY = "call_retry"  # one call's backoff before it is sent again (§4 amended)
 
 
 @dataclass(frozen=True, slots=True, order=True)

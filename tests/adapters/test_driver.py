@@ -39,6 +39,7 @@ from quiesce.protocol.controller import (
     CallFailed,
     ClearIntent,
     GroupOpened,
+    Metric,
     Op,
     OptimizerStepBegin,
     OptimizerStepEnd,
@@ -499,6 +500,26 @@ async def test_s3_commit_5xx_or_timeout_is_retryable_and_retried(
         assert not rig.store.published()
         assert (await rig.checkpoint()).result == "completed"
 
+    # Without retries inside the attempt (§4) the attempt fails, and the next one completes.
+    await run_rig(tmp_path, body, config={"call_retries": 0})
+
+
+async def test_s3_a_commit_5xx_is_retried_inside_the_attempt_with_the_same_id(
+    anyio_backend: str, tmp_path: Path
+) -> None:
+    async def body(rig: Rig) -> None:
+        rig.fleet.client("resources-0").inject(FaultKind.SERVER_ERROR, op=ParticipantOp.COMMIT)
+        outcome = await rig.checkpoint()
+        assert outcome.result == "completed"
+        commits = [
+            c for c in rig.effects(Call) if c.op is Op.COMMIT and c.participant == "resources-0"
+        ]
+        # The same call twice: same id, same deadline; the retry was counted.
+        assert len(commits) == 2 and {(c.op_id, c.deadline_at) for c in commits} == {
+            (outcome.checkpoint_id, commits[0].deadline_at)
+        }
+        assert len([m for m in rig.effects(Metric) if m.name == "call_retries"]) == 1
+
     await run_rig(tmp_path, body)
 
 
@@ -532,7 +553,8 @@ async def test_s4_release_and_abort_failures_are_retried_with_the_same_id(
         assert str(y) not in rig.store.published()
         assert rig.journal.read_intent() is None
 
-    await run_rig(tmp_path, body)
+    # Without retries inside the attempt (§4), so that the commit's 5xx aborts the attempt.
+    await run_rig(tmp_path, body, config={"call_retries": 0})
 
 
 async def test_s5_a_participant_fenced_to_another_id_is_aborted_first(
@@ -569,7 +591,8 @@ async def test_s6_prepare_applied_reply_lost_is_aborted(anyio_backend: str, tmp_
         assert agent.fence.data.high_watermark == outcome.checkpoint_id
         assert (await rig.checkpoint()).result == "completed"
 
-    await run_rig(tmp_path, body)
+    # Without retries inside the attempt (§4): the lost reply fails the attempt, which aborts.
+    await run_rig(tmp_path, body, config={"call_retries": 0})
 
 
 class _SlowAcks(Participant):

@@ -1,4 +1,5 @@
-"""QuiesceConfig: unknown and renamed keys named, coarsen-only overrides, YAML/TOML/dict."""
+"""QuiesceConfig: unknown and renamed keys named, coarsen-only overrides, call retries,
+YAML/TOML/dict."""
 
 from __future__ import annotations
 
@@ -14,6 +15,19 @@ def test_defaults_and_dict_loading() -> None:
     config = QuiesceConfig.load({"save_period": 4, "restore_mode": "trainer_checkpoint"})
     assert config.save_period == 4 and config.restore_mode == "trainer_checkpoint"
     assert config.rollout_recovery.target_level is RecoveryLevel.TURN
+
+
+def test_call_retries_default_and_a_backoff_cap_below_its_base_is_refused() -> None:
+    defaults = QuiesceConfig()
+    retries = (defaults.call_retries, defaults.call_backoff_s, defaults.call_backoff_max_s)
+    assert retries == (3, 0.5, 10.0)
+    with pytest.raises(ConfigError) as error:
+        QuiesceConfig.load({"call_backoff_s": 2.0, "call_backoff_max_s": 1.0})
+    assert error.value.field == "call_backoff_max_s"
+    assert "at least call_backoff_s (2.0)" in str(error.value)
+    with pytest.raises(ConfigError) as error:
+        QuiesceConfig.load({"call_retries": -1})
+    assert error.value.field == "call_retries"
 
 
 def test_unknown_key_is_named_by_its_dotted_path() -> None:

@@ -55,6 +55,9 @@ from quiesce.protocol.machines import CheckpointState, deadline_timer
 
 S = CheckpointState
 ROLES = {"pol": "policy", "ag": "agent", "res": "resources"}
+# A failed call fails the attempt at once: no retries inside it (those are the subject of
+# `test_coordinator_retries.py`).
+NO_RETRIES = {"call_retries": 0}
 
 
 class Harness:
@@ -176,7 +179,7 @@ def test_happy_path_in_phase_order_with_the_intent_record() -> None:
 
 
 def test_per_phase_deadlines() -> None:
-    h = Harness(prepare_timeout_s=50, control_timeout_s=7)
+    h = Harness(prepare_timeout_s=50, control_timeout_s=7, **NO_RETRIES)
     effects = h.start()
     closed_at = h.s.attempt.started_at
     assert ArmTimer(prepare_deadline_timer(h.x), closed_at + 50) in effects
@@ -230,7 +233,7 @@ def test_the_cause_table_covers_every_cause_with_the_reasons_of_section_4() -> N
 
 @pytest.mark.parametrize("cause", list(Cause), ids=[c.value for c in Cause])
 def test_every_cause_is_classified_by_the_table(cause: Cause) -> None:
-    h = Harness()
+    h = Harness(**NO_RETRIES)
     h.start()
     h.answer_all(Op.PREPARE)
     name, op_id = h.calls()[0]
@@ -238,7 +241,7 @@ def test_every_cause_is_classified_by_the_table(cause: Cause) -> None:
     kind = CAUSES[cause]
     if kind.disposition is Disposition.FATAL:
         assert h.s.phase is S.STOPPED
-        assert of(effects, Stopped) == [Stopped("invariant_error", h.x)]
+        assert of(effects, Stopped) == [Stopped("invariant_error", h.x, name, cause.value)]
         return
     # Retryable or skipped: never stopped, the same id is aborted on every attempted one.
     assert h.s.phase is S.ABORTING
@@ -304,7 +307,7 @@ def test_not_ready_is_asked_again_until_the_prepare_deadline() -> None:
 
 
 def test_more_than_max_consecutive_failures_stops() -> None:
-    h = Harness(max_consecutive_failures=2)
+    h = Harness(max_consecutive_failures=2, **NO_RETRIES)
     for attempt in range(3):
         h.start()
         h.step(CallFailed("pol", Op.PREPARE, h.x, Cause.TIMEOUT))
@@ -316,6 +319,8 @@ def test_more_than_max_consecutive_failures_stops() -> None:
     [stopped] = of(effects, Stopped)
     assert stopped.reason == "max_consecutive_failures"
     assert stopped.checkpoint_id is None  # aborted cleanly, nothing left for the next start
+    # The last failure, by whom and why (it stopped the run only once its abort ended).
+    assert (stopped.participant, stopped.cause) == ("pol", "timeout")
 
 
 def test_skips_never_stop_and_warn_after_max_consecutive_skips() -> None:
@@ -363,7 +368,7 @@ def test_s9_trainer_step_between_commit_and_capture_skips_and_aborts_same_id() -
 
 
 def test_pending_abort_is_retried_with_the_same_id_before_a_new_id() -> None:
-    h = Harness(snapshot_attempt_interval_s=30)
+    h = Harness(snapshot_attempt_interval_s=30, **NO_RETRIES)
     h.start()
     x = h.x
     h.step(CallFailed("pol", Op.PREPARE, x, Cause.IO_ERROR))
@@ -435,7 +440,7 @@ def test_restart_with_an_intent_record_finishes_that_id_on_every_participant() -
 
 
 def test_op_ids_are_ordered_and_never_reused() -> None:
-    h = Harness()
+    h = Harness(**NO_RETRIES)
     seen: list[OpId] = []
     for _ in range(3):
         h.start()

@@ -84,10 +84,12 @@ from quiesce.protocol.controller._ledger import (
 from quiesce.protocol.controller._phase_runner import (
     CALL_WORK,
     PHASE_OPS,
+    backoff_s,
+    call_retry_timer,
     prepare_retry_timer,
     read_reply,
 )
-from quiesce.protocol.controller._policy import CoordinatorPolicy, live_level
+from quiesce.protocol.controller._policy import CoordinatorPolicy, live_level, same_op_id
 from quiesce.protocol.controller._recovery_levels import (
     DiscoveryRefused,
     DuplicateParticipant,
@@ -253,6 +255,8 @@ __all__ = [
     "WeightSyncEnd",
     "WriteIntent",
     "WriteStaging",
+    "backoff_s",
+    "call_retry_timer",
     "judge_capture",
     "judge_restore",
     "live_level",
@@ -266,6 +270,7 @@ __all__ = [
     "restore_failed",
     "restore_retry_timer",
     "retry_timer",
+    "same_op_id",
     "select_snapshot",
     "topology_fingerprint",
     "validate_discovery",

@@ -10,7 +10,9 @@ phase runner and the `call` table), the ledger's bookkeeping (`_rollouts`).
 
 Deadlines (§3): prepare calls share `admission closed + prepare_timeout_s`; commit and
 release calls get `now + control_timeout_s`; an abort gets `max(the attempt's latest
-deadline, now + control_timeout_s)`.
+deadline, now + control_timeout_s)`. Prepare and commit calls are retried inside the
+attempt (`call_retries`, §4); abort and release keep their own timer (`abort_pending`,
+`release_pending`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from quiesce.protocol.machines import (
     PhaseCalls,
     Slot,
     Trigger,
+    stops_the_run,
 )
 
 __all__ = [
@@ -67,6 +70,8 @@ __all__ = [
 
 # The M1 states in which the controller waits on participants (participant_seconds).
 _PARTICIPANT_PHASES = frozenset({"preparing", "committing", "releasing", "aborting"})
+# Phases whose calls are retried inside the attempt (§4); abort and release are not.
+_RETRIED_PHASES = frozenset({Phase.PREPARE, Phase.COMMIT})
 
 
 def prepare_deadline_timer(op_id: OpId) -> TimerKey:
@@ -130,7 +135,8 @@ class AttemptCalls:
         else:
             deadline = control
         self.h.set_attempt(replace(attempt, deadline_at=max(attempt.deadline_at, deadline)))
-        return CallData(deadline_at=deadline)
+        budget = self.h.config.call_retries if phase in _RETRIED_PHASES else 0
+        return CallData(deadline_at=deadline, budget=budget)
 
     def payload(self, phase: Phase, key: CallKey) -> Any:
         return None
@@ -164,7 +170,10 @@ class AttemptCalls:
         self.h.set_attempt(replace(attempt, conflicts=attempt.conflicts | {(key[0], active_id)}))
 
     def call_failed(self, key: CallKey, cause: Cause, *, refused: bool) -> None:
-        # §4: the attempt fails with the call's cause.
+        # §4: the attempt fails with the call's cause (after the call's own retries); if that
+        # stops the run, the stop names the participant.
+        if stops_the_run(self.h.state.checkpoint.data, self.h.policy.classify(cause)):
+            self.h.set_attempt(replace(self.h.attempt, failed_by=key[0]))
         self.h.fail(cause)
 
     def role_settled(self, failed: frozenset[CallKey]) -> bool:
@@ -377,7 +386,9 @@ def _w_stop(run: CheckpointHost, arg: Any) -> None:
     if isinstance(cause, Classification) and cause.disposition is Disposition.RETRYABLE:
         reason = "max_consecutive_failures"
     kept = None if run.intent_cleared else attempt.op_id
-    run.emit(Stopped(reason, kept))
+    # The last failure: its participant (if a call failed) and its cause.
+    last = None if cause is None else cause.cause.value
+    run.emit(Stopped(reason, kept, participant=attempt.failed_by, cause=last))
 
 
 CHECKPOINT_WORK: Mapping[str, Callable[[CheckpointHost, Any], None]] = MappingProxyType(

@@ -356,6 +356,8 @@ class _Run:
             self._registry(RegistryInput.TIMER_DUE, DeadlineArg(timer.subject, self.now))
         elif kind is TimerKind.RESTORE_RETRY:
             self.m9.on_retry_timer(timer)
+        elif kind is TimerKind.CALL_RETRY:
+            self._phases_of(OpId.parse(timer.subject)).on_retry_due(timer)
         else:
             self._attempt_timer(timer)
 

@@ -317,10 +317,14 @@ class Outcome:
 @dataclass(frozen=True, slots=True)
 class Stopped:
     """The controller stopped (fatal cause, or more than `max_consecutive_failures`);
-    `checkpoint_id` is the id the intent record leaves for the next start, if any."""
+    `checkpoint_id` is the id the intent record leaves for the next start, if any.
+    `participant` and `cause` name the last failure: whose call failed (None if no call
+    did) and its cause (`timeout`, `participant_error`, ...)."""
 
     reason: str
     checkpoint_id: OpId | None
+    participant: str | None = None
+    cause: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,7 @@ rejected snapshot). It walks the phase's slots (`CoordinatorPolicy.phase_order`,
 every call of one role at once, feeds each reply, failure and timer to that call's `call`
 table value and does the work the row names (`CALL_WORK`), and moves to the next role when
 every call of this one settled. Also here: how a reply is read as a call input
-(`read_reply`) and the timer the runner arms.
+(`read_reply`), the backoff of a retried call (`backoff_s`) and the timers the runner arms.
 
 What it does not know: who is called for a slot, what a call carries, or what a settled
 call means for the phase. Its `PhaseOwner` says: M1 fails the attempt at the first failed
@@ -16,12 +16,14 @@ call and moves on when a role answered; M9 judges a role once every call of it s
     start(phase) -> call_role: the next slot with someone to call: SEND each call
                    (a phase started again keeps the calls already answered)
     reply / failure / timer -> the call's row -> its named work
+                   (a transient failure: the same call again after a backoff, §4)
     nothing of the role in flight -> owner.role_settled(failed) -> next role, or not
     no slot left -> owner.phase_done()
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
@@ -29,6 +31,7 @@ from typing import Any, Protocol
 
 from quiesce.fsm import Effect
 from quiesce.protocol._causes import Cause, cause_of_refusal
+from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import (
     CommitReply,
@@ -37,8 +40,8 @@ from quiesce.protocol._messages import (
     RestoreReply,
     ResumeReply,
 )
-from quiesce.protocol._timers import ArmTimer, TimerKey, TimerKind
-from quiesce.protocol.controller._effects import Call, Op
+from quiesce.protocol._timers import ArmTimer, CancelTimer, TimerKey, TimerKind
+from quiesce.protocol.controller._effects import Call, Metric, Op
 from quiesce.protocol.controller._host import StepHost
 from quiesce.protocol.machines import (
     CallData,
@@ -56,6 +59,8 @@ __all__ = [
     "PHASE_OPS",
     "PhaseOwner",
     "PhaseRunner",
+    "backoff_s",
+    "call_retry_timer",
     "prepare_retry_timer",
     "read_reply",
 ]
@@ -83,13 +88,35 @@ _EXPECTED: Mapping[Op, type] = MappingProxyType(
     }
 )
 
-_IN_FLIGHT = (CallState.WAITING, CallState.NOT_READY)
+_IN_FLIGHT = (CallState.WAITING, CallState.NOT_READY, CallState.BACKING_OFF)
 _UNANSWERED = (CallState.REFUSED, CallState.FAILED)
 
 
 def prepare_retry_timer(op_id: OpId) -> TimerKey:
     """The timer that asks the not-ready participants of `op_id`'s prepare again (S10)."""
     return TimerKey(TimerKind.PREPARE_RETRY, str(op_id))
+
+
+def call_retry_timer(op_id: OpId, participant: str) -> TimerKey:
+    """The timer that sends the call `(participant, op_id)` again after its backoff."""
+    return TimerKey(TimerKind.CALL_RETRY, str(op_id), participant)
+
+
+def backoff_s(config: QuiesceConfig, op_id: OpId, participant: str, retry: int) -> float:
+    """The wait before retry number `retry` (1, 2, ...) of a call: exponential backoff with
+    full jitter, a uniform fraction of `min(call_backoff_max_s, call_backoff_s * 2 ** (retry
+    - 1))`. The fraction is a hash of the call and the retry number: the core stays pure (no
+    clock, no global random source), a replay waits exactly as long, and the calls of one
+    role, which failed together, are sent again apart.
+
+    >>> config = QuiesceConfig(call_backoff_s=1.0)
+    >>> 0.0 <= backoff_s(config, OpId(1, 3, 0), "agent", 2) < 2.0
+    True
+    """
+    cap = min(config.call_backoff_max_s, config.call_backoff_s * 2.0 ** (retry - 1))
+    digest = hashlib.blake2b(f"{op_id}|{participant}|{retry}".encode(), digest_size=8).digest()
+    fraction: float = int.from_bytes(digest, "big") / 2**64
+    return cap * fraction
 
 
 def read_reply(op: Op, op_id: OpId, result: Any) -> tuple[CallInput, CallEvent]:
@@ -175,10 +202,14 @@ class PhaseRunner:
 
     def start(self, phase: Phase) -> None:
         """Call `phase` from its first slot. A phase started again (a retried abort or
-        release) keeps the calls already answered."""
+        release) keeps the calls already answered; the calls of a phase it replaces that
+        were backing off forget their timers."""
         current = self.owner.progress()
-        same = current is not None and current.phase is phase
-        self.owner.save(current.restarted() if current is not None and same else PhaseCalls(phase))
+        if current is not None:
+            for name, op_id in sorted(current.keys(CallState.BACKING_OFF)):
+                self.h.emit(CancelTimer(call_retry_timer(op_id, name)))
+        again = current is not None and current.phase is phase
+        self.owner.save(current.restarted() if again and current is not None else PhaseCalls(phase))
         self.call_role()
 
     def call_role(self) -> None:
@@ -233,7 +264,12 @@ class PhaseRunner:
         key = self._known(participant, op, op_id, "stale_call_failure")
         if key is None:
             return
-        if self._step(key, CallInput.CALL_FAILED, CallEvent(cause)):
+        value = self.current().get(key)
+        assert value is not None
+        retry_at = self.h.now + backoff_s(
+            self.h.config, key[1], participant, value.data.retries + 1
+        )
+        if self._step(key, CallInput.CALL_FAILED, CallEvent(cause, retry_at=retry_at)):
             self._settle_role()
 
     def ask_again(self) -> None:
@@ -242,6 +278,16 @@ class PhaseRunner:
         if calls is not None:
             for key in sorted(calls.keys(CallState.NOT_READY)):
                 self._step(key, CallInput.ASK_AGAIN, None)
+
+    def on_retry_due(self, timer: TimerKey) -> None:
+        """A call's backoff ended: send it again."""
+        calls = self.owner.progress()
+        keys = () if calls is None else (k for k, _ in calls.calls)
+        key = next((k for k in keys if call_retry_timer(k[1], k[0]) == timer), None)
+        if key is None:
+            self.h.log("stale_timer", timer=str(timer))
+        else:
+            self._step(key, CallInput.RETRY_DUE, None)
 
     # ------------------------------------------------------------------ internals
 
@@ -295,8 +341,9 @@ def _w_send_call(run: PhaseRunner, key: CallKey, _input: CallInput, _arg: Any) -
     value = calls.get(key)
     assert value is not None
     name, op_id = key
+    sent_as = run.h.policy.retry_op_id(op_id, value.data.retries)  # §4: the same id
     payload = run.owner.payload(calls.phase, key)
-    run.h.emit(Call(name, PHASE_OPS[calls.phase], op_id, value.data.deadline_at, payload))
+    run.h.emit(Call(name, PHASE_OPS[calls.phase], sent_as, value.data.deadline_at, payload))
 
 
 def _w_record_answer(run: PhaseRunner, key: CallKey, _input: CallInput, event: CallEvent) -> None:
@@ -324,7 +371,29 @@ def _w_fail_call(run: PhaseRunner, key: CallKey, _input: CallInput, event: CallE
     run.owner.call_failed(key, event.cause, refused=False)
 
 
-_STALE = {CallInput.CALL_FAILED: "stale_call_failure"}
+def _w_back_off(run: PhaseRunner, key: CallKey, _input: CallInput, event: CallEvent) -> None:
+    # Every retry is armed, logged and counted (§4).
+    calls = run.current()
+    value = calls.get(key)
+    assert value is not None and event.cause is not None
+    name, op_id = key
+    op = PHASE_OPS[calls.phase]
+    run.h.emit(ArmTimer(call_retry_timer(op_id, name), event.retry_at))
+    run.h.log(
+        "call_retried",
+        level="warning",
+        participant=name,
+        op=op.value,
+        op_id=str(op_id),
+        cause=event.cause.value,
+        retry=value.data.retries,
+        retry_at=event.retry_at,
+    )
+    tags = (("cause", event.cause.value), ("op", op.value), ("participant", name))
+    run.h.emit(Metric("call_retries", 1.0, tags))
+
+
+_STALE = {CallInput.CALL_FAILED: "stale_call_failure", CallInput.RETRY_DUE: "stale_timer"}
 
 
 def _w_drop_stale(run: PhaseRunner, key: CallKey, input: CallInput, _arg: Any) -> None:
@@ -342,6 +411,7 @@ CALL_WORK: Mapping[str, Callable[[PhaseRunner, CallKey, CallInput, Any], None]] 
         "abort_conflict": _w_abort_conflict,
         "refuse_call": _w_refuse_call,
         "fail_call": _w_fail_call,
+        "back_off": _w_back_off,
         "drop_stale": _w_drop_stale,
     }
 )

@@ -4,7 +4,8 @@ What lives here: every decision the coordinator takes by calling a function rath
 stepping a table -- how a cause is classified (§4), how discovery is validated and the
 recovery levels lowered (§2), at which level a failed group is retried (M8), whether the
 cut may be captured (S7, S9), how a restore is judged and which restored continuations are
-discarded (M9), and the §3 phase order -- each defaulting to the protocol's own. A variant
+discarded (M9), the §3 phase order, and the op id a retried call carries -- each defaulting
+to the protocol's own. A variant
 of the protocol (a mutant of `quiesce.models`) passes its own bundle,
 `Coordinator(config, policy=replace(CoordinatorPolicy(), classify=...))`, and runs through
 the very same code; nothing is patched. What it does not know: when the coordinator calls
@@ -43,13 +44,18 @@ from quiesce.protocol.controller._restore_plan import (
 from quiesce.protocol.controller._state import Fleet
 from quiesce.protocol.machines import PHASE_ORDER, Phase, RestoreState, Slot
 
-__all__ = ["CoordinatorPolicy", "live_level"]
+__all__ = ["CoordinatorPolicy", "live_level", "same_op_id"]
 
 
 def live_level(fleet: Fleet | None, environment: str, target: RecoveryLevel) -> RecoveryLevel:
     """The level a failed group of `environment` is retried at: its live level after
     discovery lowered it (M8, S11), or `target` before discovery or for an unlisted one."""
     return target if fleet is None else fleet.live_level(environment, target)
+
+
+def same_op_id(op_id: OpId, _retry: int) -> OpId:
+    """The op id a retried call carries: its own, every time (§4: the fence replays it)."""
+    return op_id
 
 
 @dataclass(frozen=True)
@@ -83,3 +89,5 @@ class CoordinatorPolicy:
     """M9 `restored_paused`: the continuations to discard before resume (S12)."""
     phase_order: Mapping[Phase, tuple[Slot, ...]] = field(default_factory=lambda: PHASE_ORDER)
     """§3: every phase's slots, in calling order."""
+    retry_op_id: Callable[[OpId, int], OpId] = same_op_id
+    """§4: the op id a call carries on its n-th retry (n = 0 for the first send)."""

@@ -25,6 +25,7 @@ from quiesce.protocol.machines._agent_execution import (
 )
 from quiesce.protocol.machines._call import (
     CALL,
+    TRANSIENT_CAUSES,
     CallData,
     CallEvent,
     CallInput,
@@ -38,6 +39,7 @@ from quiesce.protocol.machines._checkpoint import (
     CheckpointInput,
     CheckpointState,
     Trigger,
+    stops_the_run,
 )
 from quiesce.protocol.machines._control_fence import (
     CONTROL_FENCE,
@@ -167,6 +169,7 @@ __all__ = [
     "RESTORE",
     "ROLLOUT_ATTEMPT",
     "TABLES",
+    "TRANSIENT_CAUSES",
     "Admission",
     "AdmissionData",
     "AgentInput",
@@ -234,4 +237,5 @@ __all__ = [
     "decide_intent",
     "get_table",
     "group_of_timer",
+    "stops_the_run",
 ]

@@ -56,6 +56,7 @@ __all__ = [
     "CheckpointInput",
     "CheckpointState",
     "Trigger",
+    "stops_the_run",
 ]
 
 
@@ -98,8 +99,8 @@ class Attempt:
 
     The table reads `op_id`, `cause` and `published`; the rest is the coordinator's
     bookkeeping of calls (kept here so the attempt is one value, not a side dictionary).
-    `calls` is the remote phase in progress (None before the first); `waiting` and
-    `not_ready` read it.
+    `calls` is the remote phase in progress (None before the first); `waiting`,
+    `not_ready` and `backing_off` read it.
     """
 
     op_id: OpId
@@ -113,6 +114,9 @@ class Attempt:
     # `(participant, active id)` reported by checkpoint_conflict: aborted too (S5).
     conflicts: frozenset[tuple[str, OpId]] = frozenset()
     calls: PhaseCalls | None = None
+    # Whose failed call stops the run (`stops_the_run`): the stop names it, maybe only once
+    # the attempt's abort ended. Kept for that failure only, so the state stays small.
+    failed_by: str | None = None
     acking: frozenset[str] = frozenset()  # agents whose ACK batch is in flight
     reflushed: bool = False  # the capture re-flushed the outbox once (S7)
     prepare_deadline_at: float = 0.0
@@ -130,10 +134,10 @@ class Attempt:
 
     @property
     def waiting(self) -> frozenset[CallKey]:
-        """The calls of the phase not settled yet: out, or not ready."""
+        """The calls of the phase not settled yet: out, not ready, or backing off."""
         if self.calls is None:
             return frozenset()
-        return self.calls.keys(CallState.WAITING, CallState.NOT_READY)
+        return self.calls.keys(CallState.WAITING, CallState.NOT_READY, CallState.BACKING_OFF)
 
     @property
     def not_ready(self) -> frozenset[str]:
@@ -141,6 +145,13 @@ class Attempt:
         if self.calls is None:
             return frozenset()
         return frozenset(name for name, _ in self.calls.keys(CallState.NOT_READY))
+
+    @property
+    def backing_off(self) -> frozenset[CallKey]:
+        """The calls that failed transiently and wait for their backoff to end (§4)."""
+        if self.calls is None:
+            return frozenset()
+        return self.calls.keys(CallState.BACKING_OFF)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +251,13 @@ def _exhausted(value: Value[Any, CheckpointData], cause: Classification) -> bool
         cause.disposition is Disposition.RETRYABLE
         and value.data.failures + 1 > value.data.failure_budget
     )
+
+
+def stops_the_run(data: CheckpointData, cause: Classification) -> bool:
+    """Does failing the attempt with `cause` stop the run: a fatal cause, or one retryable
+    failure more than `failure_budget` (the `fatal` and `exhausted` guards)?"""
+    value = Value(CheckpointState.IDLE, data)
+    return _fatal(value, cause) or _exhausted(value, cause)
 
 
 def _over_budget(value: Value[Any, CheckpointData], _arg: object) -> bool:
