@@ -85,7 +85,7 @@ def test_the_title_is_one_line_naming_only_what_differs_from_the_defaults(
     )
     ran = CliRunner().invoke(main, ["check", "--set", "siblings=3", "--max-states", "5"])
     title = ran.stdout.splitlines()[0]
-    assert title == "protocol (siblings=3, 13 other parameters at defaults)"
+    assert title == "protocol (siblings=3, 14 other parameters at defaults)"
     two_phase = CliRunner().invoke(main, ["check", "two-phase", "--set", "rms=2"])
     assert two_phase.stdout.splitlines()[0] == "two-phase (rms=2)"
 
