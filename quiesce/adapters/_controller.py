@@ -38,7 +38,7 @@ from quiesce.adapters._snapshot_store import SnapshotStore
 from quiesce.adapters._trainer import DataPlane, Trainer
 from quiesce.fsm import QuiesceError
 from quiesce.protocol import Coordinator, QuiesceConfig
-from quiesce.protocol.wire import Receipt
+from quiesce.protocol.wire import Receipt, Role
 
 __all__ = ["CompletionHook", "PollCompletions", "WiringError", "build_controller"]
 
@@ -103,7 +103,7 @@ def _agents(driver: Driver) -> list[str]:
     fleet = driver.state.fleet
     if fleet is None:
         return []
-    return [name for name in sorted(driver.participants) if fleet.role_of(name) == "agent"]
+    return [name for name in sorted(driver.participants) if fleet.role_of(name) is Role.AGENT]
 
 
 _COMPLETIONS_FIX = (

@@ -114,6 +114,7 @@ from quiesce.protocol.wire import (
     Receipt,
     RestoreRequest,
     RetireRequest,
+    Role,
 )
 
 __all__ = [
@@ -786,7 +787,7 @@ class Driver:
         dropped = 0
         for agent in sorted(self.participants):
             fleet = self.state.fleet
-            if fleet is None or fleet.role_of(agent) != "agent":
+            if fleet is None or fleet.role_of(agent) is not Role.AGENT:
                 continue
             try:
                 reply = await self.participants[agent].completions(

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from quiesce.adapters._durable import atomic_write
 from quiesce.fsm import QuiesceError
 from quiesce.protocol.participant import Journal
+from quiesce.protocol.wire import Role
 
 __all__ = ["FileJournal", "ForeignJournal", "JournalCorrupt", "JournalSink", "MemoryJournal"]
 
@@ -51,9 +52,9 @@ class ForeignJournal(QuiesceError):
         where: str,
         *,
         recorded_name: str,
-        recorded_role: str,
+        recorded_role: Role,
         given_name: str,
-        given_role: str,
+        given_role: Role,
     ) -> None:
         self.where = where
         self.recorded_name = recorded_name
@@ -62,7 +63,7 @@ class ForeignJournal(QuiesceError):
         self.given_role = given_role
         super().__init__(
             f"participant journal {where} belongs to {self.recorded}, not {self.given}: "
-            f"open it with name {recorded_name!r} and role {recorded_role!r} to recover that "
+            f"open it with name {recorded_name!r} and role '{recorded_role}' to recover that "
             "participant, or give this one a journal of its own"
         )
 

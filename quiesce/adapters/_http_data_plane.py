@@ -42,7 +42,7 @@ from starlette.routing import Route
 
 from quiesce.adapters._participant_host import Hook, HostStopped, ParticipantHost
 from quiesce.fsm import QuiesceError
-from quiesce.protocol.wire import Capabilities, Message
+from quiesce.protocol.wire import Capabilities, Message, Role
 
 __all__ = [
     "DATA_PREFIX",
@@ -128,13 +128,13 @@ def data_routes(
         return Route(f"{DATA_PREFIX}/{name}", serve, methods=["POST"], name=name)
 
     role = host.config.role
-    if role == "policy":
+    if role is Role.POLICY:
 
         def generation(body: GenerateRequest) -> Call:
             return lambda held, released: host.generate(body.call_id, held=held, released=released)
 
         return [route("generate", GenerateRequest, generation)]
-    if role == "resources":
+    if role is Role.RESOURCES:
 
         def mutation(body: MutateRequest) -> Call:
             return lambda _held, _released: host.mutate(body.mutation_id, body.rollout_id)
@@ -314,7 +314,7 @@ def connect_services(
     naming the first URL that does not do."""
     give_up = time.monotonic() + wait_s
 
-    def capabilities(url: str, role: str) -> Capabilities:
+    def capabilities(url: str, role: Role) -> Capabilities:
         target = url.rstrip("/") + "/control/v1/capabilities"
         while True:
             try:
@@ -338,16 +338,16 @@ def connect_services(
         except ValidationError:
             reason = "is not a quiesce participant (capabilities unreadable)"
             raise ServiceUnusable(url, reason) from None
-        if caps.role != role:
+        if caps.role is not role:
             raise ServiceUnusable(url, f"is a {caps.role} server, given as a {role} server")
         return caps
 
     policy_clients = []
     for url in policies:
-        capabilities(url, "policy")
+        capabilities(url, Role.POLICY)
         policy_clients.append(HttpPolicyService(url, token=token))
     resources_clients = []
     for url in resources:
-        restart_only = capabilities(url, "resources").recovery_mode == "restart_only"
+        restart_only = capabilities(url, Role.RESOURCES).recovery_mode == "restart_only"
         resources_clients.append(HttpResourcesService(url, token=token, restart_only=restart_only))
     return policy_clients, resources_clients

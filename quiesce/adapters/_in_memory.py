@@ -66,7 +66,7 @@ from quiesce.adapters._participant_host import (
 from quiesce.fsm import QuiesceError
 from quiesce.protocol import Cause
 from quiesce.protocol.participant import ParticipantConfig, ParticipantOp
-from quiesce.protocol.wire import Message, Receipt
+from quiesce.protocol.wire import Message, Receipt, Role
 
 __all__ = [
     "CONTROL_OPS",
@@ -306,13 +306,13 @@ class InMemoryFleet:
         configs: list[ParticipantConfig] = []
         for i in range(policies):
             configs.append(
-                ParticipantConfig(name=f"policy-{i}", role="policy", recovery_mode="stateless")
+                ParticipantConfig(name=f"policy-{i}", role=Role.POLICY, recovery_mode="stateless")
             )
         for i in range(agents):
             configs.append(
                 ParticipantConfig(
                     name=f"agent-{i}",
-                    role="agent",
+                    role=Role.AGENT,
                     recovery_mode="export_restore",
                     group_scored=group_scored,
                     group_size=group_size if group_scored else None,
@@ -321,7 +321,7 @@ class InMemoryFleet:
         for i in range(resources):
             mode = resources_modes[i % len(resources_modes)]
             configs.append(
-                ParticipantConfig(name=f"resources-{i}", role="resources", recovery_mode=mode)
+                ParticipantConfig(name=f"resources-{i}", role=Role.RESOURCES, recovery_mode=mode)
             )
         for cfg in extra:
             configs.append(
@@ -354,14 +354,14 @@ class InMemoryFleet:
         """Every client, by participant name (what the driver takes)."""
         return dict(self.clients)
 
-    def names(self, role: str) -> tuple[str, ...]:
+    def names(self, role: Role) -> tuple[str, ...]:
         """Participants of `role`, by name."""
         return tuple(n for n, c in self.configs.items() if c.role == role)
 
     def depends_on(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """Which resources each agent's rollouts use (all of them), for discovery."""
-        resources = self.names("resources")
-        return tuple((agent, resources) for agent in self.names("agent"))
+        resources = self.names(Role.RESOURCES)
+        return tuple((agent, resources) for agent in self.names(Role.AGENT))
 
     def client(self, name: str) -> InMemoryParticipant:
         """The client of participant `name`."""
@@ -435,11 +435,11 @@ class InMemoryFleet:
         return host
 
     def _wire(self, host: ParticipantHost) -> None:
-        if host.config.role != "agent":
+        if host.config.role is not Role.AGENT:
             return
         host.connect(
-            policies=[self.refs[n] for n in self.names("policy")],
-            resources=[self.refs[n] for n in self.names("resources")],
+            policies=[self.refs[n] for n in self.names(Role.POLICY)],
+            resources=[self.refs[n] for n in self.names(Role.RESOURCES)],
             on_completed=self._completed,
         )
 

@@ -22,7 +22,8 @@ from quiesce.cli._output import fail, json_option, print_json
 from quiesce.cli._paths import InputFile
 from quiesce.cli._serve import read_token
 from quiesce.cli._values import FiniteFloatRange, HttpUrl
-from quiesce.testing import ROLES, ConformanceSetupError, check_conformance
+from quiesce.protocol.wire import Role
+from quiesce.testing import ConformanceSetupError, check_conformance
 
 __all__ = ["conform"]
 
@@ -34,7 +35,9 @@ __all__ = ["conform"]
     required=True,
     help="Base URL of the server, e.g. http://127.0.0.1:8700.",
 )
-@click.option("--role", type=click.Choice(ROLES), required=True, help="The server's role.")
+@click.option(
+    "--role", type=click.Choice([r.value for r in Role]), required=True, help="The server's role."
+)
 @click.option(
     "--token-file",
     type=InputFile(),

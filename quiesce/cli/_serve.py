@@ -36,6 +36,7 @@ from quiesce.adapters import (
 from quiesce.cli._output import abbreviated, fail, log_level_option
 from quiesce.cli._paths import InputFile, OutputDir
 from quiesce.cli._values import FiniteFloatRange, HttpUrl, Name, visible
+from quiesce.protocol.wire import InstanceRole, Role
 
 __all__ = ["read_token", "serve"]
 
@@ -122,9 +123,7 @@ def _foreign_journal_message(error: ForeignJournal, state_dir: Path, name_given:
 
 
 @click.command()
-@click.option(
-    "--role", type=click.Choice(["agent", "policy", "resources"]), required=True, help="Role."
-)
+@click.option("--role", type=click.Choice([r.value for r in Role]), required=True, help="Role.")
 @click.option(
     "--host", "bind", type=Name(), default="127.0.0.1", show_default=True, help="Bind address."
 )
@@ -158,8 +157,8 @@ def _foreign_journal_message(error: ForeignJournal, state_dir: Path, name_given:
 )
 @click.option(
     "--instance-role",
-    type=click.Choice(["primary", "auxiliary"]),
-    default="primary",
+    type=click.Choice([r.value for r in InstanceRole]),
+    default=InstanceRole.PRIMARY.value,
     show_default=True,
     help="An auxiliary policy is never fenced.",
 )
@@ -227,7 +226,7 @@ def serve(
 
     from quiesce.adapters import create_app
 
-    if (policies or resources) and role != "agent":
+    if (policies or resources) and role != Role.AGENT:
         raise click.UsageError(f"--policy and --resources wire an agent, not a {role} server")
     token = read_token(token_file)
     listener = _bind(bind, port)

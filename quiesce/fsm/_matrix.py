@@ -242,8 +242,9 @@ def _cell_json(cell: MatrixCell) -> dict[str, Any]:
     return document
 
 
-# A doc that opens with a machine tag (`M1: one snapshot attempt`) titles "M1 checkpoint".
-_TAG = re.compile(r"([A-Z]+[0-9]+):\s")
+# A doc that opens with a machine tag (`M1: one snapshot attempt`) titles "M1 checkpoint";
+# a sub-machine of several tags them all (`M1/M9: one control call` titles "M1/M9 call").
+_TAG = re.compile(r"([A-Z]+[0-9]+(?:/[A-Z]+[0-9]+)*):\s")
 
 
 def _title(grid: Matrix) -> str:

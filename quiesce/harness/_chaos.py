@@ -62,6 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from quiesce.adapters import ControllerJournal, CorruptIntent, SnapshotStore, SnapshotStoreError
 from quiesce.fsm import QuiesceError
 from quiesce.harness._chaos_controller import ChaosControllerConfig, read_consumed, read_trained
+from quiesce.protocol.wire import Role
 
 __all__ = [
     "KILL_TARGETS",
@@ -359,20 +360,20 @@ class _Chaos:
 
     # ------------------------------------------------------------------ set-up
 
-    def _participant_argv(self, name: str, role: str, port: int) -> list[str]:
+    def _participant_argv(self, name: str, role: Role, port: int) -> list[str]:
         argv = [sys.executable, "-m", "quiesce", "serve", "--role", role, "--port", str(port)]
         argv += ["--state-dir", str(self.root / "participants" / name)]
         argv += ["--token-file", str(self.token_file), "--name", name]
         argv += ["--log-level", self.cfg.log_level]
-        if role == "resources":
+        if role is Role.RESOURCES:
             argv += ["--recovery-mode", "export_restore"]
-        if role == "agent":  # executions call the real services, and freeze on a fenced policy
+        if role is Role.AGENT:  # executions call the real services, and freeze on a fenced policy
             argv += ["--policy", self.urls["policy-0"], "--resources", self.urls["resources-0"]]
         return argv
 
     def start_deployment(self) -> None:
-        names = [("policy-0", "policy"), ("resources-0", "resources")]
-        names += [(f"agent-{i}", "agent") for i in range(self.cfg.agents)]
+        names = [("policy-0", Role.POLICY), ("resources-0", Role.RESOURCES)]
+        names += [(f"agent-{i}", Role.AGENT) for i in range(self.cfg.agents)]
         for name, role in names:
             port = free_port()
             self.urls[name] = f"http://127.0.0.1:{port}"
@@ -386,8 +387,8 @@ class _Chaos:
             root=self.root,
             token_file=self.token_file,
             participants=self.urls,
-            agents=tuple(n for n, r in names if r == "agent"),
-            resources=tuple(n for n, r in names if r == "resources"),
+            agents=tuple(n for n, r in names if r is Role.AGENT),
+            resources=tuple(n for n, r in names if r is Role.RESOURCES),
             steps=self.steps,
             groups_per_step=self.cfg.groups_per_step,
             group_size=self.cfg.group_size,

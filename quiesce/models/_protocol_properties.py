@@ -14,7 +14,7 @@ is due).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -36,24 +36,27 @@ from quiesce.protocol.controller import (
     call_retry_timer,
 )
 from quiesce.protocol.machines import (
+    PHASE_ORDER,
     AttemptState,
     CheckpointState,
     ExecState,
     FenceOp,
     FenceState,
+    Phase,
     RegistryState,
     group_of_timer,
 )
 from quiesce.protocol.participant import ParticipantState
-from quiesce.protocol.wire import CommitReply
+from quiesce.protocol.wire import CommitReply, Role
 
 __all__ = ["Judge"]
 
-_PHASE_ORDER = {
-    Op.PREPARE: ("policy", "agent", "resources"),
-    Op.COMMIT: ("agent", "policy", "resources"),
-    Op.RESUME: ("resources", "policy", "agent"),
-    Op.RESTORE: ("policy", "agent", "resources"),
+# I5 judges against the §3 table itself, never the coordinator's injectable
+# `policy.phase_order`, so a coordinator that swaps its order is still caught. By op: a call
+# carries its op, not its phase (an abort is a resume, in resume's order).
+_PHASE_ORDER: Mapping[Op, tuple[Role, ...]] = {
+    PHASE_OPS[phase]: tuple(slot.role for slot in PHASE_ORDER[phase])
+    for phase in (Phase.PREPARE, Phase.COMMIT, Phase.RESUME, Phase.RESTORE)
 }
 _COMMITTED_STATES = frozenset({FenceState.COMMITTED_PAUSED})
 _WAITING_PHASES = frozenset(

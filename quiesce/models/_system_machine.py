@@ -62,7 +62,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -106,6 +106,7 @@ from quiesce.models._system_ledger import (
 )
 from quiesce.protocol import OpId, QuiesceConfig
 from quiesce.protocol.controller import (
+    PHASE_OPS,
     ControllerEffect,
     ControllerInput,
     ControllerState,
@@ -125,20 +126,27 @@ from quiesce.protocol.controller import (
     WeightSyncEnd,
     restore_active,
 )
-from quiesce.protocol.machines import CheckpointState, GateState, GroupState, group_of_timer
+from quiesce.protocol.machines import (
+    PHASE_ORDER,
+    CheckpointState,
+    GateState,
+    GroupState,
+    Phase,
+    group_of_timer,
+)
 from quiesce.protocol.participant import PARTICIPANT_RULES, ParticipantOp, from_journal
+from quiesce.protocol.wire import Role
 
 __all__ = ["SystemMachine", "SystemRun", "system_machine"]
 
 T = TypeVar("T")
 
-_ORDER: dict[ParticipantOp, tuple[str, ...]] = {
-    ParticipantOp.PREPARE: ("policy", "agent", "resources"),
-    ParticipantOp.COMMIT: ("agent", "policy", "resources"),
-    ParticipantOp.RESTORE: ("policy", "agent", "resources"),
-    ParticipantOp.RESUME: ("resources", "policy", "agent"),
+_ORDER: Mapping[ParticipantOp, tuple[Role, ...]] = {
+    ParticipantOp(PHASE_OPS[phase].value): tuple(slot.role for slot in PHASE_ORDER[phase])
+    for phase in (Phase.PREPARE, Phase.COMMIT, Phase.RESTORE, Phase.RESUME)
 }
-"""PROTOCOL.md §3, per op (resume = release = abort)."""
+"""PROTOCOL.md §3, per op (resume = release = abort): the §3 table itself, never the
+coordinator's injectable `policy.phase_order`, so I5 catches a coordinator that swaps it."""
 
 _FAULTS = (
     FaultKind.DROP_REQUEST,
@@ -418,7 +426,7 @@ class SystemRun:
         self.driver.submit(event)
 
     def _agent(self, prompt: int) -> str:
-        agents = self.fleet.names("agent")
+        agents = self.fleet.names(Role.AGENT)
         return agents[prompt % len(agents)]
 
     def _open_next(self, size: int) -> None:
@@ -590,7 +598,7 @@ class SystemRun:
 
     def _check_order(self, op_id: OpId, op: ParticipantOp, calls: list[CallRecord]) -> None:
         """I5 for one (controller, id, op): calls are recorded in the order they started."""
-        rank = {role: i for i, role in enumerate(_ORDER[op])}
+        rank: dict[str, int] = {role: i for i, role in enumerate(_ORDER[op])}
         first: dict[str, float] = {}
         for call in calls:
             first.setdefault(call.role, call.started)
@@ -802,17 +810,17 @@ class SystemMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self._steady() and self._run.world.faults < self.max_faults)
     @rule(
-        role=st.sampled_from(["policy", "agent", "resources"]),
+        role=st.sampled_from(Role),
         kind=st.sampled_from(_FAULTS),
         op=st.sampled_from(_FAULT_OPS),
     )
-    def fault(self, role: str, kind: FaultKind, op: ParticipantOp) -> None:
+    def fault(self, role: Role, kind: FaultKind, op: ParticipantOp) -> None:
         """The next `op` call to the `role` server suffers `kind`."""
         self._run.inject(f"{role}-0", kind, op)
 
     @precondition(lambda self: self._steady() and self._run.world.crashes < self.max_crashes)
-    @rule(role=st.sampled_from(["policy", "agent", "resources"]))
-    def crash_participant(self, role: str) -> None:
+    @rule(role=st.sampled_from(Role))
+    def crash_participant(self, role: Role) -> None:
         """A participant crashes and restarts from its journal."""
         self._run.crash_participant(f"{role}-0")
 

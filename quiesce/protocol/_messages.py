@@ -10,6 +10,7 @@ Every reply carries the participant's `incarnation`, so the controller sees a re
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -31,6 +32,7 @@ __all__ = [
     "ErrorReply",
     "ExecutionReply",
     "FinishRequest",
+    "InstanceRole",
     "Message",
     "PrepareReply",
     "Receipt",
@@ -44,8 +46,24 @@ __all__ = [
     "parse_reply",
 ]
 
-Role = Literal["policy", "agent", "resources"]
-InstanceRole = Literal["primary", "auxiliary"]
+
+class Role(StrEnum):
+    """What a participant is (§2). A `StrEnum`: on the wire, in logs and in the journal a
+    role is its plain name (`"agent"`), and a name parses back to the member."""
+
+    POLICY = "policy"
+    AGENT = "agent"
+    RESOURCES = "resources"
+
+
+class InstanceRole(StrEnum):
+    """Whether a server is a fenced primary or an auxiliary (a policy that answers
+    discovery only and is never fenced, §2)."""
+
+    PRIMARY = "primary"
+    AUXILIARY = "auxiliary"
+
+
 # Kept as open strings on the wire: an unknown value must reach discovery, which refuses it
 # at setup naming the server (S13, S14), instead of failing as an anonymous parse error.
 RecoveryMode = str
@@ -153,7 +171,7 @@ class Capabilities(BaseReply):
     """Discovery (§2): what the participant is and how it recovers."""
 
     role: Role
-    instance_role: InstanceRole = "primary"
+    instance_role: InstanceRole = InstanceRole.PRIMARY
     recovery_mode: RecoveryMode = "restart_only"
     group_scored: bool = False
     group_size: int | None = Field(default=None, ge=1)

@@ -25,7 +25,7 @@ from quiesce.testing._broken import (
     StalePrepareHost,
     StuckCommitHost,
 )
-from quiesce.testing._kit import ROLES, assert_conforms, check_conformance
+from quiesce.testing._kit import assert_conforms, check_conformance
 from quiesce.testing._local import LocalServer, ServerDidNotStart, free_port
 from quiesce.testing._machine import DEADLINE_AT
 from quiesce.testing._results import (
@@ -40,7 +40,6 @@ __all__ = [
     "BROKEN_HOSTS",
     "DEADLINE_AT",
     "OPERATIONS",
-    "ROLES",
     "BusyDuplicateHost",
     "ConformanceResult",
     "ConformanceSetupError",

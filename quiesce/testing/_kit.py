@@ -66,18 +66,17 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.stateful import get_state_machine_test
 
+from quiesce.protocol.wire import Role
 from quiesce.testing._machine import ConformanceMachine
 from quiesce.testing._results import ConformanceResult, ConformanceSetupError, ConformanceViolation
 from quiesce.testing._session import Abort, KitRun, Server
 
-__all__ = ["ROLES", "assert_conforms", "check_conformance"]
-
-ROLES = ("agent", "policy", "resources")
+__all__ = ["assert_conforms", "check_conformance"]
 
 
 def check_conformance(
     server: Server,
-    role: str,
+    role: Role | str,
     token: str,
     *,
     examples: int = 100,
@@ -100,9 +99,10 @@ def check_conformance(
 
     >>> check_conformance("http://127.0.0.1:1", "agent", "t")  # doctest: +SKIP
     """
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
-    run = KitRun(server, token, role, executions and role == "agent", timeout)
+    if role not in tuple(Role):
+        raise ValueError(f"role must be one of {', '.join(Role)}, not {role!r}")
+    known = Role(role)
+    run = KitRun(server, token, known, executions and known is Role.AGENT, timeout)
     if isinstance(server, str):
         try:
             run.connect(server)
@@ -145,7 +145,7 @@ def check_conformance(
             raise outcome
     return ConformanceResult(
         url=run.url,
-        role=role,
+        role=known,
         participant=run.config.name if run.config else "?",
         seed=chosen,
         examples=run.examples,
@@ -160,7 +160,7 @@ def check_conformance(
 
 
 def assert_conforms(
-    server: Server, role: str, token: str, *, examples: int = 50, **options: Any
+    server: Server, role: Role | str, token: str, *, examples: int = 50, **options: Any
 ) -> ConformanceResult:
     """`check_conformance`, raising `AssertionError` with the report (the shortest failing
     sequence) when the server does not conform; returns the result when it does.

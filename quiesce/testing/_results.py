@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quiesce.fsm import QuiesceError
+from quiesce.protocol.wire import Role
 from quiesce.testing._wire import Exchange, compact_json
 
 __all__ = [
@@ -89,7 +90,7 @@ class ConformanceResult:
     could not replay shorter sequences against it."""
 
     url: str
-    role: str
+    role: Role
     participant: str
     seed: int
     examples: int

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from quiesce.fsm import QuiesceError
 from quiesce.protocol.participant import ParticipantConfig
-from quiesce.protocol.wire import Capabilities
+from quiesce.protocol.wire import Capabilities, Role
 from quiesce.testing._results import (
     ConformanceSetupError,
     ConformanceViolation,
@@ -51,7 +51,7 @@ class KitRun:
 
     server: Server
     token: str
-    role: str
+    role: Role
     executions: bool
     timeout: float
     client: WireClient | None = None
@@ -71,7 +71,7 @@ class KitRun:
 
     @property
     def agent(self) -> bool:
-        return self.role == "agent"
+        return self.role is Role.AGENT
 
     def connect(self, url: str) -> None:
         """Open a client on `url` and learn who answers there (discovery, §2)."""
@@ -92,7 +92,7 @@ class KitRun:
             self.best = violation
 
 
-def _discover(client: WireClient, role: str) -> tuple[Capabilities, ParticipantConfig]:
+def _discover(client: WireClient, role: Role) -> tuple[Capabilities, ParticipantConfig]:
     try:
         exchange = client.send("capabilities")
     except ServerUnreachable as error:
@@ -106,7 +106,7 @@ def _discover(client: WireClient, role: str) -> tuple[Capabilities, ParticipantC
         caps = Capabilities.model_validate(exchange.reply)
     except ValidationError as error:
         raise ConformanceSetupError(client.url, f"capabilities do not parse: {error}") from None
-    if caps.role != role:
+    if caps.role is not role:
         raise ConformanceSetupError(
             client.url,
             f"the server is a {caps.role} participant, not a {role}; pass --role {caps.role}",

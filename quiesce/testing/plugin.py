@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pytest
 
 if TYPE_CHECKING:  # keep the plugin's import light: the kit loads when the fixture is used
+    from quiesce.protocol.wire import Role
     from quiesce.testing._results import ConformanceResult
     from quiesce.testing._session import Server
 
@@ -32,7 +33,7 @@ class ConformanceCheck(Protocol):
     """The fixture's type: `check(server, role, token, **options) -> ConformanceResult`."""
 
     def __call__(
-        self, server: Server, role: str, token: str, **options: Any
+        self, server: Server, role: Role | str, token: str, **options: Any
     ) -> ConformanceResult: ...
 
 
@@ -53,7 +54,7 @@ def quiesce_conformance(request: pytest.FixtureRequest) -> ConformanceCheck:
 
     default = int(request.config.getoption("--quiesce-examples"))
 
-    def check(server: Server, role: str, token: str, **options: Any) -> ConformanceResult:
+    def check(server: Server, role: Role | str, token: str, **options: Any) -> ConformanceResult:
         options.setdefault("examples", default)
         try:
             return assert_conforms(server, role, token, **options)

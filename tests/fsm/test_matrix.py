@@ -192,6 +192,21 @@ def test_a_doc_without_a_tag_titles_the_name_and_a_variant_says_so() -> None:
     assert render_matrix(LAMP.without_row(1)).startswith("# L1 lamp (variant drop_row[1])\n")
 
 
+def test_a_sub_machine_of_several_machines_is_titled_with_every_tag() -> None:
+    shared = Table(
+        "switch",
+        doc="L1/L2: a switch both lamps use.",
+        states=Lamp,
+        inputs=Press,
+        initial=Lamp.OFF,
+        rows=[on(Lamp.OFF, Press.FLIP, Lamp.ON), on(Lamp.ON, Press.SURGE, Lamp.BROKEN)],
+        finals=[Lamp.BROKEN],
+        unmapped="forbidden",
+        strict=False,
+    )
+    assert render_matrix(shared).startswith("# L1/L2 switch\n")
+
+
 def test_a_pipe_in_a_name_cannot_break_the_row() -> None:
     class Odd(Enum):
         A = "a|b"

@@ -47,6 +47,7 @@ from quiesce.protocol._causes import Cause, Classification
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._errors import LocalProtocolError
 from quiesce.protocol._ids import OpId, OpKind
+from quiesce.protocol._messages import Role
 from quiesce.protocol._timers import TimerKey, TimerKind
 from quiesce.protocol.controller._checkpoint_work import (
     CHECKPOINT_WORK,
@@ -555,7 +556,7 @@ class _Run:
             return False
         self.state = replace(self.state, fleet=fleet.with_incarnation(participant, incarnation))
         self.log("participant_restarted", level="warning", participant=participant)
-        if fleet.role_of(participant) == "agent":
+        if fleet.role_of(participant) is Role.AGENT:
             # Its running executions died with the old process: retry them at the live level.
             for group in self.state.ledger.unfinished_groups():
                 if group.environment == participant:

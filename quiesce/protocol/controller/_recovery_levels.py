@@ -61,6 +61,8 @@ from quiesce.protocol._messages import (
     KNOWN_MULTI_PROCESS_MODES,
     KNOWN_RECOVERY_MODES,
     Capabilities,
+    InstanceRole,
+    Role,
     parse_reply,
 )
 
@@ -81,9 +83,6 @@ __all__ = [
     "topology_fingerprint",
     "validate_discovery",
 ]
-
-KNOWN_ROLES = ("policy", "agent", "resources")
-
 
 LoweringReason = Literal["override", "restart_only_dependency", "group_scored"]
 
@@ -110,7 +109,7 @@ class UnknownRole(DiscoveryRefused):
     """A participant reports a role the controller does not know."""
 
     def __init__(self, server: str, value: object) -> None:
-        super().__init__(server, "role", value, KNOWN_ROLES)
+        super().__init__(server, "role", value, Role)
 
 
 class UnknownRecoveryMode(DiscoveryRefused):
@@ -177,7 +176,7 @@ class Topology:
     participants: tuple[Capabilities, ...]
     fingerprint: str
 
-    def by_role(self, role: str) -> tuple[Capabilities, ...]:
+    def by_role(self, role: Role) -> tuple[Capabilities, ...]:
         """Participants of one role, by name."""
         return tuple(p for p in self.participants if p.role == role)
 
@@ -186,7 +185,7 @@ class Topology:
         return tuple(
             p
             for p in self.participants
-            if not (p.role == "policy" and p.instance_role == "auxiliary")
+            if not (p.role is Role.POLICY and p.instance_role is InstanceRole.AUXILIARY)
         )
 
     def environments(
@@ -198,10 +197,10 @@ class Topology:
         an entry the agent depends on every resources server (the safe assumption). An
         environment is group-scored if its agent or any resource it depends on says so.
         """
-        resources = {p.participant: p for p in self.by_role("resources")}
+        resources = {p.participant: p for p in self.by_role(Role.RESOURCES)}
         traits = []
-        for agent in self.by_role("agent"):
-            if agent.instance_role == "auxiliary":
+        for agent in self.by_role(Role.AGENT):
+            if agent.instance_role is InstanceRole.AUXILIARY:
                 continue
             names = resources if depends_on is None else depends_on.get(agent.participant)
             used = [resources[n] for n in (resources if names is None else names) if n in resources]
@@ -236,7 +235,7 @@ def validate_discovery(
     for reply in replies:
         if isinstance(reply, Mapping):
             server = str(reply.get("participant", "<unnamed>"))
-            if reply.get("role") not in KNOWN_ROLES:
+            if reply.get("role") not in tuple(Role):
                 raise UnknownRole(server, reply.get("role"))
             reply = parse_reply(Capabilities, server, dict(reply), retryable=False)
         if reply.recovery_mode not in recovery_modes:

@@ -53,6 +53,7 @@ from quiesce.fsm import Effect, TransitionNotAllowed, Value
 from quiesce.protocol._causes import Cause
 from quiesce.protocol._errors import LocalProtocolError
 from quiesce.protocol._ids import OpId
+from quiesce.protocol._messages import Role
 from quiesce.protocol._timers import ArmTimer, CancelTimer, TimerKey, TimerKind
 from quiesce.protocol.controller._effects import (
     Call,
@@ -201,9 +202,9 @@ class RestoreFlow:
         elif state is RestoreState.IDLE:
             self.finish()
 
-    def members(self, role: str) -> list[str]:
+    def members(self, role: Role) -> list[str]:
         fleet = self.h.state.fleet
-        return [] if fleet is None else sorted(m.name for m in fleet.members if m.role == role)
+        return [] if fleet is None else sorted(m.name for m in fleet.members if m.role is role)
 
     def deadline(self) -> float:
         return self.h.now + self.h.config.control_timeout_s
@@ -679,7 +680,7 @@ def _w_redispatch(flow: RestoreFlow, _arg: Any) -> None:
     deadline = flow.deadline()
     for retire in plan.retire:
         key = (retire.rollout_id, retire.attempt)
-        flow.h.emit(*(Call(a, Op.RETIRE, None, deadline, key) for a in flow.members("agent")))
+        flow.h.emit(*(Call(a, Op.RETIRE, None, deadline, key) for a in flow.members(Role.AGENT)))
     snapshot = run.snapshot
     if snapshot is not None:
         flow.h.emit(RestoreCut(snapshot.snapshot_id))

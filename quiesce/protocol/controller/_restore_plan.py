@@ -11,8 +11,8 @@ Public API (stable; the coordinator calls these):
 
 - `RESTORE` table; `RestoreState`, `RestoreInput`, `RestoreData(snapshot, retries,
   max_retries, rejected)`; start it with `RESTORE.start(RestoreData(max_retries=2))`.
-- `RESTORE_ORDER = ("policy", "agent", "resources")`,
-  `RESUME_ORDER = ("resources", "policy", "agent")` (§3; roles called concurrently within).
+- The §3 order of the restore's and the resume's calls is `PHASE_ORDER` in
+  `quiesce.protocol.machines` (roles called concurrently within).
 - (a) `decide_intent(intent: IntentRecord | None, published: PublishedState | None)
   -> IntentDecision(action: IntentAction, checkpoint_id, reason)`: the ambiguous-publish
   rule. No intent -> `NONE`; published and verified -> `RELEASE`; published but not

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from quiesce.fsm import Value
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._levels import RecoveryLevel
-from quiesce.protocol._messages import Continuation, RestoreReply
+from quiesce.protocol._messages import Continuation, RestoreReply, Role
 from quiesce.protocol.controller._ledger import Ledger, OwedAck
 from quiesce.protocol.controller._recovery_levels import EffectiveLevel
 from quiesce.protocol.controller._restore_plan import (
@@ -54,7 +54,7 @@ class Member:
     """One fenced participant: its name, role, and the incarnation last seen."""
 
     name: str
-    role: str
+    role: Role
     incarnation: str
 
 
@@ -73,7 +73,7 @@ class Fleet:
         """Every fenced participant."""
         return frozenset(m.name for m in self.members)
 
-    def role_of(self, name: str) -> str | None:
+    def role_of(self, name: str) -> Role | None:
         """The role of `name`, or None if it is not a fenced participant."""
         for member in self.members:
             if member.name == name:

@@ -74,6 +74,40 @@ class CallInput(Enum):
     RETRY_DUE = "retry_due"  # the call's backoff timer fired
 
 
+# ----------------------------------------------------------------------------- the rows
+
+_S = CallState
+_I = CallInput
+
+_OPEN = (_S.WAITING, _S.NOT_READY, _S.BACKING_OFF)  # a reply to the same id still counts
+_SETTLED = (_S.ANSWERED, _S.REFUSED, _S.FAILED)
+_REPLIES = (_I.RECV_ANSWER, _I.RECV_NOT_READY, _I.RECV_CONFLICT, _I.RECV_REFUSAL, _I.RECV_INVALID)
+
+# fmt: off
+# ruff: disable[E501] one row per line: the table reads across
+_ROWS = (
+    # --- out: marked attempted first (S6).
+    on(_S.QUEUED, _I.SEND, _S.WAITING, update="launch", effects=("mark_attempted", "send_call")),
+    # --- a reply settles the call (or asks for patience).
+    on(_OPEN, _I.RECV_ANSWER, _S.ANSWERED, effects="record_answer"),
+    on(_OPEN, _I.RECV_NOT_READY, _S.NOT_READY, effects="retry_not_ready"),
+    on(_OPEN, _I.RECV_CONFLICT, _S.REFUSED, effects="abort_conflict"),
+    on(_OPEN, _I.RECV_REFUSAL, _S.REFUSED, effects="refuse_call"),
+    on(_OPEN, _I.RECV_INVALID, _S.FAILED, effects="fail_call"),
+    # --- no usable answer: the same call again after a backoff, or settled as failed.
+    on(_S.WAITING, _I.CALL_FAILED, _S.BACKING_OFF, guard="may_retry", update="count_retry", effects="back_off"),
+    on((_S.WAITING, _S.NOT_READY), _I.CALL_FAILED, _S.FAILED, effects="fail_call"),
+    on(_S.NOT_READY, _I.ASK_AGAIN, _S.WAITING, effects="send_call"),
+    on(_S.BACKING_OFF, _I.RETRY_DUE, _S.WAITING, effects="send_call"),
+    # --- late news about a call already settled (or a timer it outran) changes nothing.
+    *(on(_SETTLED, i, None, effects="drop_stale") for i in _REPLIES),
+    on((_S.BACKING_OFF, *_SETTLED), _I.CALL_FAILED, None, effects="drop_stale"),
+    on((_S.WAITING, _S.NOT_READY, *_SETTLED), _I.RETRY_DUE, None, effects="drop_stale"),
+)
+# ruff: enable[E501]
+# fmt: on
+
+
 TRANSIENT_CAUSES = frozenset(
     {Cause.TIMEOUT, Cause.REQUEST_LOST, Cause.REPLY_LOST, Cause.IO_ERROR, Cause.PARTICIPANT_ERROR}
 )
@@ -129,56 +163,17 @@ def _count_retry(data: CallData, _event: CallEvent) -> CallData:
 
 # ----------------------------------------------------------------------------- the table
 
-_S = CallState
-_I = CallInput
-
-_OPEN = (_S.WAITING, _S.NOT_READY, _S.BACKING_OFF)  # a reply to the same id still counts
-_SETTLED = (_S.ANSWERED, _S.REFUSED, _S.FAILED)
-_REPLIES = (
-    _I.RECV_ANSWER,
-    _I.RECV_NOT_READY,
-    _I.RECV_CONFLICT,
-    _I.RECV_REFUSAL,
-    _I.RECV_INVALID,
-)
-
 CALL: Table[CallState, CallInput] = Table(
     "call",
-    doc="One control call of a phase: sent, then answered, refused or failed; a transient "
-    "failure is sent again, same id, after a backoff.",
+    doc="M1/M9: one control call of a phase, the controller's per-call sub-machine: sent, "
+    "then answered, refused or failed; a transient failure is sent again, same id, after a "
+    "backoff.",
     states=CallState,
     inputs=CallInput,
     initial=_S.QUEUED,
     initial_data=CallData(),
     finals=_SETTLED,
-    rows=[
-        # --- out: marked attempted first (S6).
-        on(
-            _S.QUEUED, _I.SEND, _S.WAITING, update="launch", effects=("mark_attempted", "send_call")
-        ),
-        # --- a reply settles the call (or asks for patience).
-        on(_OPEN, _I.RECV_ANSWER, _S.ANSWERED, effects="record_answer"),
-        on(_OPEN, _I.RECV_NOT_READY, _S.NOT_READY, effects="retry_not_ready"),
-        on(_OPEN, _I.RECV_CONFLICT, _S.REFUSED, effects="abort_conflict"),
-        on(_OPEN, _I.RECV_REFUSAL, _S.REFUSED, effects="refuse_call"),
-        on(_OPEN, _I.RECV_INVALID, _S.FAILED, effects="fail_call"),
-        # --- no usable answer: the same call again after a backoff, or settled as failed.
-        on(
-            _S.WAITING,
-            _I.CALL_FAILED,
-            _S.BACKING_OFF,
-            guard="may_retry",
-            update="count_retry",
-            effects="back_off",
-        ),
-        on((_S.WAITING, _S.NOT_READY), _I.CALL_FAILED, _S.FAILED, effects="fail_call"),
-        on(_S.NOT_READY, _I.ASK_AGAIN, _S.WAITING, effects="send_call"),
-        on(_S.BACKING_OFF, _I.RETRY_DUE, _S.WAITING, effects="send_call"),
-        # --- late news about a call already settled (or a timer it outran) changes nothing.
-        *(on(_SETTLED, i, None, effects="drop_stale") for i in _REPLIES),
-        on((_S.BACKING_OFF, *_SETTLED), _I.CALL_FAILED, None, effects="drop_stale"),
-        on((_S.WAITING, _S.NOT_READY, *_SETTLED), _I.RETRY_DUE, None, effects="drop_stale"),
-    ],
+    rows=_ROWS,
     # The runner sends each call once from `queued`, and asks only not-ready calls again.
     unmapped="forbidden",
     guards={"may_retry": _may_retry},

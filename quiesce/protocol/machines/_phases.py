@@ -13,7 +13,7 @@ know: who has a role, what a call carries, or what its reply means.
     resume / abort      resources -> policy -> agent   (abort: the conflicting ids first, S5)
     discard             agent                           (only agents hold continuations, S12)
 
->>> [slot.role for slot in PHASE_ORDER[Phase.COMMIT]]
+>>> [str(slot.role) for slot in PHASE_ORDER[Phase.COMMIT]]
 ['agent', 'policy', 'resources']
 """
 
@@ -26,6 +26,7 @@ from types import MappingProxyType
 
 from quiesce.fsm import Value
 from quiesce.protocol._ids import OpId
+from quiesce.protocol._messages import Role
 from quiesce.protocol.machines._call import CallData, CallState
 
 __all__ = ["PHASE_ORDER", "CallKey", "Phase", "PhaseCalls", "Slot"]
@@ -47,22 +48,22 @@ class Slot:
     """One step of a phase's order: a role, and whether it calls the *conflicting* ids that
     participants reported (`checkpoint_conflict`, S5) instead of the phase's own id."""
 
-    role: str
+    role: Role
     conflicting: bool = False
 
 
-def _roles(*roles: str, conflicting: bool = False) -> tuple[Slot, ...]:
+def _roles(*roles: Role, conflicting: bool = False) -> tuple[Slot, ...]:
     return tuple(Slot(role, conflicting) for role in roles)
 
 
-_RESUME = ("resources", "policy", "agent")
+_RESUME = (Role.RESOURCES, Role.POLICY, Role.AGENT)
 
 PHASE_ORDER: Mapping[Phase, tuple[Slot, ...]] = MappingProxyType(
     {
-        Phase.PREPARE: _roles("policy", "agent", "resources"),
-        Phase.COMMIT: _roles("agent", "policy", "resources"),
-        Phase.RESTORE: _roles("policy", "agent", "resources"),
-        Phase.DISCARD: _roles("agent"),
+        Phase.PREPARE: _roles(Role.POLICY, Role.AGENT, Role.RESOURCES),
+        Phase.COMMIT: _roles(Role.AGENT, Role.POLICY, Role.RESOURCES),
+        Phase.RESTORE: _roles(Role.POLICY, Role.AGENT, Role.RESOURCES),
+        Phase.DISCARD: _roles(Role.AGENT),
         Phase.RESUME: _roles(*_RESUME),
         # A participant fenced to another id refuses resume(X) until that id is resumed.
         Phase.ABORT: _roles(*_RESUME, conflicting=True) + _roles(*_RESUME),

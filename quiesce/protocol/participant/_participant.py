@@ -55,6 +55,7 @@ from quiesce.protocol._messages import (
     RestoreRequest,
     RetireReply,
     RetireRequest,
+    Role,
     StatusReply,
 )
 from quiesce.protocol.machines import ExecState, ExecutionData, FenceState
@@ -206,7 +207,7 @@ def _parse(op: ParticipantOp, request: Any) -> Any:
 
 
 def _check_role(config: ParticipantConfig, op: ParticipantOp) -> None:
-    if op in _AGENT_ONLY and config.role != "agent":
+    if op in _AGENT_ONLY and config.role is not Role.AGENT:
         raise UnsupportedOperation(op.value, config.role)
     if op in _CONTROL and not config.fenced:
         raise UnsupportedOperation(op.value, "auxiliary policy")

@@ -46,7 +46,7 @@ class ParticipantConfig(Message):
 
     name: str
     role: Role
-    instance_role: InstanceRole = "primary"
+    instance_role: InstanceRole = InstanceRole.PRIMARY
     recovery_mode: str = "restart_only"
     group_scored: bool = False
     group_size: int | None = None
@@ -56,7 +56,7 @@ class ParticipantConfig(Message):
     @property
     def fenced(self) -> bool:
         """Auxiliary policy servers are never fenced: they answer discovery only."""
-        return not (self.role == "policy" and self.instance_role == "auxiliary")
+        return not (self.role is Role.POLICY and self.instance_role is InstanceRole.AUXILIARY)
 
 
 RoleState: TypeAlias = AgentRole | PolicyRole | ResourcesRole
@@ -123,9 +123,9 @@ def new_participant(
 
 
 def fresh_role(config: ParticipantConfig) -> RoleState:
-    if config.role == "agent":
+    if config.role is Role.AGENT:
         return AgentRole()
-    if config.role == "policy":
+    if config.role is Role.POLICY:
         return PolicyRole(fenced=config.fenced)
     mode = config.recovery_mode
     known = mode in {m.value for m in RecoveryMode}
