@@ -7,7 +7,8 @@ not matter) whose groups are the quoted numbers, and the run that produces them.
 because no command reproduces them byte for byte: timings and rates, the benchmarks
 (ratios measured on a loaded machine), `chaos` (real processes killed on wall-clock
 timing), `conform`'s request counts (hypothesis draws) and hypothesis catch rates.
-Expensive figures (`mutants --all`, the 7-RM two-phase row) are marked `slow`.
+Expensive figures (`mutants --verify`, the 7-RM two-phase row) are marked `slow`
+(`uv run pytest -m slow tests/docs`).
 """
 
 from __future__ import annotations
@@ -131,6 +132,23 @@ def _mutant_counts() -> list[object]:
     return [summary["scenario"], summary["generated"]]
 
 
+def _verified(*options: str) -> dict[str, Any]:
+    """`quiesce mutants --verify OPTIONS`: its summary (exit 0: no scenario mutant survived)."""
+    summary: dict[str, Any] = _run("mutants", "--verify", *options)["summary"]["by_kind"]
+    return summary
+
+
+def _ci_sample() -> list[object]:
+    generated = _verified("--sample", "50")["generated"]
+    return [generated["run"], generated["killed"], round(100 * generated["killed"] / 50)]
+
+
+def _every_generated() -> list[object]:
+    generated = _verified("--all")["generated"]
+    killed, run = generated["killed"], generated["run"]
+    return [killed, run, round(100 * killed / run)]
+
+
 def _walks() -> list[object]:
     return [2000, _run("check", "--walks", "2000", "--seed", "0")["distinct_states"]]
 
@@ -196,6 +214,24 @@ FIGURES: list[Any] = [
         "mutants: generated",
         r"plus ([\d,]+) generated ones \(every guard dropped",
         lambda: _mutant_counts()[1:],
+    ),
+    pytest.param(
+        Figure(
+            "mutants: the CI sample",
+            r"the seeded CI sample of (\d+) kills (\d+) \((\d+)%",
+            _ci_sample,
+        ),
+        marks=pytest.mark.slow,
+        id="mutants: the CI sample",
+    ),
+    pytest.param(
+        Figure(
+            "mutants: --all",
+            r"`--all` \([^)]*\) kills ([\d,]+) of the ([\d,]+) \((\d+)%\)",
+            _every_generated,
+        ),
+        marks=pytest.mark.slow,
+        id="mutants: --all",
     ),
     Figure(
         "check: CI's walks",
