@@ -423,9 +423,11 @@ def _arrows(
     """The edges as drawn: a row leaving `MERGE_SOURCES` states or more through a junction,
     the self-loops of a state as one loop (at its first), everything else one arrow each."""
 
-    def text(at: int, numbers: Sequence[int]) -> str:
-        violates = f" (violates {', '.join(dict.fromkeys(broken[at]))})" if broken[at] else ""
-        return _numbered(numbers, edges[at].label) + violates
+    def text(ats: Sequence[int], numbers: Sequence[int]) -> str:
+        """The label of edges `ats` (one row), numbered, naming the properties they break."""
+        properties = dict.fromkeys(p for at in ats for p in broken[at])
+        violates = f" (violates {', '.join(properties)})" if properties else ""
+        return _numbered(numbers, edges[ats[0]].label) + violates
 
     loops: dict[Enum, list[int]] = {}
     for at, edge in enumerate(edges):
@@ -433,12 +435,12 @@ def _arrows(
             loops.setdefault(edge.source, []).append(at)
     arrows: list[_Arrow] = []
     junctions: list[str] = []
-    merged: dict[int, list[int]] = {}  # row index -> its edges, for a row drawn merged
+    merged: dict[str, list[int]] = {}  # junction -> the edges of its row
     for at, edge in enumerate(edges):
         row = None if edge.row is None else table.rows[edge.row]
         if row is not None and row.target is not None and len(row.sources) >= MERGE_SOURCES:
             junction = f"__row{edge.row}"
-            members = merged.setdefault(edge.row, [])  # type: ignore[arg-type]
+            members = merged.setdefault(junction, [])
             if not members:
                 junctions.append(junction)
             members.append(at)
@@ -458,7 +460,7 @@ def _arrows(
                     _Arrow(
                         junction,
                         label(edge.target),
-                        (text(members[0], numbers),),
+                        (text(members, numbers),),
                         traced=bool(numbers),
                         violating=any(broken[m] for m in members),
                     )
@@ -472,7 +474,7 @@ def _arrows(
             _Arrow(
                 label(edge.source),
                 label(edge.target),
-                tuple(text(m, steps[m]) for m in members),
+                tuple(text([m], steps[m]) for m in members),
                 traced=any(steps[m] for m in members),
                 violating=any(broken[m] for m in members),
                 dashed=edge.dashed,
