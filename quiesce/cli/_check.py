@@ -10,7 +10,6 @@ explored.
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -23,6 +22,7 @@ import click
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from quiesce.cli._counterexample import print_story, write_traces
 from quiesce.cli._output import fail, json_option, print_json
 from quiesce.cli._paths import OutputDir
 from quiesce.cli._signals import Stopped, stop_on_signals
@@ -32,10 +32,8 @@ from quiesce.models import (
     CheckResult,
     Model,
     Progress,
-    Violation,
     build_model,
     get_model_spec,
-    mermaid_sequence,
     walk,
 )
 from quiesce.models import (
@@ -88,13 +86,14 @@ class _LiveProgress:
             rate = report.distinct_states / seconds if seconds > 0 else 0.0
             return (
                 f"check: {report.distinct_states:,} states, {report.generated_states:,}"
-                f" generated, queue {report.frontier:,}, {rate:,.0f} states/s, {seconds:.0f}s"
+                f" generated, depth {report.depth:,}, queue {report.frontier:,},"
+                f" {rate:,.0f} states/s, {seconds:.0f}s"
             )
         rate = report.generated_states / seconds if seconds > 0 else 0.0
         return (
             f"check: {self.walks - report.frontier:,}/{self.walks:,} walks,"
             f" {report.distinct_states:,} distinct states, {report.generated_states:,} steps,"
-            f" {rate:,.0f} steps/s, {seconds:.0f}s"
+            f" depth {report.depth:,}, {rate:,.0f} steps/s, {seconds:.0f}s"
         )
 
     def close(self) -> None:
@@ -201,7 +200,7 @@ def check(
             err=True,
         )
     if trace_out is not None:
-        _write_traces(model, result, trace_out)
+        write_traces(model, result.violations, trace_out)
     if as_json:
         document = result.to_json()
         document["mutant"] = mutant
@@ -267,6 +266,7 @@ def _report_stopped(
                 "distinct_states": report.distinct_states,
                 "generated_states": report.generated_states,
                 "frontier": report.frontier,
+                "depth": report.depth,
                 "seconds": round(seconds, 6),
                 "complete": False,
                 "violations": [],
@@ -278,6 +278,7 @@ def _report_stopped(
         (
             ("distinct states", f"{report.distinct_states:,}"),
             ("generated states", f"{report.generated_states:,}"),
+            ("depth", f"{report.depth:,}"),
             (progress.frontier, f"{report.frontier:,}"),
             ("seconds", f"{seconds:.3f}"),
         )
@@ -291,19 +292,6 @@ def _print_stats(rows: tuple[tuple[str, str], ...]) -> None:
     for measure, value in rows:
         stats.add_row(measure, value)
     Console().print(stats)
-
-
-def _write_traces(model: Model[Any], result: CheckResult[Any], directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    for violation in result.violations:
-        for table in model.tables():
-            steps = model.project(violation.trace, table)
-            path = directory / f"{violation.property}.{table}.json"
-            path.write_text(json.dumps(steps, indent=2) + "\n")
-        diagram = mermaid_sequence(model, violation.trace, title=violation.property)
-        (directory / f"{violation.property}.sequence.mmd").write_text(diagram)
-    if result.violations:
-        click.echo(f"check: counterexamples written to {directory}", err=True)
 
 
 def _print_human(result: CheckResult[Any], title: str, *, shortest: bool) -> None:
@@ -330,26 +318,4 @@ def _print_human(result: CheckResult[Any], title: str, *, shortest: bool) -> Non
             mark = "[yellow]no violation in the states explored[/yellow]"
         console.print(f"  {prop}: {mark}")
     for violation in result.violations:
-        _print_violation(console, result.model, violation, shortest)
-
-
-def _print_violation(
-    console: Console, model: Model[Any], violation: Violation[Any], shortest: bool
-) -> None:
-    trace = violation.trace
-    which = "shortest trace" if shortest else "trace of a random walk"
-    console.print(
-        f"\n[bold red]{violation.property}[/bold red] violated ({violation.kind}), "
-        f"{which}: {len(trace)} steps"
-    )
-
-    def show(state: Any) -> str:
-        return json.dumps(model.describe_state(state), separators=(",", ":"), default=str)
-
-    # Plain echo: one step per line, never wrapped, easy to grep and diff.
-    click.echo(f"  0. initial  {show(trace.initial)}")
-    for number, step in enumerate(trace.steps, 1):
-        fault = " [fault]" if step.fault else ""
-        click.echo(f"  {number}. {step.label}{fault}  {show(step.state)}")
-    if trace.loop_from is not None:
-        click.echo(f"  ... back to state {trace.loop_from}, forever")
+        print_story(result.model, violation, shortest=shortest)

@@ -47,7 +47,8 @@ __all__ = ["diagram", "diagrams"]
     "--trace",
     "trace_file",
     type=InputFile(),
-    help='Draw a trace: a UTF-8 JSON list of {"state", "input", "target"} steps (spec names).',
+    help='Draw a trace: a UTF-8 JSON list of {"state", "input", "target"} steps (spec names),'
+    ' as `check --trace-out` writes them; a step marked "violates" is drawn in red.',
 )
 def diagram(name: str, format_: str, out: Path | None, trace_file: Path | None) -> None:
     """Draw the registered table NAME (`quiesce tables` lists the names).

@@ -6,7 +6,10 @@ know: where diagrams are shown; it returns text (or SVG bytes from the `dot` bin
 `write_diagrams` writes the committed set.
 
 Conventions of every drawing:
-- one edge per row and source, labelled `input [guard] / effect, effect` (`Row.label`);
+- one edge per row and source, labelled `input [guard] / effect, effect` (`Row.label`),
+  except that a row leaving `MERGE_SOURCES` or more states (a failure row: `failed` from
+  every phase into `stopped`) is drawn as one labelled edge out of a junction its sources
+  join, and the self-loops of one state are drawn as one loop with a label line per row;
 - a row that holds its state is a self-loop; ignored pairs are not drawn (`quiesce
   tables` lists them), except when a trace steps through one;
 - the initial state has an entry arrow, final states are marked (Mermaid: an arrow to
@@ -17,7 +20,10 @@ Conventions of every drawing:
 A trace is a JSON list of `{"state", "input", "target"}` steps by spec names. Its edges
 are numbered in step order (`1. prepare`) and highlighted; Mermaid has no edge styling in
 state diagrams and forbids `:` in labels, so there the numbers carry the order and the
-visited states get the `traced` class.
+visited states get the `traced` class. A step may also carry `"violates": <property>`
+(the step of a counterexample that broke the property: drawn in red, its states get the
+`violated` class) and `"variant": <name>` (a move of a mutated variant of the table that
+the table itself has no row for: drawn dashed, outside the table).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from quiesce.fsm._errors import QuiesceError
-from quiesce.fsm._table import Row, Table, label
+from quiesce.fsm._table import Table, label
 
 __all__ = [
     "REGENERATE_COMMAND",
@@ -57,9 +63,19 @@ REGENERATE_COMMAND = "uv run quiesce diagrams --out-dir docs/diagrams"
 
 DiagramFormat = Literal["mermaid", "dot", "svg"]
 
-# Highlight of traced edges and visited states (DOT and Mermaid).
+MERGE_SOURCES = 3
+"""A row leaving this many states or more is drawn as one edge out of a junction."""
+
+# Highlight of traced edges and visited states (DOT and Mermaid); the violating step's
+# edge and states in red.
 _TRACE_COLOR = "#d9480f"
 _TRACE_FILL = "#ffe8cc"
+_VIOLATION_COLOR = "#c92a2a"
+_VIOLATION_FILL = "#ffc9c9"
+# DOT wraps a label after its input and guard when it is longer than this: in a
+# left-to-right layout a label's width widens its rank, so long one-line labels made
+# the checkpoint diagram thousands of points wide.
+_WRAP_AT = 24
 
 
 class DiagramError(QuiesceError):
@@ -104,30 +120,53 @@ class TraceError(DiagramError):
 
 
 class TraceStep(BaseModel):
-    """One step of a trace: in `state`, `input` arrived and the machine went to `target`."""
+    """One step of a trace: in `state`, `input` arrived and the machine went to `target`.
+
+    `violates` names the property a counterexample broke at this step; `variant` names
+    the mutated variant of the table whose move this is, when the table has no row for it.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     state: str
     input: str
     target: str
+    violates: str | None = None
+    variant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class _Edge:
+    """One row from one source (or a traced move outside the rows), before merging."""
+
     source: Enum
     target: Enum
     label: str
-    ignored: bool = False  # a traced step through an ignored pair, drawn only for the trace
+    row: int | None  # the row's index; None for a move outside the rows
+    dashed: bool = False  # an ignored pair or a variant's move, drawn only for the trace
+
+
+@dataclass(frozen=True, slots=True)
+class _Arrow:
+    """One arrow as drawn: between two node ids (a state's label or a junction's id)."""
+
+    source: str
+    target: str
+    lines: tuple[str, ...]  # label lines (numbered by the trace); () draws no label
+    traced: bool = False
+    violating: bool = False
+    dashed: bool = False
+    into_junction: bool = False  # a source joining a merged row: no arrowhead, no label
 
 
 @dataclass(frozen=True, slots=True)
 class _Drawing:
-    """What every renderer draws: edges with their step numbers, and visited states."""
+    """What every renderer draws: arrows, junctions, and the states the trace visited."""
 
-    edges: tuple[_Edge, ...]
-    steps: tuple[tuple[int, ...], ...]  # per edge, the 1-based trace steps through it
+    arrows: tuple[_Arrow, ...]
+    junctions: tuple[str, ...]
     visited: frozenset[Enum]
+    violated: frozenset[Enum]
 
 
 def load_trace(table: Table[Any, Any], source: str | Path | Sequence[Any]) -> list[TraceStep]:
@@ -187,30 +226,39 @@ def render_mermaid(table: Table[Any, Any], trace: Sequence[TraceStep] = ()) -> s
     for state in table.states:
         if ids[state] != label(state):
             lines.append(f'    state "{label(state)}" as {ids[state]}')
+    lines.extend(f"    state {junction} <<join>>" for junction in drawing.junctions)
     lines.append(f"    [*] --> {ids[table.initial]}")
-    for edge, steps in zip(drawing.edges, drawing.steps, strict=True):
-        text = _numbered(steps, edge.label)
-        lines.append(f"    {ids[edge.source]} --> {ids[edge.target]} : {_mermaid_text(text)}")
+    node = {label(s): ids[s] for s in table.states} | {j: j for j in drawing.junctions}
+    for arrow in drawing.arrows:
+        line = f"    {node[arrow.source]} --> {node[arrow.target]}"
+        if arrow.lines:
+            line += " : " + "<br/>".join(_mermaid_text(text) for text in arrow.lines)
+        lines.append(line)
     for state in table.states:
         if state in table.finals:
             lines.append(f"    {ids[state]} --> [*]")
-    if drawing.visited:
-        lines.append(
-            f"    classDef traced fill:{_TRACE_FILL},stroke:{_TRACE_COLOR},stroke-width:2px"
-        )
-        visited = ",".join(ids[s] for s in table.states if s in drawing.visited)
-        lines.append(f"    class {visited} traced")
+    for name, fill, stroke, states in (
+        ("traced", _TRACE_FILL, _TRACE_COLOR, drawing.visited - drawing.violated),
+        ("violated", _VIOLATION_FILL, _VIOLATION_COLOR, drawing.violated),
+    ):
+        if states:
+            lines.append(f"    classDef {name} fill:{fill},stroke:{stroke},stroke-width:2px")
+            lines.append(
+                f"    class {','.join(ids[s] for s in table.states if s in states)} {name}"
+            )
     return "\n".join(lines) + "\n"
 
 
 def render_dot(table: Table[Any, Any], trace: Sequence[TraceStep] = ()) -> str:
-    """The table as Graphviz DOT source (render it with `dot -Tsvg`)."""
+    """The table as Graphviz DOT source (render it with `dot -Tsvg`), left to right."""
     drawing = _drawing(table, trace)
     lines = [
         f"// {_title(table)}",
         f"// generated from the table; regenerate with: {REGENERATE_COMMAND}",
         f"digraph {_dot_quote(table.name)} {{",
         "  rankdir=LR;",
+        "  ranksep=0.25;",
+        "  nodesep=0.2;",
         '  node [shape=box, style="rounded", fontname="Helvetica"];',
         '  edge [fontname="Helvetica", fontsize=10];',
         '  "__initial" [shape=point, width=0.15, label=""];',
@@ -220,20 +268,33 @@ def render_dot(table: Table[Any, Any], trace: Sequence[TraceStep] = ()) -> str:
         if state in table.finals:
             attrs.append("peripheries=2")
         if state in drawing.visited:
-            attrs.append(
-                f'style="rounded,filled", fillcolor="{_TRACE_FILL}", color="{_TRACE_COLOR}"'
+            fill, color = (
+                (_VIOLATION_FILL, _VIOLATION_COLOR)
+                if state in drawing.violated
+                else (_TRACE_FILL, _TRACE_COLOR)
             )
+            attrs.append(f'style="rounded,filled", fillcolor="{fill}", color="{color}"')
         suffix = f" [{', '.join(attrs)}]" if attrs else ""
         lines.append(f"  {_dot_quote(label(state))}{suffix};")
+    for junction in drawing.junctions:
+        lines.append(f'  "{junction}" [shape=point, width=0.08, label=""];')
     lines.append(f'  "__initial" -> {_dot_quote(label(table.initial))};')
-    for edge, steps in zip(drawing.edges, drawing.steps, strict=True):
-        attrs = [f"label={_dot_quote(_numbered(steps, edge.label))}"]
-        if edge.ignored:
+    for arrow in drawing.arrows:
+        attrs = []
+        if arrow.lines:
+            # A loop's label has a line per row, kept whole so each line reads as one row.
+            rows = arrow.lines if len(arrow.lines) > 1 else (_wrapped(arrow.lines[0]),)
+            text = "\n".join(rows)
+            attrs.append(f"label={_dot_quote(text)}")
+        if arrow.into_junction:
+            attrs.append("arrowhead=none")
+        if arrow.dashed:
             attrs.append("style=dashed")
-        if steps:
-            attrs.append(f'color="{_TRACE_COLOR}", fontcolor="{_TRACE_COLOR}", penwidth=2.5')
-        source, target = _dot_quote(label(edge.source)), _dot_quote(label(edge.target))
-        lines.append(f"  {source} -> {target} [{', '.join(attrs)}];")
+        if arrow.traced or arrow.violating:
+            color = _VIOLATION_COLOR if arrow.violating else _TRACE_COLOR
+            attrs.append(f'color="{color}", fontcolor="{color}", penwidth=2.5')
+        suffix = f" [{', '.join(attrs)}]" if attrs else ""
+        lines.append(f"  {_dot_quote(arrow.source)} -> {_dot_quote(arrow.target)}{suffix};")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -310,40 +371,116 @@ def _read_trace(table: Table[Any, Any], path: str | Path) -> Any:
         raise refuse(f"is not JSON: {error}") from None
 
 
-def _edges(table: Table[Any, Any]) -> list[tuple[_Edge, Row]]:
-    return [
-        (_Edge(source, row.target or source, row.label()), row)
-        for row in table.rows
+def _drawing(table: Table[Any, Any], trace: Sequence[TraceStep]) -> _Drawing:
+    edges = [
+        _Edge(source, row.target or source, row.label(), index)
+        for index, row in enumerate(table.rows)
         for source in row.sources
     ]
-
-
-def _drawing(table: Table[Any, Any], trace: Sequence[TraceStep]) -> _Drawing:
-    pairs = _edges(table)
-    edges = [edge for edge, _ in pairs]
     steps: list[list[int]] = [[] for _ in edges]
+    broken: list[list[str]] = [[] for _ in edges]  # per edge, the properties it violates
     visited: set[Enum] = set()
-    ignored_at: dict[tuple[Enum, Enum], int] = {}
+    violated: set[Enum] = set()
+    outside: dict[tuple[Enum, Enum, str], int] = {}  # traced moves that are no row's
     for index, step in enumerate(trace):
         state, input, target = _match(table, index, step)
         visited.update((state, target))
         at = next(
             (
                 i
-                for i, (edge, row) in enumerate(pairs)
-                if edge.source is state and row.input is input and edge.target is target
+                for i, edge in enumerate(edges)
+                if edge.row is not None
+                and edge.source is state
+                and edge.target is target
+                and table.rows[edge.row].input is input
             ),
             None,
         )
         if at is None:
-            # The step went through an ignored pair: drawn (dashed) only for the trace.
-            at = ignored_at.get((state, input))
+            # An ignored pair, or a variant's move: drawn (dashed) only for the trace.
+            why = "ignored" if step.variant is None else f"variant {step.variant}"
+            text = f"{label(input)} ({why})"
+            at = outside.get((state, target, text))
             if at is None:
-                at = ignored_at[(state, input)] = len(edges)
-                edges.append(_Edge(state, state, f"{label(input)} (ignored)", ignored=True))
+                at = outside[(state, target, text)] = len(edges)
+                edges.append(_Edge(state, target, text, None, dashed=True))
                 steps.append([])
+                broken.append([])
         steps[at].append(index + 1)
-    return _Drawing(tuple(edges), tuple(tuple(s) for s in steps), frozenset(visited))
+        if step.violates is not None:
+            broken[at].append(step.violates)
+            violated.update((state, target))
+    arrows, junctions = _arrows(table, edges, steps, broken)
+    return _Drawing(arrows, junctions, frozenset(visited), frozenset(violated))
+
+
+def _arrows(
+    table: Table[Any, Any],
+    edges: Sequence[_Edge],
+    steps: Sequence[Sequence[int]],
+    broken: Sequence[Sequence[str]],
+) -> tuple[tuple[_Arrow, ...], tuple[str, ...]]:
+    """The edges as drawn: a row leaving `MERGE_SOURCES` states or more through a junction,
+    the self-loops of a state as one loop (at its first), everything else one arrow each."""
+
+    def text(ats: Sequence[int], numbers: Sequence[int]) -> str:
+        """The label of edges `ats` (one row), numbered, naming the properties they break."""
+        properties = dict.fromkeys(p for at in ats for p in broken[at])
+        violates = f" (violates {', '.join(properties)})" if properties else ""
+        return _numbered(numbers, edges[ats[0]].label) + violates
+
+    loops: dict[Enum, list[int]] = {}
+    for at, edge in enumerate(edges):
+        if edge.source is edge.target and not edge.dashed:
+            loops.setdefault(edge.source, []).append(at)
+    arrows: list[_Arrow] = []
+    junctions: list[str] = []
+    merged: dict[str, list[int]] = {}  # junction -> the edges of its row
+    for at, edge in enumerate(edges):
+        row = None if edge.row is None else table.rows[edge.row]
+        if row is not None and row.target is not None and len(row.sources) >= MERGE_SOURCES:
+            junction = f"__row{edge.row}"
+            members = merged.setdefault(junction, [])
+            if not members:
+                junctions.append(junction)
+            members.append(at)
+            arrows.append(
+                _Arrow(
+                    label(edge.source),
+                    junction,
+                    (),
+                    traced=bool(steps[at]),
+                    violating=bool(broken[at]),
+                    into_junction=True,
+                )
+            )
+            if len(members) == len(row.sources):
+                numbers = sorted(n for m in members for n in steps[m])
+                arrows.append(
+                    _Arrow(
+                        junction,
+                        label(edge.target),
+                        (text(members, numbers),),
+                        traced=bool(numbers),
+                        violating=any(broken[m] for m in members),
+                    )
+                )
+            continue
+        group = loops.get(edge.source, []) if edge.source is edge.target else []
+        if at in group and at != group[0]:
+            continue  # drawn as a line of the state's one loop
+        members = group if at in group else [at]
+        arrows.append(
+            _Arrow(
+                label(edge.source),
+                label(edge.target),
+                tuple(text([m], steps[m]) for m in members),
+                traced=any(steps[m] for m in members),
+                violating=any(broken[m] for m in members),
+                dashed=edge.dashed,
+            )
+        )
+    return tuple(arrows), tuple(junctions)
 
 
 def _match(table: Table[Any, Any], index: int, step: TraceStep) -> tuple[Enum, Enum, Enum]:
@@ -363,6 +500,8 @@ def _match(table: Table[Any, Any], index: int, step: TraceStep) -> tuple[Enum, E
         return state, input, target
     if not rows and (state, input) in table.ignored and target is state:
         return state, input, target
+    if step.variant is not None:
+        return state, input, target  # a mutated variant's own move, drawn outside the rows
     possible = sorted({label(row.target or state) for row in rows})
     reason = (
         f"is not a move of the table: {step.state} + {step.input} goes to {possible}"
@@ -404,5 +543,23 @@ def _mermaid_text(text: str) -> str:
     return re.sub(r"[:;\n]", " ", text)
 
 
+def _wrapped(text: str) -> str:
+    """A long label on several lines: its input and guard, then its effects packed into
+    lines of about `_WRAP_AT` characters (a label's width widens its whole rank)."""
+    if len(text) <= _WRAP_AT or " / " not in text:
+        return text
+    head, _, effects = text.partition(" / ")
+    lines = [head]
+    line = "/"
+    for effect in effects.split(", "):
+        if line != "/" and len(line) + len(effect) + 2 > _WRAP_AT:
+            lines.append(line + ",")
+            line = ""
+        line = f"{line} {effect}" if line == "/" else (f"{line}, {effect}" if line else effect)
+    lines.append(line)
+    return "\n".join(lines)
+
+
 def _dot_quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + escaped.replace("\n", "\\n") + '"'

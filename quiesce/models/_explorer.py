@@ -75,20 +75,28 @@ class Action:
 
 @dataclass(frozen=True, slots=True)
 class Always:
-    """A named safety property: `holds(state)` must be true in every reachable state."""
+    """A named safety property: `holds(state)` must be true in every reachable state.
+
+    `reads` names the fields of `Model.describe_state` the property depends on (a dotted
+    path or its prefix: `env.violations`, `executions`), so a counterexample can show the
+    property's values at its last step.
+    """
 
     name: str
     holds: Callable[[Any], bool]
     doc: str = ""
+    reads: tuple[str, ...] = ()
 
 
-def always(name: str, holds: Callable[[Any], bool], doc: str = "") -> Always:
+def always(
+    name: str, holds: Callable[[Any], bool], doc: str = "", reads: Sequence[str] = ()
+) -> Always:
     """Declare a safety property, as stateright's `Property::always`.
 
     >>> always("consistent", lambda s: not ("committed" in s and "aborted" in s)).name
     'consistent'
     """
-    return Always(name, holds, doc)
+    return Always(name, holds, doc, tuple(reads))
 
 
 class UnknownProjection(QuiesceError):
@@ -280,6 +288,8 @@ class Progress:
     generated_states: int
     frontier: int
     seconds: float
+    depth: int = 0
+    """The deepest state reached so far (BFS level, or the longest walk)."""
 
 
 @dataclass(frozen=True)
@@ -465,7 +475,8 @@ def _explore(
         if progress is not None and count >= next_report:
             next_report += progress_every
             elapsed = time.perf_counter() - started
-            progress(Progress(count, generated, count - current, elapsed))
+            deepest = len(_path_to(count - 1, parent)) - 1  # BFS: the newest state is deepest
+            progress(Progress(count, generated, count - current, elapsed, deepest))
 
     if liveness and not stop and NO_STALL not in found:
         # A state cut short by truncation or a stop has partial edges: it ends the graph.

@@ -563,7 +563,15 @@ class ProtocolModel(Model[PState]):
     def project(self, trace: Trace[PState], table: str) -> list[dict[str, str]]:
         if table not in self.tables():
             return super().project(trace, table)
-        return project(self.cast, trace, table)
+        hooks = self.hooks
+        machines = {
+            "checkpoint": hooks.checkpoint,
+            "admission_gate": hooks.gate,
+            "deadline_registry": hooks.deadlines,
+            "control_fence": hooks.participant.fence,
+            "agent_execution": hooks.participant.agent,
+        }
+        return project(self.cast, trace, table, machines)
 
     def participants(self) -> Sequence[str]:
         return ("environment", "controller", *self.cast.names)

@@ -270,13 +270,48 @@ class Judge:
     def properties(self) -> Sequence[Always]:
         """I1-I6 and I8, each an `always` over a model state."""
         return (
-            always("I1", self._i1, "nothing completed is lost"),
-            always("I2", lambda s: not _flags(s, "I2"), "nothing runs twice"),
-            always("I3", self._i3, "publish-or-abort"),
-            always("I4", self._i4, "gates: held iff some owner holds"),
-            always("I5", lambda s: not _flags(s, "I5"), "phase order (§3)"),
-            always("I6", self._i6, "bounded calls: the controller waits only on live calls"),
-            always("I8", lambda s: not _flags(s, "I8"), "consistent snapshot"),
+            always(
+                "I1",
+                self._i1,
+                "nothing completed is lost",
+                reads=("executions", "ledger", "env.completed", "env.trained", "env.violations"),
+            ),
+            always(
+                "I2",
+                lambda s: not _flags(s, "I2"),
+                "nothing runs twice",
+                reads=("executions", "env.violations"),
+            ),
+            always(
+                "I3",
+                self._i3,
+                "publish-or-abort",
+                reads=("checkpoint", "fences", "messages", "store", "env.violations"),
+            ),
+            always(
+                "I4",
+                self._i4,
+                "gates: held iff some owner holds",
+                reads=("checkpoint", "admission_gate", "deadline_registry"),
+            ),
+            always(
+                "I5",
+                lambda s: not _flags(s, "I5"),
+                "phase order (§3)",
+                reads=("checkpoint", "fences", "env.violations"),
+            ),
+            always(
+                "I6",
+                self._i6,
+                "bounded calls: the controller waits only on live calls",
+                reads=("checkpoint", "attempt", "messages", "timers"),
+            ),
+            always(
+                "I8",
+                lambda s: not _flags(s, "I8"),
+                "consistent snapshot",
+                reads=("store", "env.violations"),
+            ),
         )
 
     def _i1(self, state: PState) -> bool:

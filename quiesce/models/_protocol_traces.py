@@ -10,7 +10,7 @@ messages and replies. What it does not know: which actions exist or which proper
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from quiesce.fsm import Table, label
@@ -97,17 +97,34 @@ def table_names(cast: Cast) -> list[str]:
     return names
 
 
-def project(cast: Cast, trace: Trace[PState], table: str) -> list[dict[str, str]]:
-    """`trace` as steps of `table` (one of `table_names(cast)`), rows the engine accepts."""
-    view = _VIEWS[table.partition("[")[0]]
-    target = table.partition("[")[2].rstrip("]")
+def project(
+    cast: Cast, trace: Trace[PState], table: str, machines: Mapping[str, Table[Any, Any]]
+) -> list[dict[str, str]]:
+    """`trace` as steps of `table` (one of `table_names(cast)`), rows the engine accepts.
+
+    `machines` are the tables the model runs, by base name (a mutant's variant in place of
+    the protocol's own): a step the variant takes that the protocol's table has no row for
+    (the bug itself, often the violating step) carries `"variant": <its name>`, so
+    `quiesce diagram` can draw it as a move outside the table instead of refusing it.
+    """
+    base, _, target = table.partition("[")
+    target = target.rstrip("]")
+    view = _VIEWS[base]
+    spec = _SPEC_TABLES[base]
+    running = machines.get(base, spec)
     steps: list[dict[str, str]] = []
-    initial = label(_table_of(table).initial)
+    initial = label(spec.initial)
     for before, _action, after in trace.transitions():
         old, new = view(cast, before, target), view(cast, after, target)
         if new is None or old == new:
             continue
-        steps.extend(_table_steps(table, initial if old is None else old, new))
+        chain = _table_steps(spec, initial if old is None else old, new)
+        if not chain and running is not spec:
+            chain = _table_steps(running, initial if old is None else old, new)
+            for step in chain:
+                if not _is_move(spec, step):
+                    step["variant"] = str(running.variant)
+        steps.extend(chain)
     return steps
 
 
@@ -213,26 +230,36 @@ _VIEWS: dict[str, Callable[[Cast, PState, str], str | None]] = {
 }
 
 
-def _table_of(table: str) -> Table[Any, Any]:
-    tables: dict[str, Table[Any, Any]] = {
-        "checkpoint": CHECKPOINT,
-        "admission_gate": ADMISSION_GATE,
-        "deadline_registry": DEADLINE_REGISTRY,
-        "control_fence": CONTROL_FENCE,
-        "agent_execution": AGENT_EXECUTION,
-    }
-    return tables[table.partition("[")[0]]
+_SPEC_TABLES: dict[str, Table[Any, Any]] = {
+    "checkpoint": CHECKPOINT,
+    "admission_gate": ADMISSION_GATE,
+    "deadline_registry": DEADLINE_REGISTRY,
+    "control_fence": CONTROL_FENCE,
+    "agent_execution": AGENT_EXECUTION,
+}
+"""The protocol's own table of each projection, by base name."""
 
 
-def _table_steps(table: str, old: str, new: str) -> list[dict[str, str]]:
+def _is_move(table: Table[Any, Any], step: Mapping[str, str]) -> bool:
+    """Whether `table` has a row taking `step` (spec names) from its state to its target."""
+    return any(
+        label(row.input) == step["input"]
+        and any(
+            label(source) == step["state"] and label(row.target or source) == step["target"]
+            for source in row.sources
+        )
+        for row in table.rows
+    )
+
+
+def _table_steps(found: Table[Any, Any], old: str, new: str) -> list[dict[str, str]]:
     """The table steps of one model step that moved `table` from `old` to `new`.
 
     One model step may run several transitions of a table at once (a trigger runs
     `idle -> closing_admission -> flushing_acks -> preparing` in one controller step), so
     the steps are the shortest chain of the table's own rows from `old` to `new`; each one
-    is a row of the table, so the engine's `--trace` accepts it.
+    is a row of the table, so the engine's `--trace` accepts it. No chain: `[]`.
     """
-    found = _table_of(table)
     edges: dict[str, list[tuple[str, str]]] = {}
     for row in found.rows:
         if row.target is None:

@@ -106,7 +106,7 @@ def _walk(
     for number in range(walks):
         if stop_on_violation and found:
             break
-        reporter(number, walks, len(seen), steps_taken, started)
+        reporter(number, walks, len(seen), steps_taken, longest, started)
         initial = rng.choice(initials)
         state = initial
         path: list[Step[St]] = []
@@ -173,10 +173,12 @@ class _Reporter:
         self.progress = progress
         self.every = max(1, every)
 
-    def __call__(self, number: int, walks: int, seen: int, steps: int, started: float) -> None:
+    def __call__(
+        self, number: int, walks: int, seen: int, steps: int, longest: int, started: float
+    ) -> None:
         if self.progress is not None and number and number % self.every == 0:
             elapsed = time.perf_counter() - started
-            self.progress(Progress(seen, steps, walks - number, elapsed))
+            self.progress(Progress(seen, steps, walks - number, elapsed, longest))
 
 
 def _enabled(model: Model[St], state: St) -> tuple[list[Action], list[Action]]:

@@ -281,6 +281,7 @@ class TwoPhase(Model[TwoPhaseState]):
                 "TCConsistent",
                 _tc_consistent,
                 "no RM has committed while another has aborted",
+                reads=("rmState",),
             ),
         )
 

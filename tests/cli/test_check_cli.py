@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from quiesce.cli import _check, main
 from quiesce.cli._check import PROGRESS_INTERVAL_S, _LiveProgress
-from quiesce.models import Progress
+from quiesce.models import Progress, build_model
 from quiesce.models import check as explore
 
 
@@ -55,8 +55,22 @@ def test_the_progress_line_is_throttled_by_time_not_by_states(
 
 
 def test_the_progress_line_of_walks_counts_walks() -> None:
-    line = _LiveProgress(walks=10).describe(Progress(55, 300, 4, 2.0))
-    assert line == "check: 6/10 walks, 55 distinct states, 300 steps, 150 steps/s, 2s"
+    line = _LiveProgress(walks=10).describe(Progress(55, 300, 4, 2.0, depth=31))
+    assert line == "check: 6/10 walks, 55 distinct states, 300 steps, depth 31, 150 steps/s, 2s"
+
+
+def test_the_progress_line_of_a_search_shows_its_depth() -> None:
+    line = _LiveProgress(walks=None).describe(Progress(400, 900, 12, 2.0, depth=9))
+    assert line == "check: 400 states, 900 generated, depth 9, queue 12, 200 states/s, 2s"
+
+
+def test_the_explorer_reports_the_depth_it_reached() -> None:
+    reports: list[Progress] = []
+    result = explore(
+        build_model("two-phase", {"rms": "3"}), progress=reports.append, progress_every=50
+    )
+    assert reports and all(r.depth <= result.depth for r in reports)
+    assert reports[-1].depth > 0 and reports[0].depth <= reports[-1].depth
 
 
 def test_check_asks_the_explorer_for_frequent_reports(monkeypatch: pytest.MonkeyPatch) -> None:

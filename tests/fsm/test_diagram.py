@@ -132,7 +132,9 @@ def test_dot_draws_initial_finals_holds_and_labels() -> None:
     assert '  "__initial" -> "queued";' in text
     assert '  "done" [peripheries=2];' in text
     assert '  "queued";' in text
-    assert '  "queued" -> "running" [label="run [has_slot] / start, log"];' in text
+    # A label longer than a few words is wrapped after its input and guard: in a
+    # left-to-right layout its width is its rank's.
+    assert '  "queued" -> "running" [label="run [has_slot]\\n/ start, log"];' in text
     assert '  "running" -> "running" [label="beat / extend"];' in text
     assert "penwidth" not in text and "fillcolor" not in text
     assert text.endswith("}\n")
@@ -169,7 +171,7 @@ TRACE = steps(
 
 def test_a_trace_numbers_its_edges_in_order_and_highlights_them_in_dot() -> None:
     text = render_dot(JOB, TRACE)
-    assert '[label="1. run [has_slot] / start, log", color="#d9480f"' in text
+    assert '[label="1. run [has_slot]\\n/ start, log", color="#d9480f"' in text
     assert (
         '[label="2, 3. beat / extend", color="#d9480f", fontcolor="#d9480f", penwidth=2.5]' in text
     )
@@ -197,6 +199,93 @@ def test_a_step_through_an_ignored_pair_is_drawn_dashed_for_the_trace() -> None:
     text = render_dot(JOB, trace)
     assert '"queued" -> "queued" [label="1, 2. beat (ignored)", style=dashed' in text
     assert "    queued --> queued : 1, 2. beat (ignored)\n" in render_mermaid(JOB, trace)
+
+
+# --------------------------------------------------------------------------- merging
+
+
+class Phase(Enum):
+    IDLE = "idle"
+    ONE = "one"
+    TWO = "two"
+    THREE = "three"
+    STOPPED = "stopped"
+
+
+class Signal(Enum):
+    GO = "go"
+    PING = "ping"
+    POKE = "poke"
+    FAILED = "failed"
+
+
+PHASES: Table[Phase, Signal] = Table(
+    "phases",
+    states=Phase,
+    inputs=Signal,
+    initial=Phase.IDLE,
+    finals=[Phase.STOPPED],
+    rows=[
+        on(Phase.IDLE, Signal.GO, Phase.ONE),
+        on(Phase.ONE, Signal.GO, Phase.TWO),
+        on(Phase.TWO, Signal.GO, Phase.THREE),
+        on(Phase.THREE, Signal.GO, Phase.IDLE),
+        on(Phase.ONE, Signal.PING, None, effects="pong"),
+        on(Phase.ONE, Signal.POKE, None),
+        on([Phase.ONE, Phase.TWO, Phase.THREE], Signal.FAILED, Phase.STOPPED, effects="stop"),
+    ],
+    unmapped="ignored",
+)
+
+
+def test_a_row_from_many_states_is_one_labelled_edge_out_of_a_junction() -> None:
+    dot = render_dot(PHASES)
+    assert dot.count('-> "__row6" [arrowhead=none];') == 3
+    assert dot.count("failed / stop") == 1
+    assert '  "__row6" -> "stopped" [label="failed / stop"];' in dot
+    mermaid = render_mermaid(PHASES)
+    assert "    state __row6 <<join>>\n" in mermaid
+    assert mermaid.count("--> __row6\n") == 3
+    assert "    __row6 --> stopped : failed / stop\n" in mermaid
+
+
+def test_the_self_loops_of_a_state_are_one_loop_with_a_line_per_row() -> None:
+    assert '  "one" -> "one" [label="ping / pong\\npoke"];' in render_dot(PHASES)
+    assert "    one --> one : ping / pong<br/>poke\n" in render_mermaid(PHASES)
+
+
+def test_a_trace_through_a_junction_numbers_the_merged_edge() -> None:
+    trace = steps(("idle", "go", "one"), ("one", "go", "two"), ("two", "failed", "stopped"))
+    dot = render_dot(PHASES, trace)
+    assert '"two" -> "__row6" [arrowhead=none, color="#d9480f"' in dot
+    assert '"one" -> "__row6" [arrowhead=none];' in dot
+    assert '"__row6" -> "stopped" [label="3. failed / stop", color="#d9480f"' in dot
+    broken = [*trace[:2], TraceStep(state="two", input="failed", target="stopped", violates="P")]
+    dot = render_dot(PHASES, broken)
+    assert '"__row6" -> "stopped" [label="3. failed / stop (violates P)", color="#c92a2a"' in dot
+
+
+def test_the_violating_step_is_drawn_in_red_and_names_the_property() -> None:
+    trace = [
+        TraceStep(state="idle", input="go", target="one"),
+        TraceStep(state="one", input="go", target="two", violates="P1"),
+    ]
+    dot = render_dot(PHASES, trace)
+    assert '"one" -> "two" [label="2. go (violates P1)", color="#c92a2a"' in dot
+    assert '"two" [style="rounded,filled", fillcolor="#ffc9c9"' in dot
+    mermaid = render_mermaid(PHASES, trace)
+    assert "    one --> two : 2. go (violates P1)\n" in mermaid
+    assert mermaid.endswith("    class one,two violated\n")
+    assert mermaid != render_mermaid(PHASES, trace[:1])
+
+
+def test_a_variant_move_outside_the_table_is_drawn_dashed_only_when_named() -> None:
+    move = {"state": "two", "input": "ping", "target": "idle"}
+    with pytest.raises(TraceError, match="is not a move of the table"):
+        load_trace(PHASES, [move])
+    trace = load_trace(PHASES, [{**move, "variant": "broken", "violates": "P1"}])
+    dot = render_dot(PHASES, trace)
+    assert '"two" -> "idle" [label="1. ping (variant broken) (violates P1)", style=dashed' in dot
 
 
 def test_load_trace_reads_a_json_file(tmp_path: Path) -> None:
@@ -303,7 +392,7 @@ def test_svg_is_rendered_by_graphviz_with_the_trace() -> None:
     assert (
         plain.lstrip().startswith("<?xml") and "<svg" in plain and plain.rstrip().endswith("</svg>")
     )
-    assert "run [has_slot] / start, log" in plain
+    assert "run [has_slot]" in plain and "/ start, log" in plain
     traced = render_svg(JOB, TRACE)
     assert "2, 3. beat / extend" in traced
     assert "#d9480f" in traced and "#d9480f" not in plain

@@ -199,15 +199,20 @@ def test_cli_mutant_exits_1_and_writes_traces(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "1. RMChooseToAbort(rm1)" in result.stdout
     files = sorted(p.name for p in out.iterdir())
+    # Only the tables the counterexample moves get a trace; the others are named.
     assert files == [
         "TCConsistent.rm1.json",
         "TCConsistent.rm2.json",
-        "TCConsistent.rm3.json",
         "TCConsistent.sequence.mmd",
-        "TCConsistent.tm.json",
     ]
+    assert "no trace file for tm, rm3" in result.stderr
     assert json.loads((out / "TCConsistent.rm2.json").read_text()) == [
-        {"state": "working", "input": "recv_commit", "target": "committed"}
+        {
+            "state": "working",
+            "input": "recv_commit",
+            "target": "committed",
+            "violates": "TCConsistent",
+        }
     ]
 
 

@@ -1,0 +1,270 @@
+"""README.md's figures are what the commands print: each quoted number is produced here by
+the command (or the model call it wraps) and compared with the README, so a change that
+moves a figure fails until the README moves with it.
+
+A figure is a regex over the README (whitespace-normalised, so reflowing a paragraph does
+not matter) whose groups are the quoted numbers, and the run that produces them. Left out,
+because no command reproduces them byte for byte: timings and rates, the benchmarks
+(ratios measured on a loaded machine), `chaos` (real processes killed on wall-clock
+timing), `conform`'s request counts (hypothesis draws) and hypothesis catch rates.
+Expensive figures (`mutants --verify`, the 7-RM two-phase row) are marked `slow`
+(`uv run pytest -m slow tests/docs`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from quiesce.cli import main
+from quiesce.models import ProtocolModel, ProtocolParams, check
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme() -> str:
+    return " ".join(README.read_text(encoding="utf-8").split())
+
+
+def _quoted(pattern: str) -> tuple[str, ...]:
+    """The groups of `pattern` in the README, thousands separators dropped."""
+    found = re.search(pattern, _readme())
+    assert found is not None, f"README no longer has a sentence matching {pattern!r}"
+    return tuple(group.replace(",", "") for group in found.groups())
+
+
+def _run(*args: str, exit_code: int = 0) -> Any:
+    """`quiesce ARGS --json`, its document."""
+    ran = CliRunner().invoke(main, [*args, "--json"])
+    assert ran.exit_code == exit_code, ran.output
+    return json.loads(ran.stdout)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """Numbers the README quotes (`pattern`'s groups) and the run that prints them."""
+
+    name: str
+    pattern: str
+    produce: Callable[[], Sequence[object]]
+
+
+def _fault_example() -> list[object]:
+    run = _run("simulate", "--fault-rate", "0.05", "--crash-at-step", "4", "--seed", "0")
+    checkpoints, rollouts = run["checkpoints"], run["rollouts"]
+    [restore] = run["restores"]
+    return [
+        "--fault-rate 0.05 --crash-at-step 4 --seed 0",
+        run["faults_injected"],
+        run["participant_restarts"],
+        checkpoints["completed"],
+        checkpoints["failed"],
+        restore["snapshot_id"],
+        restore["redispatched"],
+        rollouts["resumed_from_turn"],
+        rollouts["rerun_from_scratch"],
+        rollouts["trained"],
+        rollouts["lost"],
+        rollouts["duplicated"],
+        run["untrained"]["count"],
+    ]
+
+
+def _two_phase_row(rms: int) -> list[object]:
+    plain = _run("check", "two-phase", "--set", f"rms={rms}")
+    symmetric = _run("check", "two-phase", "--set", f"rms={rms}", "--symmetry")
+    return [
+        rms,
+        plain["distinct_states"],
+        plain["generated_states"],
+        symmetric["distinct_states"],
+    ]
+
+
+def _two_phase(rms: int) -> Figure:
+    number = r"\**([\d,]+)\**(?: \([^)]*\))?"
+    return Figure(
+        f"two-phase rms={rms}",
+        rf"\| ({rms}) \| {number} \| ([\d,]+) \| ([\d,]+) \|",
+        lambda: _two_phase_row(rms),
+    )
+
+
+# The exhaustive protocol configurations of README's table (`--set` / `--faults`).
+_ONE_ROLLOUT: dict[str, Any] = dict(
+    siblings=1,
+    turns=1,
+    attempts=1,
+    triggers=1,
+    optimizer_steps=0,
+    weight_sync=0,
+    train_switch=0,
+    prepare_retries=1,
+    faults=0,
+    crashes=False,
+)
+
+
+def _protocol_states(symmetry: bool = False, **changes: Any) -> int:
+    model = ProtocolModel(ProtocolParams(**{**_ONE_ROLLOUT, **changes}))
+    return check(model, symmetry=symmetry).distinct_states
+
+
+def _pinned(config: dict[str, Any]) -> int:
+    """The state count `tests/models/test_protocol_model.py` pins and exhausts for
+    `config` on every run: the two largest rows take minutes on a loaded machine, so they
+    are checked against that run's pin instead of being explored twice."""
+    from tests.models import test_protocol_model as pins
+
+    [mark] = pins.test_pinned_state_count_and_no_violation.pytestmark  # type: ignore[attr-defined]
+    return next(int(distinct) for params, distinct in mark.args[1] if params == config)
+
+
+def _mutant_counts() -> list[object]:
+    summary = _run("mutants")["summary"]["by_kind"]
+    return [summary["scenario"], summary["generated"]]
+
+
+def _verified(*options: str) -> dict[str, Any]:
+    """`quiesce mutants --verify OPTIONS`: its summary (exit 0: no scenario mutant survived)."""
+    summary: dict[str, Any] = _run("mutants", "--verify", *options)["summary"]["by_kind"]
+    return summary
+
+
+def _ci_sample() -> list[object]:
+    generated = _verified("--sample", "50")["generated"]
+    return [generated["run"], generated["killed"], round(100 * generated["killed"] / 50)]
+
+
+def _every_generated() -> list[object]:
+    generated = _verified("--all")["generated"]
+    killed, run = generated["killed"], generated["run"]
+    return [killed, run, round(100 * killed / run)]
+
+
+def _walks() -> list[object]:
+    return [2000, _run("check", "--walks", "2000", "--seed", "0")["distinct_states"]]
+
+
+def _s17() -> list[object]:
+    run = _run("check", "--walks", "200", "--mutant", "S17_retire_releases_completed", exit_code=1)
+    return [run["violations"][0]["property"]]
+
+
+def _two_phase_mutant() -> list[object]:
+    run = _run("check", "two-phase", "--mutant", "commit_without_message", exit_code=1)
+    return [1 if run["violations"] else 0]
+
+
+FIGURES: list[Any] = [
+    Figure(
+        "simulate: the fault example",
+        r"With `(--fault-rate 0\.05 --crash-at-step 4 --seed 0)`: (\d+) faults injected,"
+        r" (\d+) participant restarts, (\d+) checkpoints completed and (\d+) failed"
+        r".*?one restore from `([\w-]+)` that redispatched (\d+) attempts \((\d+) resumed"
+        r" from a saved turn, (\d+) rerun from scratch\), (\d+) items trained, (\d+) lost,"
+        r" (\d+) duplicated, (\d+) untrained",
+        _fault_example,
+    ),
+    *(_two_phase(rms) for rms in (1, 2, 3, 4, 5)),
+    pytest.param(_two_phase(7), marks=pytest.mark.slow, id="two-phase rms=7"),
+    Figure(
+        "protocol: one rollout",
+        r"\| one sibling, one turn, one attempt, one trigger, no switches, no faults"
+        r" \| ([\d,]+) \|",
+        lambda: [_protocol_states()],
+    ),
+    Figure(
+        "protocol: two siblings",
+        r"\| two siblings, no trigger \| ([\d,]+) \(([\d,]+) with `--symmetry`\) \|",
+        lambda: [
+            _protocol_states(siblings=2, triggers=0),
+            _protocol_states(symmetry=True, siblings=2, triggers=0),
+        ],
+    ),
+    Figure(
+        "protocol: two siblings, one checkpoint",
+        r"\| two siblings, one trigger, two prepare retries, no faults \| ([\d,]+) \|",
+        lambda: [_pinned({**_ONE_ROLLOUT, "siblings": 2, "prepare_retries": 2})],
+    ),
+    Figure(
+        "protocol: every fault",
+        r"\| one sibling, one trigger, two prepare retries, \*\*every fault kind\*\*"
+        r" \(budget 1, crashes included\) \| ([\d,]+) \|",
+        lambda: [_pinned({**_ONE_ROLLOUT, "prepare_retries": 2, "faults": 1, "crashes": True})],
+    ),
+    Figure(
+        "mutants: first checked at the small configuration",
+        r"checked exhaustively at the small configuration \(([\d,]+) states unmutated",
+        lambda: [_protocol_states()],
+    ),
+    Figure(
+        "mutants: the catalog",
+        r"All (\d+) scenario mutants are killed",
+        lambda: _mutant_counts()[:1],
+    ),
+    Figure(
+        "mutants: generated",
+        r"plus ([\d,]+) generated ones \(every guard dropped",
+        lambda: _mutant_counts()[1:],
+    ),
+    pytest.param(
+        Figure(
+            "mutants: the CI sample",
+            r"the seeded CI sample of (\d+) kills (\d+) \((\d+)%",
+            _ci_sample,
+        ),
+        marks=pytest.mark.slow,
+        id="mutants: the CI sample",
+    ),
+    pytest.param(
+        Figure(
+            "mutants: --all",
+            r"`--all` \([^)]*\) kills ([\d,]+) of the ([\d,]+) \((\d+)%\)",
+            _every_generated,
+        ),
+        marks=pytest.mark.slow,
+        id="mutants: --all",
+    ),
+    Figure(
+        "check: CI's walks",
+        r"CI takes ([\d,]+) walks \(about \d+ s, ([\d,]+) distinct states, no violation\)",
+        _walks,
+    ),
+    Figure(
+        "check: the S17 example",
+        r"--mutant S17_retire_releases_completed # exit 1, (I\d)",
+        _s17,
+    ),
+    Figure(
+        "check: the two-phase mutant",
+        r"--mutant commit_without_message --trace-out traces/ # exit (\d)",
+        _two_phase_mutant,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "figure", [f if not isinstance(f, Figure) else pytest.param(f, id=f.name) for f in FIGURES]
+)
+def test_the_readme_quotes_what_the_command_prints(figure: Figure) -> None:
+    quoted = _quoted(figure.pattern)
+    produced = tuple(str(value) for value in figure.produce())
+    assert quoted == produced, (
+        f"README's {figure.name!r} quotes {quoted}, the command prints {produced}: "
+        "move the README with the change"
+    )
+
+
+def test_the_serve_example_creates_its_token_file() -> None:
+    text = README.read_text(encoding="utf-8")
+    serve = text.index("uv run quiesce serve --role agent --port 8700")
+    before = text[text.rindex("```console", 0, serve) : serve]
+    assert re.search(r"> tok\b", before), "the serve example must write `tok` before reading it"
