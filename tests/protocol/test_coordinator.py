@@ -488,3 +488,18 @@ def test_a_refused_begin_is_retried_once_then_waits_for_the_group_deadline() -> 
     # The deadline gave the group a fresh immediate retry.
     again = h.step(RolloutFailed("g/0", 2))
     assert [(d.rollout_id, d.attempt) for d in again if isinstance(d, Dispatch)] == [("g/0", 3)]
+
+
+def test_a_value_that_is_not_an_input_is_a_typed_error_naming_it_and_the_inputs() -> None:
+    from quiesce.fsm import QuiesceError
+    from quiesce.protocol.controller import NewGroup, UnknownInput
+
+    coordinator = Coordinator(QuiesceConfig())
+    state = coordinator.initial(epoch=1)
+    with pytest.raises(UnknownInput) as raised:
+        coordinator.step(state, 0.0, NewGroup("g0", 2))  # type: ignore[arg-type]
+    error = raised.value
+    assert isinstance(error, QuiesceError)
+    assert "'NewGroup'" in str(error)
+    assert {"GroupOpened", "Reply", "TimerDue"} <= set(error.accepted)
+    assert "NewGroup" not in error.accepted

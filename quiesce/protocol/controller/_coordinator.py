@@ -87,6 +87,7 @@ from quiesce.protocol.controller._inputs import (
     TrainerBoundary,
     TrainSwitchBegin,
     TrainSwitchEnd,
+    UnknownInput,
     WeightSyncBegin,
     WeightSyncEnd,
 )
@@ -174,8 +175,9 @@ class Coordinator:
         """Apply one input at time `now`: the next state and the effects, in order.
 
         Raises the setup refusals of discovery (`DiscoveryRefused`, `OverrideRefines`,
-        ...) with the state unchanged; every other input is accepted (a stale reply or a
-        stale timer is logged and changes nothing).
+        ...) with the state unchanged, and `UnknownInput` for a value that is not a
+        `ControllerInput`; every input is accepted (a stale reply or a stale timer is logged
+        and changes nothing).
         """
         run = _Run(self, state, now)
         run.handle(input)
@@ -345,7 +347,7 @@ class _Run:
             return
         handler = _HANDLERS.get(type(event))
         if handler is None:
-            raise TypeError(f"the coordinator has no input {type(event).__name__}")
+            raise UnknownInput(event)
         handler(self, event)
         self.m9.after_input()
 
