@@ -386,7 +386,7 @@ def test_pending_abort_is_retried_with_the_same_id_before_a_new_id() -> None:
 
 
 def test_pending_release_is_retried_by_the_retry_timer_with_the_same_id() -> None:
-    h = Harness()
+    h = Harness(**NO_RETRIES)
     h.to_publishing()
     x = h.x
     h.step(LocalDone(LocalOp.PUBLISH, x))
