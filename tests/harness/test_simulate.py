@@ -380,13 +380,10 @@ def _without_retries(config: QuiesceConfig) -> Coordinator:
     return Coordinator(config.model_copy(update={"call_retries": 0}))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug (issue 11): a retire the restore sends that fails (5xx) is never sent "
-    "again, and the group is compacted: the agent keeps the replaced execution frozen",
-)
 def test_a_failed_retire_after_a_restore_is_sent_again() -> None:
-    # Found by the I9 oracle; with call retries off the seed still reaches that path.
+    # Found by the I9 oracle (issue 11): the restore's retire of a replaced attempt failed
+    # with a 5xx, was never sent again and the group was compacted, so agent-0 kept
+    # p4/0#0 frozen. With call retries off this seed still reaches that path.
     result = simulate(
         steps=3,
         groups_per_step=2,

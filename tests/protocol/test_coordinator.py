@@ -537,3 +537,20 @@ def test_a_second_failed_call_of_a_role_in_a_pending_state_is_absorbed(pending: 
     assert h.s.attempt.cause == before.attempt.cause
     effects = h.step(TimerDue(retry_timer(x)), 10.0)
     assert sorted((c.participant, c.op_id) for c in of(effects, Call)) == [("ag1", x), ("ag2", x)]
+
+
+def test_a_failed_retire_is_sent_again_by_its_timer_until_answered() -> None:
+    from quiesce.protocol.controller import TimerKey, TimerKind
+
+    h = Harness()
+    key = ("p4/0", 0)
+    effects = h.step(CallFailed("ag", Op.RETIRE, None, Cause.PARTICIPANT_ERROR, key), 1.0)
+    [timer] = of(effects, ArmTimer)
+    assert timer.name == TimerKey(TimerKind.RETIRE_RETRY, "p4/0#0", "ag")
+    assert timer.at == h.now + QuiesceConfig().snapshot_attempt_interval_s
+    effects = h.step(TimerDue(timer.name), timer.at - h.now)
+    [again] = of(effects, Call)
+    assert (again.participant, again.op, again.op_id, again.payload) == ("ag", Op.RETIRE, None, key)
+    # Failing again re-arms the same timer; an answer arms nothing.
+    effects = h.step(CallFailed("ag", Op.RETIRE, None, Cause.TIMEOUT, key), 2.0)
+    assert [t.name for t in of(effects, ArmTimer)] == [timer.name]

@@ -360,6 +360,8 @@ class _Run:
             self.m9.on_retry_timer(timer)
         elif kind is TimerKind.CALL_RETRY:
             self._phases_of(OpId.parse(timer.subject)).on_retry_due(timer)
+        elif kind is TimerKind.RETIRE_RETRY:
+            self.rollouts.on_retire_due(timer)
         else:
             self._attempt_timer(timer)
 
@@ -538,6 +540,8 @@ class _Run:
     def on_call_failed(self, event: CallFailed) -> None:
         if event.op is Op.ACK:
             self.rollouts.on_ack_failed(event)
+        elif event.op is Op.RETIRE:
+            self.rollouts.on_retire_failed(event)
         else:
             self._phases_of(event.op_id).on_failure(
                 event.participant, event.op, event.op_id, event.cause

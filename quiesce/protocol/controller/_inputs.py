@@ -128,12 +128,14 @@ class Reply:
 @dataclass(frozen=True, slots=True)
 class CallFailed:
     """The call `(op, op_id)` to `participant` got no usable answer; `cause` says why
-    (classified by `_causes.CAUSES`, never by exception class)."""
+    (classified by `_causes.CAUSES`, never by exception class). `payload` is the call's own
+    (`Call.payload`): a failed retire names its attempt key there, so it can be sent again."""
 
     participant: str
     op: Op
     op_id: OpId | None
     cause: Cause
+    payload: Any = None
 
 
 @dataclass(frozen=True, slots=True)
