@@ -546,7 +546,7 @@ class Driver:
                 checkpoint_id=str(call.op_id) if call.op_id else None,
                 cause=result.value,
             )
-            self.submit(CallFailed(call.participant, call.op, call.op_id, result))
+            self.submit(CallFailed(call.participant, call.op, call.op_id, result, call.payload))
         else:
             if isinstance(result, PrepareReply):
                 self._prepared(call.participant, result)

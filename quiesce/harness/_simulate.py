@@ -576,6 +576,7 @@ class _Run(_World):
         progress: Callable[[int], None] | None = None,
         *,
         coordinator_factory: CoordinatorFactory = Coordinator,
+        observers: Sequence[Observer] = (),
     ) -> None:
         self.fleet = InMemoryFleet(
             clock,
@@ -609,6 +610,7 @@ class _Run(_World):
             depends_on=self.fleet.depends_on(),
             trainer=trainer,
             plane=InMemoryDataPlane(trainer),
+            observers=observers,
             progress=progress,
             coordinator_factory=coordinator_factory,
         )
@@ -777,26 +779,33 @@ async def run_simulation(
     progress: Callable[[int], None] | None = None,
     *,
     coordinator_factory: CoordinatorFactory = Coordinator,
+    observers: Sequence[Observer] = (),
 ) -> SimulationResult:
     """Run one simulation inside a running anyio loop (asyncio or trio); `progress(step)`
     is called after every optimizer step; `coordinator_factory` builds each controller
-    process's coordinator (a test plants a controller bug there)."""
+    process's coordinator (a test plants a controller bug there); every `observers` entry
+    sees each step of every controller process (a benchmark collects its figures there)."""
     clock = VirtualClock(seed=config.seed)
+    run_in = functools.partial(
+        _run_in, config, clock, progress=progress, factory=coordinator_factory, observers=observers
+    )
     if config.snapshot_dir is not None:
         config.snapshot_dir.mkdir(parents=True, exist_ok=True)
-        return await _run_in(config, clock, config.snapshot_dir, progress, coordinator_factory)
+        return await run_in(config.snapshot_dir)
     with tempfile.TemporaryDirectory(prefix="quiesce-sim-") as tmp:
-        return await _run_in(config, clock, Path(tmp), progress, coordinator_factory)
+        return await run_in(Path(tmp))
 
 
 async def _run_in(
     config: SimulationConfig,
     clock: VirtualClock,
     root: Path,
+    *,
     progress: Callable[[int], None] | None,
-    coordinator_factory: CoordinatorFactory,
+    factory: CoordinatorFactory,
+    observers: Sequence[Observer],
 ) -> SimulationResult:
-    run = _Run(config, clock, root, progress, coordinator_factory=coordinator_factory)
+    run = _Run(config, clock, root, progress, coordinator_factory=factory, observers=observers)
     await clock.run(run.main)
     return run.result(clock.now())
 
@@ -807,12 +816,14 @@ def simulate(
     backend: Literal["asyncio", "trio"] = "asyncio",
     progress: Callable[[int], None] | None = None,
     coordinator_factory: CoordinatorFactory = Coordinator,
+    observers: Sequence[Observer] = (),
     **overrides: Any,
 ) -> SimulationResult:
     """Run a simulation to completion (blocking) and return its result.
 
     `config` and `overrides` are the `SimulationConfig`; `coordinator_factory` builds each
-    controller process's `Coordinator` (default: the real one).
+    controller process's `Coordinator` (default: the real one); `observers` see every step
+    of every controller process (`Driver` observers).
 
     >>> result = simulate(steps=2, groups_per_step=2, group_size=2, seed=1)
     >>> (result.verdict, result.rollouts.lost, result.rollouts.duplicated, result.untrained.count)
@@ -821,6 +832,8 @@ def simulate(
     cfg = config or SimulationConfig(**overrides)
     if config is not None and overrides:
         cfg = config.model_copy(update=overrides)
-    run = functools.partial(run_simulation, coordinator_factory=coordinator_factory)
+    run = functools.partial(
+        run_simulation, coordinator_factory=coordinator_factory, observers=observers
+    )
     result: SimulationResult = anyio.run(run, cfg, progress, backend=backend)
     return result

@@ -374,3 +374,24 @@ def test_nothing_is_lost_or_duplicated_for_any_seed_and_fault_rate(
         assert {g.kind for g in result.untrained.groups} <= {"in_flight"}
     else:
         assert result.verdict == "ok" and result.untrained.count == 0
+
+
+def _without_retries(config: QuiesceConfig) -> Coordinator:
+    return Coordinator(config.model_copy(update={"call_retries": 0}))
+
+
+def test_a_failed_retire_after_a_restore_is_sent_again() -> None:
+    # Found by the I9 oracle (issue 11): the restore's retire of a replaced attempt failed
+    # with a 5xx, was never sent again and the group was compacted, so agent-0 kept
+    # p4/0#0 frozen. With call retries off this seed still reaches that path.
+    result = simulate(
+        steps=3,
+        groups_per_step=2,
+        group_size=2,
+        seed=1011,
+        fault_rate=0.2,
+        crash_at_step=2,
+        coordinator_factory=_without_retries,
+    )
+    assert result.crashed_at_step == 2
+    assert result.violations == []

@@ -3,6 +3,7 @@ failure budget, same-id retries, the ambiguous-publish rule, ordered ids, metric
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -63,14 +64,14 @@ NO_RETRIES = {"call_retries": 0}
 class Harness:
     """A coordinator with one participant per role, answered by hand."""
 
-    def __init__(self, **config: Any) -> None:
+    def __init__(self, roles: Mapping[str, str] = ROLES, **config: Any) -> None:
         self.c = Coordinator(QuiesceConfig.load(config))
         self.s = self.c.initial(epoch=1)
         self.now = 0.0
-        self.incarnation = dict.fromkeys(ROLES, "i1")
+        self.incarnation = dict.fromkeys(roles, "i1")
         caps = tuple(
             Capabilities(participant=n, incarnation="i1", role=r, recovery_mode="stateless")  # type: ignore[arg-type]
-            for n, r in ROLES.items()
+            for n, r in roles.items()
         )
         self.step(Discovered(caps))
         self.step(Recovered(None, 0))
@@ -386,7 +387,7 @@ def test_pending_abort_is_retried_with_the_same_id_before_a_new_id() -> None:
 
 
 def test_pending_release_is_retried_by_the_retry_timer_with_the_same_id() -> None:
-    h = Harness()
+    h = Harness(**NO_RETRIES)
     h.to_publishing()
     x = h.x
     h.step(LocalDone(LocalOp.PUBLISH, x))
@@ -488,3 +489,68 @@ def test_a_refused_begin_is_retried_once_then_waits_for_the_group_deadline() -> 
     # The deadline gave the group a fresh immediate retry.
     again = h.step(RolloutFailed("g/0", 2))
     assert [(d.rollout_id, d.attempt) for d in again if isinstance(d, Dispatch)] == [("g/0", 3)]
+
+
+def test_a_value_that_is_not_an_input_is_a_typed_error_naming_it_and_the_inputs() -> None:
+    from quiesce.fsm import QuiesceError
+    from quiesce.protocol.controller import NewGroup, UnknownInput
+
+    coordinator = Coordinator(QuiesceConfig())
+    state = coordinator.initial(epoch=1)
+    with pytest.raises(UnknownInput) as raised:
+        coordinator.step(state, 0.0, NewGroup("g0", 2))  # type: ignore[arg-type]
+    error = raised.value
+    assert isinstance(error, QuiesceError)
+    assert "'NewGroup'" in str(error)
+    assert {"GroupOpened", "Reply", "TimerDue"} <= set(error.accepted)
+    assert "NewGroup" not in error.accepted
+
+
+TWO_AGENTS = {"pol": "policy", "ag1": "agent", "ag2": "agent", "res": "resources"}
+
+
+@pytest.mark.parametrize("pending", [S.ABORT_PENDING, S.RELEASE_PENDING], ids=lambda s: s.value)
+def test_a_second_failed_call_of_a_role_in_a_pending_state_is_absorbed(pending: S) -> None:
+    # Two agents abort (or release) concurrently: the first failure already moved M1 to the
+    # pending state; the second used to be refused there (GuardRejected). It changes nothing
+    # now, and the retry timer calls both agents again with the same id.
+    h = Harness(TWO_AGENTS, **NO_RETRIES)
+    if pending is S.ABORT_PENDING:
+        h.start()
+        h.answer_all(Op.PREPARE)
+        h.step(CallFailed("ag1", Op.COMMIT, h.x, Cause.IO_ERROR), 1.0)
+    else:
+        h.to_publishing()
+        h.step(LocalDone(LocalOp.PUBLISH, h.x))
+    x = h.x
+    for name, op_id in h.calls():  # resources, then the policy
+        h.answer(name, Op.RESUME, op_id)
+    for name, op_id in h.calls():
+        h.answer(name, Op.RESUME, op_id)
+    assert h.calls() == [("ag1", x), ("ag2", x)]
+    h.step(CallFailed("ag1", Op.RESUME, x, Cause.IO_ERROR), 0.5)
+    assert h.s.phase is pending
+    before = h.s
+    effects = h.step(CallFailed("ag2", Op.RESUME, x, Cause.IO_ERROR), 0.5)
+    assert h.s.phase is pending and not of(effects, Outcome)
+    assert h.s.attempt is not None and before.attempt is not None
+    assert h.s.attempt.cause == before.attempt.cause
+    effects = h.step(TimerDue(retry_timer(x)), 10.0)
+    assert sorted((c.participant, c.op_id) for c in of(effects, Call)) == [("ag1", x), ("ag2", x)]
+
+
+def test_a_failed_retire_is_sent_again_by_its_timer_until_answered() -> None:
+    from quiesce.protocol.controller import TimerKey, TimerKind
+
+    h = Harness()
+    key = ("p4/0", 0)
+    effects = h.step(CallFailed("ag", Op.RETIRE, None, Cause.PARTICIPANT_ERROR, key), 1.0)
+    [timer] = of(effects, ArmTimer)
+    assert timer.name == TimerKey(TimerKind.RETIRE_RETRY, "p4/0#0", "ag")
+    assert timer.at == h.now + QuiesceConfig().snapshot_attempt_interval_s
+    effects = h.step(TimerDue(timer.name), timer.at - h.now)
+    [again] = of(effects, Call)
+    assert (again.participant, again.op, again.op_id, again.payload) == ("ag", Op.RETIRE, None, key)
+    # Failing again re-arms the same timer; an answer arms nothing.
+    effects = h.step(CallFailed("ag", Op.RETIRE, None, Cause.TIMEOUT, key), 2.0)
+    assert [t.name for t in of(effects, ArmTimer)] == [timer.name]

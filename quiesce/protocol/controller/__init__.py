@@ -67,6 +67,7 @@ from quiesce.protocol.controller._inputs import (
     TrainerBoundary,
     TrainSwitchBegin,
     TrainSwitchEnd,
+    UnknownInput,
     WeightSyncBegin,
     WeightSyncEnd,
 )
@@ -245,6 +246,7 @@ __all__ = [
     "UnknownAttempt",
     "UnknownEnvironment",
     "UnknownGroup",
+    "UnknownInput",
     "UnknownRecoveryMode",
     "UnknownRole",
     "UnmanagedMultiProcess",

@@ -11,8 +11,9 @@ phase runner and the `call` table), the ledger's bookkeeping (`_rollouts`).
 Deadlines (§3): prepare calls share `admission closed + prepare_timeout_s`; commit and
 release calls get `now + control_timeout_s`; an abort gets `max(the attempt's latest
 deadline, now + control_timeout_s)`. Prepare and commit calls are retried inside the
-attempt (`call_retries`, §4); abort and release keep their own timer (`abort_pending`,
-`release_pending`).
+attempt (`call_retries`, §4), and so are release and abort calls: a resume of the same id
+is idempotent (M2), so a transient fault there is retried before the attempt waits on its
+own timer (`release_pending`, `abort_pending`) with admission closed.
 """
 
 from __future__ import annotations
@@ -70,8 +71,6 @@ __all__ = [
 
 # The M1 states in which the controller waits on participants (participant_seconds).
 _PARTICIPANT_PHASES = frozenset({"preparing", "committing", "releasing", "aborting"})
-# Phases whose calls are retried inside the attempt (§4); abort and release are not.
-_RETRIED_PHASES = frozenset({Phase.PREPARE, Phase.COMMIT})
 
 
 def prepare_deadline_timer(op_id: OpId) -> TimerKey:
@@ -135,8 +134,10 @@ class AttemptCalls:
         else:
             deadline = control
         self.h.set_attempt(replace(attempt, deadline_at=max(attempt.deadline_at, deadline)))
-        budget = self.h.config.call_retries if phase in _RETRIED_PHASES else 0
-        return CallData(deadline_at=deadline, budget=budget)
+        # Every M1 call is retried inside the attempt (§4), release and abort too: the
+        # pending states' timer (`snapshot_attempt_interval_s`) takes over only once the
+        # retries are spent, so one lost resume does not hold admission closed that long.
+        return CallData(deadline_at=deadline, budget=self.h.config.call_retries)
 
     def payload(self, phase: Phase, key: CallKey) -> Any:
         return None

@@ -88,6 +88,7 @@ from quiesce.protocol.controller._inputs import (
     TrainerBoundary,
     TrainSwitchBegin,
     TrainSwitchEnd,
+    UnknownInput,
     WeightSyncBegin,
     WeightSyncEnd,
 )
@@ -175,8 +176,9 @@ class Coordinator:
         """Apply one input at time `now`: the next state and the effects, in order.
 
         Raises the setup refusals of discovery (`DiscoveryRefused`, `OverrideRefines`,
-        ...) with the state unchanged; every other input is accepted (a stale reply or a
-        stale timer is logged and changes nothing).
+        ...) with the state unchanged, and `UnknownInput` for a value that is not a
+        `ControllerInput`; every input is accepted (a stale reply or a stale timer is logged
+        and changes nothing).
         """
         run = _Run(self, state, now)
         run.handle(input)
@@ -346,7 +348,7 @@ class _Run:
             return
         handler = _HANDLERS.get(type(event))
         if handler is None:
-            raise TypeError(f"the coordinator has no input {type(event).__name__}")
+            raise UnknownInput(event)
         handler(self, event)
         self.m9.after_input()
 
@@ -359,6 +361,8 @@ class _Run:
             self.m9.on_retry_timer(timer)
         elif kind is TimerKind.CALL_RETRY:
             self._phases_of(OpId.parse(timer.subject)).on_retry_due(timer)
+        elif kind is TimerKind.RETIRE_RETRY:
+            self.rollouts.on_retire_due(timer)
         else:
             self._attempt_timer(timer)
 
@@ -537,6 +541,8 @@ class _Run:
     def on_call_failed(self, event: CallFailed) -> None:
         if event.op is Op.ACK:
             self.rollouts.on_ack_failed(event)
+        elif event.op is Op.RETIRE:
+            self.rollouts.on_retire_failed(event)
         else:
             self._phases_of(event.op_id).on_failure(
                 event.participant, event.op, event.op_id, event.cause

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
+from quiesce.fsm import QuiesceError
 from quiesce.protocol._causes import Cause
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import Capabilities
@@ -52,6 +53,7 @@ __all__ = [
     "TrainSwitchBegin",
     "TrainSwitchEnd",
     "TrainerBoundary",
+    "UnknownInput",
     "WeightSyncBegin",
     "WeightSyncEnd",
 ]
@@ -126,12 +128,14 @@ class Reply:
 @dataclass(frozen=True, slots=True)
 class CallFailed:
     """The call `(op, op_id)` to `participant` got no usable answer; `cause` says why
-    (classified by `_causes.CAUSES`, never by exception class)."""
+    (classified by `_causes.CAUSES`, never by exception class). `payload` is the call's own
+    (`Call.payload`): a failed retire names its attempt key there, so it can be sent again."""
 
     participant: str
     op: Op
     op_id: OpId | None
     cause: Cause
+    payload: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,3 +282,20 @@ ControllerInput = (
     | SnapshotLoadFailed
 )
 """Every input the coordinator accepts."""
+
+
+class UnknownInput(QuiesceError, TypeError):
+    """`Coordinator.step` was given `input`, which is none of its inputs (`ControllerInput`).
+
+    A `TypeError` too: it is a wrong argument. A driver logs it and drops the input (the
+    state is unchanged). Values such as the restore plan's `NewGroup` are not inputs: a new
+    prompt group is opened with `GroupOpened`.
+    """
+
+    def __init__(self, input: object) -> None:
+        self.input = input
+        self.accepted = tuple(kind.__name__ for kind in get_args(ControllerInput))
+        super().__init__(
+            f"the coordinator has no input {type(input).__name__!r}: pass one of "
+            f"{', '.join(self.accepted)} (a new prompt group is a GroupOpened)"
+        )

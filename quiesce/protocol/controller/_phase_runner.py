@@ -343,7 +343,13 @@ def _w_send_call(run: PhaseRunner, key: CallKey, _input: CallInput, _arg: Any) -
     name, op_id = key
     sent_as = run.h.policy.retry_op_id(op_id, value.data.retries)  # §4: the same id
     payload = run.owner.payload(calls.phase, key)
-    run.h.emit(Call(name, PHASE_OPS[calls.phase], sent_as, value.data.deadline_at, payload))
+    deadline = value.data.deadline_at
+    if value.data.budget:
+        # One try of a call that may be retried waits at most `control_timeout_s`: a try
+        # that times out then leaves the rest of a longer deadline (the shared prepare
+        # deadline) to its retries instead of spending all of it (§3, §4).
+        deadline = min(deadline, run.h.now + run.h.config.control_timeout_s)
+    run.h.emit(Call(name, PHASE_OPS[calls.phase], sent_as, deadline, payload))
 
 
 def _w_record_answer(run: PhaseRunner, key: CallKey, _input: CallInput, event: CallEvent) -> None:

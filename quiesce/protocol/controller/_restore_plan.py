@@ -340,7 +340,10 @@ class DispatchItem:
 
 @dataclass(frozen=True, slots=True)
 class NewGroup:
-    """New dataloader work to open after every unfinished group."""
+    """New dataloader work that `plan_redispatch` opens after every unfinished group.
+
+    A value of the restore plan, not a `Coordinator` input: a running controller is told
+    of a new prompt group with `GroupOpened` (queued while the restore runs)."""
 
     group_id: str
     size: int

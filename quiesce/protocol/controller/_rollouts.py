@@ -21,6 +21,7 @@ from quiesce.protocol._errors import LocalProtocolError
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._levels import RecoveryLevel
 from quiesce.protocol._messages import AckReply, RetireReply
+from quiesce.protocol._timers import ArmTimer, TimerKey, TimerKind
 from quiesce.protocol.controller._effects import Call, Dispatch, Metric, Op, Redispatch
 from quiesce.protocol.controller._host import StepHost
 from quiesce.protocol.controller._inputs import (
@@ -270,9 +271,9 @@ class Rollouts:
             refused_groups=self.h.state.refused_groups - {group_id},
         )
         agent = ledger.group(group_id).environment
-        deadline = self.h.now + self.h.config.control_timeout_s
         if retire:
-            self.h.emit(*(Call(agent, Op.RETIRE, None, deadline, key) for key in keys))
+            for key in keys:
+                self.retire(agent, key)
         self.h.stop_deadline(group_id)
         self.retry_group(group_id)
 
@@ -292,6 +293,35 @@ class Rollouts:
         self.h.emit(Redispatch(group_id, level.value))
         self.h.start_deadline(group_id)
         self.dispatch_reserved()
+
+    def retire(self, agent: str, key: AttemptKey) -> None:
+        """Tombstone attempt `key` at `agent` (M3 `retire`; idempotent: an agent that has it
+        retired already answers so)."""
+        deadline = self.h.now + self.h.config.control_timeout_s
+        self.h.emit(Call(agent, Op.RETIRE, None, deadline, key))
+
+    def on_retire_failed(self, event: CallFailed) -> None:
+        """A retire got no answer: send it again after `snapshot_attempt_interval_s`, until
+        one is answered. Nothing else would: the ledger may compact the attempt's group, and
+        a frozen execution the retire was meant for is never resumed (I9)."""
+        key: AttemptKey = event.payload
+        timer = TimerKey(TimerKind.RETIRE_RETRY, f"{key[0]}#{key[1]}", event.participant)
+        at = self.h.now + self.h.config.snapshot_attempt_interval_s
+        self.h.log(
+            "retire_retried",
+            level="warning",
+            participant=event.participant,
+            rollout=key[0],
+            attempt=key[1],
+            cause=event.cause.value,
+            retry_at=at,
+        )
+        self.h.emit(ArmTimer(timer, at))
+
+    def on_retire_due(self, timer: TimerKey) -> None:
+        """The retry timer of a failed retire fired: send the same retire again."""
+        rollout_id, _, attempt = timer.subject.rpartition("#")
+        self.retire(timer.participant, (rollout_id, int(attempt)))
 
     def on_retire_reply(self, participant: str, result: Any) -> None:
         """A retire answered: a completed execution it found is sealed late and ACKed (S17:

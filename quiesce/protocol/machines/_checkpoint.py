@@ -207,6 +207,9 @@ _ROWS = (
     on(_S.PUBLISHING, _I.INSPECTED_ABSENT, _S.ABORTING, update="unverifiable", effects="call_abort"),
     # --- failures. A fatal cause stops at once, keeping the intent for the next start.
     on(ATTEMPT_STATES, _I.FAILED, _S.STOPPED, guard="fatal", effects=("outcome", "stop")),
+    # A late failure of the release or abort round that already failed (another participant
+    # of the same role): nothing new, the retry timer calls every one of them again.
+    on(_PENDING, _I.FAILED, None),
     on(_BEFORE_PARTICIPANTS, _I.FAILED, _S.STOPPED, guard="exhausted", update="note_cause", effects=("clear_intent", "outcome", "stop")),
     on(_BEFORE_PARTICIPANTS, _I.FAILED, _S.IDLE, update="abandon", effects=("clear_intent", "drop_holds", "outcome")),
     on(_PARTICIPANTS_TOUCHED, _I.FAILED, _S.ABORTING, update="note_cause", effects=("cancel_prepare_timers", "call_abort")),

@@ -1,0 +1,236 @@
+"""Goodput under faults: what per-call faults cost the training run, with and without retries.
+
+Run: `uv run python benchmarks/bench_faults.py [--json] [--seeds 50] [--steps 30] [--workers 2]`.
+
+For each per-call fault rate (0.01, 0.05, 0.10) and `--seeds` seeds, one `quiesce simulate`
+run of `--steps` training steps on the default fleet (2 agents; `quiesce.harness.simulate`,
+nothing of it re-implemented here), once with the default retries inside an attempt and once
+with them off (`call_retries=0`), in the same run of this script. Per rate and mode:
+- `stopped`: runs whose controller stopped (verdict `stopped`); `violated`: runs whose
+  oracle found a broken invariant (must be 0 in either mode);
+- `completed` / `failed`: the training's checkpoint attempts (up to the attempt of the
+  last step: the harness's settle tail after it runs without faults) by final outcome, one
+  per checkpoint id (a published attempt whose release was retried counts once, completed);
+  `skipped` attempts (a precondition, not a fault) are apart; `completed_pct` is
+  completed / (completed + failed);
+- `closed_median_s` / `closed_p99_s`: admission-closed seconds of every attempt of every
+  run, pooled (virtual time).
+
+Targets: at 0.05, 0 runs stopped and completed_pct >= 90; at 0.10, 0 stopped and
+completed_pct >= 70; at every rate, closed_p99_s with retries <= 1.5 x without. Runs are
+spread over `--workers` processes; the wall time is reported (the figures are virtual-time
+only, so they are the same on any machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+from quiesce.adapters import configure_logging
+from quiesce.harness import simulate
+from quiesce.protocol import QuiesceConfig
+from quiesce.protocol.controller import (
+    ControllerEffect,
+    ControllerInput,
+    ControllerState,
+    Coordinator,
+    Metric,
+    Outcome,
+)
+from quiesce.protocol.machines import CheckpointState
+
+RATES = (0.01, 0.05, 0.10)
+MODES = ("retries", "no_retries")
+# rate -> the least completed_pct it must reach, with retries and 0 runs stopped.
+TARGETS = {0.05: 90.0, 0.10: 70.0}
+P99_RATIO_MAX = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    rate: float
+    mode: str
+    seed: int
+    steps: int
+
+
+@dataclass
+class RunFigures:
+    """What one simulated run contributes: the attempts of its training, up to the end of
+    the attempt of the last step (the harness's settle tail after it, faults off, is not
+    the training's and is not counted)."""
+
+    steps: int
+    verdict: str = ""
+    outcomes: dict[str, str] = field(default_factory=dict)  # checkpoint id -> final result
+    closed_s: list[float] = field(default_factory=list)
+    over: bool = False
+
+    def observe(
+        self, _event: ControllerInput, effects: tuple[ControllerEffect, ...], state: ControllerState
+    ) -> None:
+        if self.over:
+            return
+        for effect in effects:
+            if isinstance(effect, Outcome):
+                # The last outcome of an id is its final one (a retried release ends it).
+                self.outcomes[str(effect.checkpoint_id)] = effect.result
+                last_step = effect.checkpoint_id.step >= self.steps
+                self.over = last_step and state.phase in (
+                    CheckpointState.IDLE,
+                    CheckpointState.STOPPED,
+                )
+            elif isinstance(effect, Metric) and effect.name == "checkpoint.admission_closed_s":
+                self.closed_s.append(effect.value)
+
+
+def _without_retries(config: QuiesceConfig) -> Coordinator:
+    return Coordinator(config.model_copy(update={"call_retries": 0}))
+
+
+def run_one(job: Job) -> RunFigures:
+    """One `quiesce simulate` run (in a worker process)."""
+    configure_logging("error")
+    figures = RunFigures(job.steps)
+    factory = Coordinator if job.mode == "retries" else _without_retries
+    result = simulate(
+        steps=job.steps,
+        fault_rate=job.rate,
+        seed=job.seed,
+        coordinator_factory=factory,
+        observers=[figures.observe],
+    )
+    figures.verdict = result.verdict
+    return figures
+
+
+def _p99(sample: Sequence[float]) -> float:
+    ordered = sorted(sample)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
+
+
+def summarise(runs: Iterable[RunFigures]) -> dict[str, float | int]:
+    """The figures of one rate and mode, over its runs."""
+    runs = list(runs)
+    results = [r for run in runs for r in run.outcomes.values()]
+    closed = [s for run in runs for s in run.closed_s]
+    completed, failed = results.count("completed"), results.count("failed")
+    return {
+        "runs": len(runs),
+        "stopped": sum(run.verdict == "stopped" for run in runs),
+        "violated": sum(run.verdict == "violated" for run in runs),
+        "completed": completed,
+        "failed": failed,
+        "skipped": results.count("skipped"),
+        "completed_pct": round(100.0 * completed / max(completed + failed, 1), 1),
+        "closed_median_s": round(statistics.median(closed), 3) if closed else 0.0,
+        "closed_p99_s": round(_p99(closed), 3),
+    }
+
+
+def verdicts(figures: dict[str, dict[str, dict[str, float | int]]]) -> dict[str, bool]:
+    """Each target, met or not."""
+    met: dict[str, bool] = {}
+    for rate, least in TARGETS.items():
+        row = figures[str(rate)]["retries"]
+        met[f"{rate}: 0 stopped, >= {least:g}% completed"] = (
+            row["stopped"] == 0 and row["completed_pct"] >= least
+        )
+    for rate in RATES:
+        on, off = figures[str(rate)]["retries"], figures[str(rate)]["no_retries"]
+        met[f"{rate}: p99 closed with retries <= {P99_RATIO_MAX}x without"] = (
+            on["closed_p99_s"] <= P99_RATIO_MAX * off["closed_p99_s"]
+        )
+    for rate in RATES:
+        met[f"{rate}: no invariant violated"] = all(
+            figures[str(rate)][mode]["violated"] == 0 for mode in MODES
+        )
+    return met
+
+
+def measure(seeds: int, steps: int, workers: int) -> dict[str, object]:
+    """Every run, over `workers` processes; the figures per rate and mode, and the verdicts."""
+    jobs = [
+        Job(rate, mode, seed, steps)
+        for rate in RATES
+        for mode in MODES
+        for seed in range(1, seeds + 1)
+    ]
+    start = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        runs = list(pool.map(run_one, jobs, chunksize=4))
+    wall_s = time.perf_counter() - start
+    figures = {
+        str(rate): {
+            mode: summarise(
+                run
+                for job, run in zip(jobs, runs, strict=True)
+                if (job.rate, job.mode) == (rate, mode)
+            )
+            for mode in MODES
+        }
+        for rate in RATES
+    }
+    return {
+        "seeds": seeds,
+        "steps": steps,
+        "workers": workers,
+        "wall_s": round(wall_s, 1),
+        "figures": figures,
+        "targets": verdicts(figures),
+    }
+
+
+def markdown(result: dict[str, object]) -> str:
+    """The README's table."""
+    figures: dict[str, dict[str, dict[str, float | int]]] = result["figures"]  # type: ignore[assignment]
+    lines = [
+        "| fault rate | retries | runs stopped | attempts completed | attempts failed "
+        "| completed % | admission closed median (s) | p99 (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for rate in RATES:
+        for mode in MODES:
+            row = figures[str(rate)][mode]
+            lines.append(
+                f"| {rate:.2f} | {'on' if mode == 'retries' else 'off'} | {row['stopped']} "
+                f"| {row['completed']} | {row['failed']} | {row['completed_pct']:.1f} "
+                f"| {row['closed_median_s']:.3f} | {row['closed_p99_s']:.3f} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table and the targets (or one JSON document with `--json`); exit 1 if a
+    target is missed."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--seeds", type=int, default=50, help="seeds per rate and mode")
+    parser.add_argument("--steps", type=int, default=30, help="training steps per run")
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
+    args = parser.parse_args(argv)
+    result = measure(args.seeds, args.steps, args.workers)
+    targets: dict[str, bool] = result["targets"]  # type: ignore[assignment]
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    else:
+        print(markdown(result))
+        print()
+        for name, met in targets.items():
+            print(f"{'met   ' if met else 'MISSED'} {name}")
+        print(
+            f"\n{args.seeds} seeds x {args.steps} steps x {len(RATES)} rates x {len(MODES)} "
+            f"modes in {result['wall_s']:.1f} s wall ({args.workers} workers)"
+        )
+    return 0 if all(targets.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""The goodput benchmark's figures: one real run's observer, and how runs are summed up
+(the full sweep runs in `benchmarks/bench_faults.py` only)."""
+
+from __future__ import annotations
+
+from benchmarks import bench_faults
+from benchmarks.bench_faults import Job, RunFigures
+
+
+def test_one_run_is_observed_through_simulate_and_counts_its_attempts() -> None:
+    figures = bench_faults.run_one(Job(rate=0.05, mode="no_retries", seed=1, steps=3))
+    assert figures.verdict in ("ok", "stopped")
+    assert figures.outcomes  # every trainer boundary is an attempt
+    assert set(figures.outcomes.values()) <= {"completed", "failed", "skipped"}
+    # One admission-closed figure per attempt that closed admission, each positive.
+    assert 0 < len(figures.closed_s) <= len(figures.outcomes)
+    assert all(s > 0 for s in figures.closed_s)
+
+
+def test_the_summary_counts_final_outcomes_and_pools_admission_closed() -> None:
+    runs = [
+        RunFigures(3, "ok", {"a": "completed", "b": "failed"}, [0.1, 0.2]),
+        RunFigures(3, "stopped", {"c": "completed", "d": "skipped"}, [0.3, 5.0]),
+    ]
+    row = bench_faults.summarise(runs)
+    assert (row["runs"], row["stopped"], row["violated"]) == (2, 1, 0)
+    assert (row["completed"], row["failed"], row["skipped"]) == (2, 1, 1)
+    assert row["completed_pct"] == 66.7
+    assert row["closed_median_s"] == 0.25 and row["closed_p99_s"] == 5.0
