@@ -10,6 +10,8 @@ that cannot be reached or has another role.
 The examples share the one server: each starts by bringing it back to an idle fence (see
 `quiesce/testing/_kit.py`), so nothing else may use the server during the run, and an agent
 must not run executions on its own (`quiesce serve --no-work`, or pass `--no-executions`).
+With `--reset-url` each example starts from a fresh participant instead, and a failing
+sequence is shrunk; without it the failing sequence is printed as found, with the reason.
 """
 
 from __future__ import annotations
@@ -70,6 +72,13 @@ __all__ = ["conform"]
     show_default=True,
     help="Seconds to wait for each reply.",
 )
+@click.option(
+    "--reset-url",
+    type=HttpUrl(),
+    default=None,
+    help="URL the kit POSTs (with the bearer token) before each sequence to get a fresh "
+    "participant; without it a failing sequence cannot be shrunk.",
+)
 @json_option
 def conform(
     url: str,
@@ -80,6 +89,7 @@ def conform(
     seed: int | None,
     executions: bool,
     timeout: float,
+    reset_url: str | None,
     as_json: bool,
 ) -> None:
     """Check that the participant server at --url follows the protocol (docs/wire.md)."""
@@ -94,6 +104,7 @@ def conform(
             seed=seed,
             executions=executions,
             timeout=timeout,
+            reset=reset_url,
         )
     except ConformanceSetupError as error:
         fail(error)

@@ -68,7 +68,7 @@ from hypothesis.stateful import get_state_machine_test
 
 from quiesce.testing._machine import ConformanceMachine
 from quiesce.testing._results import ConformanceResult, ConformanceSetupError, ConformanceViolation
-from quiesce.testing._session import Abort, KitRun, Server
+from quiesce.testing._session import NO_RESET, STUCK, Abort, KitRun, Reset, Server, reset_hook
 
 __all__ = ["ROLES", "assert_conforms", "check_conformance"]
 
@@ -85,6 +85,7 @@ def check_conformance(
     seed: int | None = None,
     executions: bool = True,
     timeout: float = 10.0,
+    reset: Reset | None = None,
 ) -> ConformanceResult:
     """Check a participant server (role `agent`, `policy` or `resources`) against the
     reference participant: `examples` generated sequences of up to `steps` operations each.
@@ -94,7 +95,11 @@ def check_conformance(
     `server` is the URL of a running server (the examples share it: see the module
     docstring), or a factory of fresh servers (`lambda: LocalServer.start(...)`): one per
     example, so even a server that a bug leaves stuck is shrunk to its shortest sequence.
-    `executions=False` skips `begin`/`boundary`/`finish` (an agent that runs its own
+    `reset` gives every example of a shared server (a URL) a fresh participant: the URL of
+    a route that resets it (POSTed with the bearer token) or a callable (`server.reset` of a
+    `LocalServer`). Without a reset hook and a factory, a failing sequence cannot be shrunk
+    (a shorter one would not start from the same state): it is reported as found, with the
+    reason. `executions=False` skips `begin`/`boundary`/`finish` (an agent that runs its own
     rollouts). `seed` makes the generated sequences reproducible (None: a random one,
     reported in the result).
 
@@ -102,7 +107,9 @@ def check_conformance(
     """
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
-    run = KitRun(server, token, role, executions and role == "agent", timeout)
+    hook = None if reset is None else reset_hook(reset, token, timeout)
+    run = KitRun(server, token, role, executions and role == "agent", timeout, hook)
+    shrinks = not isinstance(server, str) or hook is not None
     if isinstance(server, str):
         try:
             run.connect(server)
@@ -122,7 +129,9 @@ def check_conformance(
             suppress_health_check=list(HealthCheck),
             verbosity=Verbosity.quiet,
             report_multiple_bugs=False,
-            phases=(Phase.explicit, Phase.generate, Phase.shrink),
+            phases=(Phase.explicit, Phase.generate, Phase.shrink)
+            if shrinks
+            else (Phase.explicit, Phase.generate),
         ),
     )
     outcome: BaseException | None = None
@@ -134,15 +143,17 @@ def check_conformance(
         run.disconnect()
     if run.setup_error is not None:
         raise run.setup_error
-    violation, flaky, shrunk = None, False, True
+    violation, flaky, unshrunk = None, False, ""
     if run.stuck:
-        violation, shrunk = run.best, False
+        violation, unshrunk = run.best, STUCK
     elif isinstance(outcome, ConformanceViolation):
         violation = outcome
     elif outcome is not None:  # FlakyFailure & co: a replay did not fail the same way
         violation, flaky = run.best, True
         if violation is None:
             raise outcome
+    if violation is not None and not shrinks:
+        unshrunk = NO_RESET
     return ConformanceResult(
         url=run.url,
         role=role,
@@ -153,9 +164,11 @@ def check_conformance(
         checks=run.checks,
         allowed_failures=run.allowed_failures,
         duplicates=run.duplicates,
+        races=run.races,
         violation=violation,
         flaky=flaky,
-        shrunk=shrunk,
+        shrunk=not unshrunk,
+        not_shrunk_because=unshrunk,
     )
 
 

@@ -82,11 +82,13 @@ class ConformanceResult:
     (shrinking included), `requests` the HTTP requests sent, `checks` the replies compared
     with the oracle, `allowed_failures` the commits/restores the server failed where the
     oracle succeeded (accepted, and checked to land where M2 says), `duplicates` the pairs of
-    identical control requests sent at once (each copy counts in `requests` and `checks`).
+    identical control requests sent at once (each copy counts in `requests` and `checks`),
+    `races` the sets of different control requests sent overlapping (judged by
+    linearizability).
     `flaky` is True when the
     shortest sequence did not fail again on replay (the server is not deterministic);
-    `shrunk` is False when a shared server was left stuck by the failure, so hypothesis
-    could not replay shorter sequences against it."""
+    `shrunk` is False when the sequence is reported as found, and `not_shrunk_because`
+    says why (a shared server without a reset hook, or one the failure left stuck)."""
 
     url: str
     role: str
@@ -97,9 +99,11 @@ class ConformanceResult:
     checks: int
     allowed_failures: int
     duplicates: int = 0
+    races: int = 0
     violation: ConformanceViolation | None = None
     flaky: bool = False
     shrunk: bool = True
+    not_shrunk_because: str = ""
 
     @property
     def ok(self) -> bool:
@@ -115,6 +119,7 @@ class ConformanceResult:
                 "differences": list(self.violation.differences),
                 "flaky": self.flaky,
                 "shrunk": self.shrunk,
+                "not_shrunk_because": self.not_shrunk_because,
                 "sequence": [s.to_json() for s in _shown(self.violation.steps)],
             }
         return {
@@ -128,6 +133,7 @@ class ConformanceResult:
             "checks": self.checks,
             "allowed_failures": self.allowed_failures,
             "duplicates": self.duplicates,
+            "races": self.races,
             "failure": failure,
         }
 
@@ -136,7 +142,7 @@ class ConformanceResult:
         head = (
             f"{self.role} {self.participant!r} at {self.url}: {self.examples} sequences, "
             f"{self.requests} requests, {self.checks} replies checked, "
-            f"{self.duplicates} concurrent duplicates, "
+            f"{self.duplicates} concurrent duplicates, {self.races} races, "
             f"{self.allowed_failures} allowed commit/restore failures (seed {self.seed})"
         )
         if self.violation is None:
@@ -146,12 +152,10 @@ class ConformanceResult:
         if self.flaky:
             lines.append("note: the sequence did not fail again on replay (flaky server)")
         if not self.shrunk:
-            lines.append(
-                "note: not shrunk: the server could not be brought back to an idle fence after "
-                "it (use a factory of fresh servers to shrink further)"
-            )
+            lines.append(f"note: not shrunk: {self.not_shrunk_because}")
         shown = _shown(self.violation.steps)
-        lines.append(f"shortest failing sequence ({len(shown)} requests):")
+        which = "shortest failing" if self.shrunk else "failing"
+        lines.append(f"{which} sequence ({len(shown)} requests):")
         for number, step in enumerate(shown, 1):
             lines += _format_step(number, step, last=step is shown[-1])
         return "\n".join(lines)

@@ -15,6 +15,7 @@ from quiesce.testing._results import brief
 __all__ = [
     "CODE_RULES",
     "DUPLICATE_RULE",
+    "RACE_RULE",
     "describe_differences",
     "describe_disagreement",
     "hint",
@@ -49,6 +50,15 @@ DUPLICATE_RULE = (
     "state after is a single request's; "
     "fix: key in-flight control requests by (op, op_id) and let a duplicate await the "
     "first's reply, instead of refusing it or running the operation again"
+)
+
+RACE_RULE = (
+    "M2 (linearizability): operations in flight at once take effect one at a time, in some "
+    "order: no order of the overlapping requests, run through the reference participant, "
+    "gives these replies and this state (an outcome arriving after the fence moved on, such "
+    "as a prepare overtaken by a resume, must be dropped, not applied to the newer state); "
+    "fix: decide and apply each operation under one lock, and drop a long-polled result whose "
+    "op id is no longer the active one"
 )
 
 _OP_RULES = {

@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 from pydantic import ValidationError
 
 from quiesce.fsm import QuiesceError
@@ -27,13 +28,58 @@ from quiesce.testing._results import (
 )
 from quiesce.testing._wire import ServerUnreachable, WireClient
 
-__all__ = ["Abort", "KitRun", "Server"]
+__all__ = ["NO_RESET", "STUCK", "Abort", "KitRun", "Reset", "Server", "reset_hook"]
 
 
 Server = str | Callable[[], AbstractContextManager[Any]]
 """What the kit checks: the URL of a running server (examples share it), or a factory whose
 context manager starts a fresh server per example and yields its URL (or an object with a
 `url`, like `LocalServer`)."""
+
+
+Reset = str | Callable[[], object]
+"""How the kit gets a fresh participant before each example on a shared server: the URL of
+a route that resets it (POSTed with the bearer token; any 2xx means done), or a callable
+that does (its return value is ignored)."""
+
+NO_RESET = (
+    "the examples share one server and no reset hook was given, so a shorter sequence would "
+    "not start from the state the failing one started from; pass --reset-url (or "
+    "reset=... in Python) to get a fresh participant per example and a shrunk sequence"
+)
+"""Why a run on a shared server without a reset hook is not shrunk."""
+
+STUCK = (
+    "the server could not be brought back to an idle fence after the failing sequence, so "
+    "no shorter one could be replayed against it; pass a reset hook (--reset-url, reset=...) "
+    "or a factory of fresh servers to shrink"
+)
+"""Why a run whose failure left a shared server stuck is not shrunk."""
+
+
+def reset_hook(reset: Reset, token: str, timeout: float) -> Callable[[], None]:
+    """`reset` as a callable; a URL is POSTed with the bearer token and must answer 2xx
+    (anything else is a `ConformanceSetupError` naming the status)."""
+    if not isinstance(reset, str):
+        hook = reset
+
+        def call() -> None:
+            hook()
+
+        return call
+    url = reset
+
+    def post() -> None:
+        try:
+            answer = httpx.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+        except httpx.HTTPError as error:
+            raise ConformanceSetupError(url, f"the reset hook got no answer ({error})") from None
+        if not answer.is_success:
+            raise ConformanceSetupError(
+                url, f"the reset hook answered {answer.status_code}; it must answer 2xx"
+            )
+
+    return post
 
 
 class Abort(BaseException):
@@ -54,6 +100,7 @@ class KitRun:
     role: str
     executions: bool
     timeout: float
+    reset: Callable[[], None] | None = None
     client: WireClient | None = None
     capabilities: Capabilities | None = None
     config: ParticipantConfig | None = None
@@ -63,6 +110,7 @@ class KitRun:
     requests: int = 0
     allowed_failures: int = 0
     duplicates: int = 0
+    races: int = 0
     best: ConformanceViolation | None = None
     previous: tuple[KitStep, ...] = ()
     stuck: bool = False
@@ -79,6 +127,12 @@ class KitRun:
         self.client = WireClient(url, self.token, timeout=self.timeout)
         self.url = self.client.url
         self.capabilities, self.config = _discover(self.client, self.role)
+
+    def fresh_participant(self) -> None:
+        """Run the reset hook, then learn who answers now (a new incarnation, likely)."""
+        assert self.reset is not None
+        self.reset()
+        self.connect(self.url)
 
     def disconnect(self) -> None:
         if self.client is not None:

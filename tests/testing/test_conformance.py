@@ -32,9 +32,12 @@ from quiesce.testing import (
     ConformanceSetupError,
     FlakyCommitHost,
     LocalServer,
+    RefusalOrderHost,
     ReleaseOnRetireHost,
+    ReplayAfterPhaseMovedHost,
     StalePrepareHost,
     StuckCommitHost,
+    WholeBatchAckHost,
     WireClient,
     check_conformance,
     free_port,
@@ -268,13 +271,53 @@ def test_conform_cli_exits_1_and_prints_the_sequence_for_a_broken_server(tmp_pat
     with LocalServer.start(config, token=TOKEN, host_class=BROKEN_HOSTS["stuck-commit"]) as s:
         code, output = _conform(
             "--url", s.url, "--role", "policy", "--token-file", str(token_file),
-            "--examples", "30", "--seed", "7",
+            "--examples", "30", "--seed", "7", "--reset-url", s.reset_url,
         )  # fmt: skip
     assert code == 1, output
     assert output.startswith("FAIL")
     assert "rule: M2: a commit answered failed returns the fence to prepared" in output
     assert "shortest failing sequence" in output and "POST /control/v1/commit" in output
-    assert TOKEN not in output
+    assert "not shrunk" not in output and TOKEN not in output
+    requests = [line for line in output.splitlines() if line[:4].strip().rstrip(".").isdigit()]
+    assert len(requests) <= 6, output
+
+
+def test_without_a_reset_hook_the_kit_says_it_cannot_shrink_and_why() -> None:
+    config = {"name": "policy-n", "role": "policy"}
+    with LocalServer.start(config, token=TOKEN, host_class=StuckCommitHost) as server:
+        result = check_conformance(server.url, "policy", TOKEN, examples=30, seed=7)
+    assert not result.ok and not result.shrunk
+    assert "no reset hook" in result.not_shrunk_because
+    assert "--reset-url" in result.not_shrunk_because
+    report = result.report()
+    assert "note: not shrunk: the examples share one server" in report
+    assert "shortest" not in report and "failing sequence (" in report
+    assert result.to_json()["failure"]["not_shrunk_because"] == result.not_shrunk_because
+
+
+def test_a_reset_callable_gives_each_example_a_fresh_participant() -> None:
+    config = {"name": "policy-r", "role": "policy"}
+    with LocalServer.start(config, token=TOKEN, host_class=StuckCommitHost) as server:
+        incarnations: list[str] = []
+
+        def reset() -> None:
+            server.reset()
+            incarnations.append(server.host.state.incarnation)
+
+        result = check_conformance(server.url, "policy", TOKEN, examples=30, seed=7, reset=reset)
+    assert not result.ok and result.shrunk and result.not_shrunk_because == ""
+    assert len(set(incarnations)) == len(incarnations) == result.examples
+    assert len(_printed_requests(result)) <= 6, result.report()
+
+
+def test_a_reset_url_that_refuses_is_a_setup_error() -> None:
+    config = {"name": "policy-u", "role": "policy"}
+    with (
+        LocalServer.start(config, token=TOKEN) as server,
+        pytest.raises(ConformanceSetupError) as caught,
+    ):
+        check_conformance(server.url, "policy", TOKEN, examples=1, reset=server.url + "/nowhere")
+    assert "the reset hook answered 404; it must answer 2xx" in str(caught.value)
 
 
 # ------------------------------------------------------------------ the pytest fixture
@@ -299,3 +342,39 @@ def test_the_pytest_fixture_fails_the_test_with_the_sequence(
         quiesce_conformance(server.fresh, "policy", TOKEN, examples=50, seed=3)
     assert "FAIL" in str(failed.value) and "stale_checkpoint" in str(failed.value)
     assert "shortest failing sequence" in str(failed.value)
+
+
+# ------------------------------------------------------------------ spec fidelity
+
+
+def test_a_server_that_refuses_a_whole_ack_batch_is_caught() -> None:
+    result = _check_broken("agent", WholeBatchAckHost, examples=100, seed=2)
+    assert not result.ok and result.violation is not None, result.report()
+    last = result.violation.steps[-1]
+    assert last.exchange.path.endswith("/ack") and last.exchange.status == 409
+    assert last.expected is not None and last.expected["http"] == 200
+    assert "unknown receipt is listed in `unknown`" in result.violation.rule
+    assert len(_printed_requests(result)) <= 6, result.report()
+
+
+def test_a_server_that_refuses_a_replay_after_the_phase_moved_is_caught() -> None:
+    result = _check_broken("policy", ReplayAfterPhaseMovedHost, examples=100, seed=5)
+    assert not result.ok and result.violation is not None, result.report()
+    last = result.violation.steps[-1]
+    assert last.exchange.status == 409 and last.actual is not None
+    assert last.actual["code"] == "invalid_phase"
+    assert last.expected is not None and last.expected["http"] == 200
+    ops = [s.exchange.path.rsplit("/", 1)[1] for s in result.violation.steps if not s.check]
+    assert ops[-1] in ("prepare", "commit") and "commit" in ops, result.report()
+    assert len(_printed_requests(result)) <= 6, result.report()
+
+
+def test_any_applicable_begin_refusal_is_accepted() -> None:
+    # Where several of begin's refusals apply, the spec fixes no order: a server answering
+    # another applicable one than the reference conforms.
+    config = {"name": "agent-o", "role": "agent"}
+    with LocalServer.start(config, token=TOKEN, host_class=RefusalOrderHost) as server:
+        result = check_conformance(server.url, "agent", TOKEN, examples=60, seed=11)
+        reordered = server.host.reordered  # type: ignore[attr-defined]
+    assert result.ok, result.report()
+    assert reordered > 0  # it did answer another refusal than the reference, and passed
