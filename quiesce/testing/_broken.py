@@ -28,6 +28,8 @@ is for; the kit's own tests prove it catches each one (tests/testing/test_confor
 - `StalePrepareClobbersNextHost` (M2, a race): a not-ready prepare long-polls; when it
   ends after a resume and the next checkpoint's prepare, it clears the active id, which is
   now the next checkpoint's;
+- `ReplyBeforeFsyncHost` (§6): answers before its journal write is durable (the write is
+  flushed by the next request), so a crash right after a reply loses what it reported;
 - `FlakyCommitHost` is NOT broken: it fails the first commit of every id and returns to
   `prepared`, as M2 allows; the kit accepts it (its `allowed_failures` counts them);
 - `RefusalOrderHost` is NOT broken: where several of `begin`'s refusals apply it answers
@@ -47,7 +49,15 @@ from quiesce.adapters import ParticipantHost, dedupe_key
 from quiesce.fsm import Value
 from quiesce.protocol import OpId
 from quiesce.protocol.machines import ExecState, FenceOp, FenceState
-from quiesce.protocol.participant import AgentRole, ParticipantOp, ParticipantState, stamp
+from quiesce.protocol.participant import (
+    AgentRole,
+    Journal,
+    JournalWrite,
+    ParticipantEffect,
+    ParticipantOp,
+    ParticipantState,
+    stamp,
+)
 from quiesce.protocol.participant import handle as decide
 from quiesce.protocol.wire import (
     AckRequest,
@@ -68,6 +78,7 @@ __all__ = [
     "RefusalOrderHost",
     "ReleaseOnRetireHost",
     "ReplayAfterPhaseMovedHost",
+    "ReplyBeforeFsyncHost",
     "StalePrepareClobbersNextHost",
     "StalePrepareHost",
     "StuckAfterOvertakenPrepareHost",
@@ -228,6 +239,27 @@ class StalePrepareClobbersNextHost(ParticipantHost):
         return reply
 
 
+class ReplyBeforeFsyncHost(ParticipantHost):
+    """BROKEN (§6): a journal write is queued and flushed when the next request arrives,
+    after the reply that reported it went out; a crash in between loses it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.unflushed: Journal | None = None
+
+    async def handle(self, op: ParticipantOp | str, request: Any = None) -> Message:
+        """Flush the previous request's journal write, then answer `op` (the bug: late)."""
+        if self.unflushed is not None:
+            await self.journal.write(self.unflushed)
+            self.unflushed = None
+        return await super().handle(op, request)
+
+    async def _persist(self, effects: tuple[ParticipantEffect, ...]) -> None:
+        for effect in effects:
+            if isinstance(effect, JournalWrite):
+                self.unflushed = effect.journal
+
+
 class FlakyCommitHost(ParticipantHost):
     """CONFORMING: the first commit of each id fails and the fence returns to `prepared`
     (a failure records nothing, so the retry runs again and succeeds)."""
@@ -312,8 +344,10 @@ BROKEN_HOSTS: dict[str, type[ParticipantHost]] = {
     "whole-batch-ack": WholeBatchAckHost,
     "resume-overtakes-prepare-stuck": StuckAfterOvertakenPrepareHost,
     "stale-prepare-clobbers-next": StalePrepareClobbersNextHost,
+    "reply-before-fsync": ReplyBeforeFsyncHost,
 }
-"""The deliberately broken hosts by name (the role each needs: any fenced role for
-`stale-prepare`, `stuck-commit`, `busy-duplicate`, `replay-after-phase-moved` and
-`resume-overtakes-prepare-stuck`, agent for `release-on-retire`, `whole-batch-ack` and
-`stale-prepare-clobbers-next`, whose prepare must be not ready to long-poll)."""
+"""The deliberately broken hosts by name. The role each needs: any fenced role for
+`stale-prepare`, `stuck-commit`, `busy-duplicate`, `replay-after-phase-moved`,
+`resume-overtakes-prepare-stuck` and `reply-before-fsync` (which needs a restart hook);
+agent for `release-on-retire`, `whole-batch-ack` and `stale-prepare-clobbers-next` (whose
+prepare must be not ready to long-poll)."""

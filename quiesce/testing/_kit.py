@@ -68,7 +68,17 @@ from hypothesis.stateful import get_state_machine_test
 
 from quiesce.testing._machine import ConformanceMachine
 from quiesce.testing._results import ConformanceResult, ConformanceSetupError, ConformanceViolation
-from quiesce.testing._session import NO_RESET, STUCK, Abort, KitRun, Reset, Server, reset_hook
+from quiesce.testing._session import (
+    NO_RESET,
+    STUCK,
+    Abort,
+    KitRun,
+    Reset,
+    Restart,
+    Server,
+    reset_hook,
+    restart_hook,
+)
 
 __all__ = ["ROLES", "assert_conforms", "check_conformance"]
 
@@ -86,6 +96,7 @@ def check_conformance(
     executions: bool = True,
     timeout: float = 10.0,
     reset: Reset | None = None,
+    restart: Restart | None = None,
 ) -> ConformanceResult:
     """Check a participant server (role `agent`, `policy` or `resources`) against the
     reference participant: `examples` generated sequences of up to `steps` operations each.
@@ -99,8 +110,11 @@ def check_conformance(
     a route that resets it (POSTed with the bearer token) or a callable (`server.reset` of a
     `LocalServer`). Without a reset hook and a factory, a failing sequence cannot be shrunk
     (a shorter one would not start from the same state): it is reported as found, with the
-    reason. `executions=False` skips `begin`/`boundary`/`finish` (an agent that runs its own
-    rollouts). `seed` makes the generated sequences reproducible (None: a random one,
+    reason. `restart` kills and restarts the server (§6): a shell command (`--restart-cmd`)
+    or a callable (`server.restart` of a `LocalServer`); the kit then restarts it between
+    requests and checks that what was replied before is what the journal gives after, under
+    a new incarnation. `executions=False` skips `begin`/`boundary`/`finish` (an agent that
+    runs its own rollouts). `seed` makes the generated sequences reproducible (None: a random one,
     reported in the result).
 
     >>> check_conformance("http://127.0.0.1:1", "agent", "t")  # doctest: +SKIP
@@ -109,6 +123,8 @@ def check_conformance(
         raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
     hook = None if reset is None else reset_hook(reset, token, timeout)
     run = KitRun(server, token, role, executions and role == "agent", timeout, hook)
+    if restart is not None:
+        run.restart = restart_hook(restart, timeout)
     shrinks = not isinstance(server, str) or hook is not None
     if isinstance(server, str):
         try:
@@ -165,6 +181,7 @@ def check_conformance(
         allowed_failures=run.allowed_failures,
         duplicates=run.duplicates,
         races=run.races,
+        restarts=run.restarts,
         violation=violation,
         flaky=flaky,
         shrunk=not unshrunk,

@@ -9,6 +9,7 @@ their own, without a separate process. What it does not know: the protocol.
 
 from __future__ import annotations
 
+import secrets
 import socket
 import threading
 import time
@@ -69,6 +70,7 @@ class LocalServer:
         token: str,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         make_host: Callable[[], ParticipantHost] | None = None,
+        run_work: bool = False,
     ) -> None:
         self.host = host
         self.port = free_port()
@@ -76,6 +78,7 @@ class LocalServer:
         self._token = token
         self._max_body_bytes = max_body_bytes
         self._make_host = make_host
+        self._run_work = run_work
         self._app = create_app(host, token=token, max_body_bytes=max_body_bytes)
         config = uvicorn.Config(
             self._dispatch, host="127.0.0.1", port=self.port, loop="asyncio", log_config=None,
@@ -106,7 +109,7 @@ class LocalServer:
             )
 
         first = make(FileJournal(state_dir) if state_dir else None)
-        return cls(first, token=token, make_host=make, **options)
+        return cls(first, token=token, make_host=make, run_work=run_work, **options)
 
     @property
     def reset_url(self) -> str:
@@ -135,6 +138,19 @@ class LocalServer:
             raise TypeError("reset() needs a LocalServer made by LocalServer.start(...)")
         # The replaced host is simply dropped: a host that is not run() holds no tasks.
         self.host = self._make_host()
+        self._app = create_app(
+            self.host, token=self._token, max_body_bytes=self._max_body_bytes, run_host=False
+        )
+
+    def restart(self) -> None:
+        """Kill the participant (its executions and anything not yet journaled die) and
+        start it again from its journal under a new incarnation, on the same URL (§6): the
+        restart hook of `check_conformance(..., restart=server.restart)`."""
+        journal = self.host.journal
+        self.host.crash()
+        self.host = type(self.host).recover(
+            journal, f"inc-{secrets.token_hex(8)}", clock=RealClock(), run_work=self._run_work
+        )
         self._app = create_app(
             self.host, token=self._token, max_body_bytes=self._max_body_bytes, run_host=False
         )

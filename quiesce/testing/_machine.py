@@ -23,7 +23,14 @@ from pydantic import BaseModel, ValidationError
 from quiesce.adapters import DEDUPED_OPS, REPLY_MODELS, CompletionsReply, WireError, status_of
 from quiesce.protocol import InvalidOpId, OpId
 from quiesce.protocol.machines import FenceOp
-from quiesce.protocol.participant import ParticipantOp, ParticipantState, handle, new_participant
+from quiesce.protocol.participant import (
+    ParticipantOp,
+    ParticipantState,
+    from_journal,
+    handle,
+    journal_of,
+    new_participant,
+)
 from quiesce.protocol.wire import ErrorReply, Message, Receipt
 from quiesce.testing._latitude import begin_refusals
 from quiesce.testing._race import RACE_DEADLINE_S, RACES, Explanation, explanations
@@ -31,10 +38,12 @@ from quiesce.testing._results import ConformanceSetupError, ConformanceViolation
 from quiesce.testing._rules import (
     CODE_RULES,
     DUPLICATE_RULE,
+    INCARNATION_RULE,
     RACE_RULE,
     describe_differences,
     describe_disagreement,
     hint,
+    section_of,
     step_note,
 )
 from quiesce.testing._session import Abort, KitRun
@@ -52,6 +61,7 @@ _CONTROL_OPS = tuple(_FENCE_OPS)
 _AGENT_OPS = ("begin", "boundary", "finish", "ack", "retire")  # in the order rules draw them
 _DUPLICATED_OPS = tuple(op.value for op in DEDUPED_OPS)  # one operation when sent at once
 _BAD_DIGEST = "0" * 64
+_RESTART = Exchange("KILL", "(restart hook)", None, 0, "restarted")
 
 
 def _post_ops(run: KitRun) -> tuple[str, ...]:
@@ -188,7 +198,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         self._fail("the server stopped answering", (str(error),))
 
     def _fail(self, rule: str, differences: tuple[str, ...]) -> NoReturn:
-        violation = ConformanceViolation(rule, differences, tuple(self.steps))
+        violation = ConformanceViolation(rule, differences, tuple(self.steps), section_of(rule))
         self.run.found(violation)
         raise violation
 
@@ -200,7 +210,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             self._fail(rule, differences)
         steps = (*self.run.previous, *self.steps)
         violation = ConformanceViolation(
-            f"{rule} (after the previous sequence)", differences, steps
+            f"{rule} (after the previous sequence)", differences, steps, section_of(rule)
         )
         self.run.found(violation)
         self.run.stuck = True
@@ -673,6 +683,26 @@ class ConformanceMachine(RuleBasedStateMachine):
             if got != want:
                 self._fail(RACE_RULE, describe_differences(want, got))
         self.oracle = chosen.state
+
+    @precondition(lambda self: self.run.restart is not None)
+    @rule()
+    def restart(self) -> None:
+        """Kill and restart the server (§6): it must come back under a new incarnation with
+        exactly what its journal must keep (`journal_of` of the oracle), so everything
+        replied before the kill holds after it; recorded results replay unchanged later."""
+        assert self.run.restart is not None
+        before = self.run.capabilities.incarnation if self.run.capabilities else ""
+        self.run.restarts += 1
+        self.run.restart()
+        self.run.connect(self.run.url)
+        assert self.run.capabilities is not None
+        incarnation = self.run.capabilities.incarnation
+        self.steps.append(KitStep(_RESTART, note="the kit killed and restarted the server"))
+        if incarnation == before:
+            self._fail(INCARNATION_RULE, (f"incarnation: still {before!r} after the restart",))
+        self.oracle = from_journal(journal_of(self.oracle), incarnation)
+        self.last = "restart"
+        self._check_state()
 
     @rule(at=TARGETS, key=KEYS)
     def discard(self, at: str | int, key: int) -> None:

@@ -23,9 +23,12 @@ from quiesce.testing._wire import Timed
 
 __all__ = ["RACES", "RACE_DEADLINE_S", "Explanation", "explanations"]
 
+_OVERTAKEN = (("prepare", "next"), ("resume", "same"))
+_NEXT_ARRIVES = (("prepare", "next"), ("resume", "same"), ("prepare", "next"))
 RACES: tuple[tuple[tuple[str, str], ...], ...] = (
-    (("prepare", "next"), ("resume", "same")),
-    (("prepare", "next"), ("resume", "same"), ("prepare", "next")),
+    _OVERTAKEN,
+    _NEXT_ARRIVES,
+    _NEXT_ARRIVES,  # twice: it bites only when the prepare is not ready (a live execution)
     (("prepare", "active"), ("commit", "same")),
     (("commit", "active"), ("resume", "same")),
 )

@@ -51,17 +51,26 @@ class KitStep:
             "setup": self.setup,
             "check": self.check,
             "note": self.note,
+            "curl": ex.curl(),
         }
 
 
 class ConformanceViolation(QuiesceError):
     """The server broke `rule` at the last of `steps` (the whole sequence from the start of
-    the example). `differences` lists `field: expected X, got Y`."""
+    the example). `differences` lists `field: expected X, got Y`; `see` is where the rule is
+    written down (a section of docs/protocol.md, or docs/wire.md)."""
 
-    def __init__(self, rule: str, differences: tuple[str, ...], steps: tuple[KitStep, ...]) -> None:
+    def __init__(
+        self,
+        rule: str,
+        differences: tuple[str, ...],
+        steps: tuple[KitStep, ...],
+        see: str = "",
+    ) -> None:
         self.rule = rule
         self.differences = differences
         self.steps = steps
+        self.see = see
         super().__init__(f"{rule}: {'; '.join(differences)} (after {len(steps)} requests)")
 
 
@@ -84,7 +93,7 @@ class ConformanceResult:
     oracle succeeded (accepted, and checked to land where M2 says), `duplicates` the pairs of
     identical control requests sent at once (each copy counts in `requests` and `checks`),
     `races` the sets of different control requests sent overlapping (judged by
-    linearizability).
+    linearizability), `restarts` the kills and restarts of the server (§6).
     `flaky` is True when the
     shortest sequence did not fail again on replay (the server is not deterministic);
     `shrunk` is False when the sequence is reported as found, and `not_shrunk_because`
@@ -100,6 +109,7 @@ class ConformanceResult:
     allowed_failures: int
     duplicates: int = 0
     races: int = 0
+    restarts: int = 0
     violation: ConformanceViolation | None = None
     flaky: bool = False
     shrunk: bool = True
@@ -120,6 +130,7 @@ class ConformanceResult:
                 "flaky": self.flaky,
                 "shrunk": self.shrunk,
                 "not_shrunk_because": self.not_shrunk_because,
+                "see": self.violation.see,
                 "sequence": [s.to_json() for s in _shown(self.violation.steps)],
             }
         return {
@@ -134,6 +145,7 @@ class ConformanceResult:
             "allowed_failures": self.allowed_failures,
             "duplicates": self.duplicates,
             "races": self.races,
+            "restarts": self.restarts,
             "failure": failure,
         }
 
@@ -143,11 +155,14 @@ class ConformanceResult:
             f"{self.role} {self.participant!r} at {self.url}: {self.examples} sequences, "
             f"{self.requests} requests, {self.checks} replies checked, "
             f"{self.duplicates} concurrent duplicates, {self.races} races, "
+            f"{self.restarts} restarts, "
             f"{self.allowed_failures} allowed commit/restore failures (seed {self.seed})"
         )
         if self.violation is None:
             return f"PASS  {head}"
         lines = [f"FAIL  {head}", f"rule: {self.violation.rule}"]
+        if self.violation.see:
+            lines.append(f"see: {self.violation.see}")
         lines += [f"  {d}" for d in self.violation.differences]
         if self.flaky:
             lines.append("note: the sequence did not fail again on replay (flaky server)")
@@ -158,6 +173,8 @@ class ConformanceResult:
         lines.append(f"{which} sequence ({len(shown)} requests):")
         for number, step in enumerate(shown, 1):
             lines += _format_step(number, step, last=step is shown[-1])
+        lines.append(f"replay it by hand (export QUIESCE_URL={self.url} QUIESCE_TOKEN=...):")
+        lines += [f"{n:3}. {step.exchange.curl()}" for n, step in enumerate(shown, 1)]
         return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ or how requests are generated (`_machine`).
 from __future__ import annotations
 
 import secrets
+import subprocess
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -28,7 +29,17 @@ from quiesce.testing._results import (
 )
 from quiesce.testing._wire import ServerUnreachable, WireClient
 
-__all__ = ["NO_RESET", "STUCK", "Abort", "KitRun", "Reset", "Server", "reset_hook"]
+__all__ = [
+    "NO_RESET",
+    "STUCK",
+    "Abort",
+    "KitRun",
+    "Reset",
+    "Restart",
+    "Server",
+    "reset_hook",
+    "restart_hook",
+]
 
 
 Server = str | Callable[[], AbstractContextManager[Any]]
@@ -55,6 +66,38 @@ STUCK = (
     "or a factory of fresh servers to shrink"
 )
 """Why a run whose failure left a shared server stuck is not shrunk."""
+
+
+Restart = str | Callable[[], object]
+"""How the kit kills and restarts the server under test (§6): a shell command (run to the
+end; it must exit 0 with the server answering again on the same URL), or a callable."""
+
+
+def restart_hook(restart: Restart, timeout: float) -> Callable[[], None]:
+    """`restart` as a callable; a command is run by the shell and must exit 0 within
+    `timeout` seconds (else a `ConformanceSetupError` naming the exit status)."""
+    if not isinstance(restart, str):
+        hook = restart
+
+        def call() -> None:
+            hook()
+
+        return call
+    command = restart
+
+    def run() -> None:
+        try:
+            done = subprocess.run(command, shell=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise ConformanceSetupError(
+                command, f"the restart command ran over {timeout}s"
+            ) from None
+        if done.returncode != 0:
+            raise ConformanceSetupError(
+                command, f"the restart command exited {done.returncode}; it must exit 0"
+            )
+
+    return run
 
 
 def reset_hook(reset: Reset, token: str, timeout: float) -> Callable[[], None]:
@@ -101,6 +144,7 @@ class KitRun:
     executions: bool
     timeout: float
     reset: Callable[[], None] | None = None
+    restart: Callable[[], None] | None = None
     client: WireClient | None = None
     capabilities: Capabilities | None = None
     config: ParticipantConfig | None = None
@@ -111,6 +155,7 @@ class KitRun:
     allowed_failures: int = 0
     duplicates: int = 0
     races: int = 0
+    restarts: int = 0
     best: ConformanceViolation | None = None
     previous: tuple[KitStep, ...] = ()
     stuck: bool = False

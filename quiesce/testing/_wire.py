@@ -89,6 +89,20 @@ class Exchange:
         auth = "" if self.auth == "token" else f"  [{self.auth} bearer token]"
         return f"{self.method} {self.path}{shown}{auth}"
 
+    def curl(self) -> str:
+        """The request as a shell command against `$QUIESCE_URL` with `$QUIESCE_TOKEN`
+        (the token itself is never printed)."""
+        auth = {
+            "token": ' -H "Authorization: Bearer $QUIESCE_TOKEN"',
+            "wrong": " -H 'Authorization: Bearer not-the-token'",
+            "none": "",
+        }[self.auth]
+        data = ""
+        if self.body is not None:
+            text = compact_json(self.body).replace("'", "'\\''")
+            data = f" -H 'Content-Type: application/json' -d '{text}'"
+        return f'curl -sS -X {self.method} "$QUIESCE_URL{self.path}"{auth}{data}'
+
 
 def compact_json(value: Any) -> str:
     """`value` as JSON on one line, keys sorted (a string as it is: a raw body was sent as

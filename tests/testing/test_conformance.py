@@ -35,7 +35,10 @@ from quiesce.testing import (
     RefusalOrderHost,
     ReleaseOnRetireHost,
     ReplayAfterPhaseMovedHost,
+    ReplyBeforeFsyncHost,
+    StalePrepareClobbersNextHost,
     StalePrepareHost,
+    StuckAfterOvertakenPrepareHost,
     StuckCommitHost,
     WholeBatchAckHost,
     WireClient,
@@ -278,8 +281,13 @@ def test_conform_cli_exits_1_and_prints_the_sequence_for_a_broken_server(tmp_pat
     assert "rule: M2: a commit answered failed returns the fence to prepared" in output
     assert "shortest failing sequence" in output and "POST /control/v1/commit" in output
     assert "not shrunk" not in output and TOKEN not in output
+    assert "see: docs/protocol.md#m2-control-fence-control_fence-one-per-participant" in output
+    # the sequence again as shell commands, the token left to the environment
+    assert "export QUIESCE_URL=http://127.0.0.1:" in output
+    curl = 'curl -sS -X POST "$QUIESCE_URL/control/v1/commit" -H "Authorization: Bearer $QUIESCE_'
+    assert curl in output
     requests = [line for line in output.splitlines() if line[:4].strip().rstrip(".").isdigit()]
-    assert len(requests) <= 6, output
+    assert len(requests) <= 2 * 6, output  # each request numbered twice: as sent, and as curl
 
 
 def test_without_a_reset_hook_the_kit_says_it_cannot_shrink_and_why() -> None:
@@ -378,3 +386,65 @@ def test_any_applicable_begin_refusal_is_accepted() -> None:
         reordered = server.host.reordered  # type: ignore[attr-defined]
     assert result.ok, result.report()
     assert reordered > 0  # it did answer another refusal than the reference, and passed
+
+
+# ------------------------------------------------------------------ races and restarts
+
+
+def _check_with_hooks(
+    role: str, host_class: type[ParticipantHost], *, restart: bool = False, **options: Any
+) -> ConformanceResult:
+    """The default run of `quiesce conform` (100 examples) on a fresh participant per
+    example (the reset hook), restarting it now and then if `restart`."""
+    config = {"name": f"{role}-h", "role": role}
+    with LocalServer.start(config, token=TOKEN, host_class=host_class) as server:
+        return check_conformance(
+            server.url,
+            role,
+            TOKEN,
+            reset=server.reset,
+            restart=server.restart if restart else None,
+            **options,
+        )
+
+
+def _sent(result: ConformanceResult) -> list[str]:
+    assert result.violation is not None
+    return [s.exchange.path.rsplit("/", 1)[1] for s in result.violation.steps if not s.check]
+
+
+def test_a_prepare_overtaken_by_a_resume_that_sticks_the_fence_is_caught() -> None:
+    result = _check_with_hooks("policy", StuckAfterOvertakenPrepareHost, examples=100, seed=1)
+    assert not result.ok and result.violation is not None, result.report()
+    assert result.violation.rule.startswith("M2 (linearizability)"), result.report()
+    assert "fence: expected 'idle', got 'preparing'" in result.violation.differences
+    assert _sent(result)[-2:] == ["prepare", "resume"], result.report()
+    assert "raced: request 2 of 2" in result.report()
+    assert len(_printed_requests(result)) <= 2 * 6, result.report()
+
+
+def test_a_stale_prepare_that_clobbers_the_next_is_caught() -> None:
+    result = _check_with_hooks("agent", StalePrepareClobbersNextHost, examples=100, seed=1)
+    assert not result.ok and result.violation is not None, result.report()
+    assert result.violation.rule.startswith("M2 (linearizability)"), result.report()
+    assert _sent(result)[-3:] == ["prepare", "resume", "prepare"], result.report()
+    assert any(d.startswith("active_id: expected") for d in result.violation.differences)
+    assert len(_printed_requests(result)) <= 2 * 6, result.report()
+
+
+def test_a_server_that_replies_before_its_journal_is_durable_is_caught() -> None:
+    result = _check_with_hooks("policy", ReplyBeforeFsyncHost, restart=True, examples=100, seed=1)
+    assert not result.ok and result.violation is not None, result.report()
+    assert result.violation.rule.startswith("§6: what was replied before a crash")
+    assert result.violation.see == "docs/protocol.md#6-crashes-and-durability"
+    assert "(restart hook)" in _sent(result)[-1], result.report()
+    assert len(_printed_requests(result)) <= 2 * 6, result.report()
+
+
+@pytest.mark.parametrize("role", ["agent", "policy"])
+def test_the_reference_conforms_across_races_and_restarts(role: str) -> None:
+    result = _check_with_hooks(role, ParticipantHost, restart=True, examples=25, seed=3)
+    assert result.ok, result.report()
+    assert result.races > 0 and result.restarts > 0
+    document = result.to_json()
+    assert document["races"] == result.races and document["restarts"] == result.restarts
