@@ -18,8 +18,8 @@ Checks the oracle cannot make, made here: a recorded result is replayed *unchang
 server's own earlier body, M2); a committed artifact's digest is the SHA-256 of its bytes;
 every reply names the same participant and incarnation (a change means a restart).
 
-One server, many examples (the honest design for a server you did not start): every example
-begins where the last one left the server. It reads `status`; aborts the active id if the
+One server, many examples (without a reset hook): every example begins where the last one
+left the server. It reads `status`; aborts the active id if the
 fence is not idle; ACKs every completed-but-unACKed receipt (agents); requires then an idle
 fence with nothing live; and finally resumes a FRESH id one above the server's
 high-watermark (checked against the oracle: "a resume of an unknown id above the watermark
@@ -41,6 +41,25 @@ under the rule they break. A copy may fail where the oracle succeeded (see below
 first failed, the duplicate runs on its own", so one `failed` copy and one success is
 accepted, and the state must then be the success's. Whether the copies overlap inside the
 server is the server's business; the kit makes sure they do on the wire.
+
+Races (M2, linearizability): the rule `race` sends DIFFERENT control requests so that they
+overlap (`WireClient.send_overlapping`: each sent while the earlier ones are in flight; the
+shapes are `_race.RACES`, e.g. a prepare with a near `deadline_at`, which a server may
+long-poll, then a resume of its id and the next checkpoint's prepare). Requests that overlap
+in time may take effect in any order, the others in real-time order; some such order, run one
+at a time through the oracle, must give every reply, and the `status` read after. The first
+order that does becomes the oracle's state.
+
+Restarts (§6, with a restart hook): the rule `restart` kills and restarts the server; it must
+answer under a new incarnation with exactly the state its journal must keep (the oracle's
+`journal_of`, recovered with `from_journal`), so whatever a reply reported before the kill
+holds after it, and recorded results are replayed unchanged later (the rule `replay` re-sends
+an earlier control request of the example).
+
+Shrinking: a shrunk sequence must replay from the state its original started in, so the kit
+shrinks only with a fresh participant per example: a factory of servers, or a reset hook on a
+shared URL (`reset=`, `--reset-url`). Without either, the failing sequence is reported as found
+and `ConformanceResult.not_shrunk_because` says why.
 
 Commit and restore failures: a server may fail a commit or a restore for its own reasons
 (a full disk). Where the oracle succeeded and the server answered `failed`, the kit accepts

@@ -148,9 +148,13 @@ class LocalServer:
         restart hook of `check_conformance(..., restart=server.restart)`."""
         journal = self.host.journal
         self.host.crash()
-        self.host = type(self.host).recover(
-            journal, f"inc-{secrets.token_hex(8)}", clock=RealClock(), run_work=self._run_work
-        )
+        if journal.load() is None and self._make_host is not None:
+            self.host = self._make_host()  # nothing was ever journaled: it starts afresh
+        else:
+            incarnation = f"inc-{secrets.token_hex(8)}"
+            self.host = type(self.host).recover(
+                journal, incarnation, clock=RealClock(), run_work=self._run_work
+            )
         self._app = create_app(
             self.host, token=self._token, max_body_bytes=self._max_body_bytes, run_host=False
         )

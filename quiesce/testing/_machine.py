@@ -34,7 +34,13 @@ from quiesce.protocol.participant import (
 from quiesce.protocol.wire import ErrorReply, Message, Receipt
 from quiesce.testing._latitude import begin_refusals
 from quiesce.testing._race import RACE_DEADLINE_S, RACES, Explanation, explanations
-from quiesce.testing._results import ConformanceSetupError, ConformanceViolation, KitStep, brief
+from quiesce.testing._results import (
+    RESTART_METHOD,
+    ConformanceSetupError,
+    ConformanceViolation,
+    KitStep,
+    brief,
+)
 from quiesce.testing._rules import (
     CODE_RULES,
     DUPLICATE_RULE,
@@ -61,7 +67,7 @@ _CONTROL_OPS = tuple(_FENCE_OPS)
 _AGENT_OPS = ("begin", "boundary", "finish", "ack", "retire")  # in the order rules draw them
 _DUPLICATED_OPS = tuple(op.value for op in DEDUPED_OPS)  # one operation when sent at once
 _BAD_DIGEST = "0" * 64
-_RESTART = Exchange("KILL", "(restart hook)", None, 0, "restarted")
+_RESTART = Exchange(RESTART_METHOD, "(restart hook)", None, 0, "restarted")
 
 
 def _post_ops(run: KitRun) -> tuple[str, ...]:

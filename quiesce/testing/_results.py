@@ -14,12 +14,17 @@ from quiesce.fsm import QuiesceError
 from quiesce.testing._wire import Exchange, compact_json
 
 __all__ = [
+    "RESTART_METHOD",
     "ConformanceResult",
     "ConformanceSetupError",
     "ConformanceViolation",
     "KitStep",
     "brief",
 ]
+
+
+RESTART_METHOD = "KILL"
+"""The `method` of the pseudo-exchange a restart of the server is recorded as."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +56,7 @@ class KitStep:
             "setup": self.setup,
             "check": self.check,
             "note": self.note,
-            "curl": ex.curl(),
+            "curl": _by_hand(ex),
         }
 
 
@@ -174,7 +179,7 @@ class ConformanceResult:
         for number, step in enumerate(shown, 1):
             lines += _format_step(number, step, last=step is shown[-1])
         lines.append(f"replay it by hand (export QUIESCE_URL={self.url} QUIESCE_TOKEN=...):")
-        lines += [f"{n:3}. {step.exchange.curl()}" for n, step in enumerate(shown, 1)]
+        lines += [f"{n:3}. {_by_hand(step.exchange)}" for n, step in enumerate(shown, 1)]
         return "\n".join(lines)
 
 
@@ -195,6 +200,13 @@ def _format_step(number: int, step: KitStep, *, last: bool) -> list[str]:
         lines.append(f"     expected: {compact_json(step.expected)}")
         lines.append(f"     actual:   {compact_json(step.actual)}")
     return lines
+
+
+def _by_hand(exchange: Exchange) -> str:
+    """The request as a shell command (a restart of the kit's restart hook as a comment)."""
+    if exchange.method == RESTART_METHOD:
+        return "# kill the server and start it again (what --restart-cmd does)"
+    return exchange.curl()
 
 
 def brief(reply: Any) -> str:
