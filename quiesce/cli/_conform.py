@@ -10,6 +10,10 @@ that cannot be reached or has another role.
 The examples share the one server: each starts by bringing it back to an idle fence (see
 `quiesce/testing/_kit.py`), so nothing else may use the server during the run, and an agent
 must not run executions on its own (`quiesce serve --no-work`, or pass `--no-executions`).
+With `--reset-url` each example starts from a fresh participant instead, and a failing
+sequence is shrunk; without it the failing sequence is printed as found, with the reason.
+With `--restart-cmd` the kit also kills and restarts the server between requests and checks
+§6: the journal gives back what was replied before the kill, under a new incarnation.
 """
 
 from __future__ import annotations
@@ -73,6 +77,19 @@ __all__ = ["conform"]
     show_default=True,
     help="Seconds to wait for each reply.",
 )
+@click.option(
+    "--reset-url",
+    type=HttpUrl(),
+    default=None,
+    help="URL the kit POSTs (with the bearer token) before each sequence to get a fresh "
+    "participant; without it a failing sequence cannot be shrunk.",
+)
+@click.option(
+    "--restart-cmd",
+    default=None,
+    help="Shell command that kills the server and starts it again on the same URL and "
+    "state (exit 0 once it answers); the kit then checks durability (§6) across restarts.",
+)
 @json_option
 def conform(
     url: str,
@@ -83,6 +100,8 @@ def conform(
     seed: int | None,
     executions: bool,
     timeout: float,
+    reset_url: str | None,
+    restart_cmd: str | None,
     as_json: bool,
 ) -> None:
     """Check that the participant server at --url follows the protocol (docs/wire.md)."""
@@ -97,6 +116,8 @@ def conform(
             seed=seed,
             executions=executions,
             timeout=timeout,
+            reset=reset_url,
+            restart=restart_cmd,
         )
     except ConformanceSetupError as error:
         fail(error)

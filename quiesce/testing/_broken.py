@@ -16,8 +16,25 @@ is for; the kit's own tests prove it catches each one (tests/testing/test_confor
   already in flight is refused `invalid_phase` ("busy") instead of waiting for the first's
   reply; alone, every request is answered right, so only the kit's concurrent duplicate
   check sees it;
+- `ReplayAfterPhaseMovedHost` (M2): the replay of a recorded `prepare(X)` or `commit(X)`
+  after the fence moved on (`prepare(X) -> commit(X) -> prepare(X)`) is refused
+  `invalid_phase` instead of answered from the record;
+- `WholeBatchAckHost` (M3, docs/wire.md): an ACK batch with one receipt naming a running
+  execution is refused whole (`invalid_phase`) instead of listing that receipt in `unknown`
+  and releasing the rest;
+- `StuckAfterOvertakenPrepareHost` (M2, a race): a prepare long-polls; when a resume
+  overtakes it, the stale prepare's success is still applied, leaving the fence `preparing`
+  with no active id while admission is open;
+- `StalePrepareClobbersNextHost` (M2, a race): a not-ready prepare long-polls; when it
+  ends after a resume and the next checkpoint's prepare, it clears the active id, which is
+  now the next checkpoint's;
+- `ReplyBeforeFsyncHost` (§6): answers before its journal write is durable (the write is
+  flushed by the next request), so a crash right after a reply loses what it reported;
 - `FlakyCommitHost` is NOT broken: it fails the first commit of every id and returns to
-  `prepared`, as M2 allows; the kit accepts it (its `allowed_failures` counts them).
+  `prepared`, as M2 allows; the kit accepts it (its `allowed_failures` counts them);
+- `RefusalOrderHost` is NOT broken: where several of `begin`'s refusals apply it answers
+  another one than the reference (`admission_closed` last); the spec fixes no order among
+  them, and the kit accepts any that applies.
 
 The bent state is set on the host directly (the host's journal is not rewritten): these
 servers exist to be caught, not to survive a crash.
@@ -30,8 +47,18 @@ from typing import Any
 
 from quiesce.adapters import ParticipantHost, dedupe_key
 from quiesce.fsm import Value
-from quiesce.protocol.machines import ExecState, FenceState
-from quiesce.protocol.participant import AgentRole, ParticipantOp, stamp
+from quiesce.protocol import OpId
+from quiesce.protocol.machines import ExecState, FenceOp, FenceState
+from quiesce.protocol.participant import (
+    AgentRole,
+    Journal,
+    JournalWrite,
+    ParticipantEffect,
+    ParticipantOp,
+    ParticipantState,
+    stamp,
+)
+from quiesce.protocol.participant import handle as decide
 from quiesce.protocol.wire import (
     AckRequest,
     CommitReply,
@@ -42,19 +69,42 @@ from quiesce.protocol.wire import (
     RetireReply,
     RetireRequest,
 )
+from quiesce.testing._latitude import begin_refusals
 
 __all__ = [
     "BROKEN_HOSTS",
     "BusyDuplicateHost",
     "FlakyCommitHost",
+    "RefusalOrderHost",
     "ReleaseOnRetireHost",
+    "ReplayAfterPhaseMovedHost",
+    "ReplyBeforeFsyncHost",
+    "StalePrepareClobbersNextHost",
     "StalePrepareHost",
+    "StuckAfterOvertakenPrepareHost",
     "StuckCommitHost",
+    "WholeBatchAckHost",
 ]
 
 
 def _name(op: ParticipantOp | str) -> str:
     return op.value if isinstance(op, ParticipantOp) else str(op)
+
+
+def _invalid_phase(state: ParticipantState, message: str) -> ErrorReply:
+    return ErrorReply(
+        **stamp(state),
+        code="invalid_phase",
+        message=message,
+        high_watermark=state.fence.data.high_watermark,
+    )
+
+
+def _op_id(request: Any) -> OpId | None:
+    try:
+        return ControlRequest.model_validate(request).op_id
+    except ValueError:
+        return None
 
 
 class StalePrepareHost(ParticipantHost):
@@ -134,19 +184,81 @@ class BusyDuplicateHost(ParticipantHost):
         if key is None:
             return await super().handle(op, request)
         if key in self.busy:
-            fence = self.state.fence.data
-            return ErrorReply(
-                **stamp(self.state),
-                code="invalid_phase",
-                message=f"{key[0]}({key[1]}) is already in progress",
-                high_watermark=fence.high_watermark,
-            )
+            return _invalid_phase(self.state, f"{key[0]}({key[1]}) is already in progress")
         self.busy.add(key)
         try:
             await self.clock.sleep(self.work_s)
             return await super().handle(op, request)
         finally:
             self.busy.discard(key)
+
+
+class StuckAfterOvertakenPrepareHost(ParticipantHost):
+    """BROKEN (M2, a race): a prepare that finds the fence idle long-polls `poll_s` before it
+    is decided; if a resume of its id overtook it meanwhile, it is decided on the state it
+    arrived in, and a ready one still moves the (now idle) fence, to `preparing` with no
+    active id."""
+
+    poll_s: float = 0.2
+
+    async def handle(self, op: ParticipantOp | str, request: Any = None) -> Message:
+        """Answer `op`; a prepare overtaken while it long-polls sticks the fence (the bug)."""
+        arrived = self.state
+        if _name(op) != "prepare" or arrived.fence.state is not FenceState.IDLE:
+            return await super().handle(op, request)
+        await self.clock.sleep(self.poll_s)
+        now = self.state.fence
+        if now.data.high_watermark is None or now.data.high_watermark != _op_id(request):
+            return await super().handle(op, request)  # not overtaken: decided correctly
+        _, reply, _ = decide(arrived, op, request)
+        if getattr(reply, "status", None) == "ready":
+            self._state = replace(self.state, fence=Value(FenceState.PREPARING, now.data))
+        return reply
+
+
+class StalePrepareClobbersNextHost(ParticipantHost):
+    """BROKEN (M2, a race): a not-ready prepare long-polls `poll_s`, then asks again if its
+    id is still active; if it is not (a resume overtook it, and the next checkpoint's
+    prepare came in), it ends not ready and clears the fence's active id, the next's."""
+
+    poll_s: float = 0.2
+
+    async def handle(self, op: ParticipantOp | str, request: Any = None) -> Message:
+        """Answer `op`; a stale not-ready prepare clears the next one's active id (the bug)."""
+        reply = await super().handle(op, request)
+        if _name(op) != "prepare" or getattr(reply, "status", None) != "not_ready":
+            return reply
+        op_id = _op_id(request)
+        await self.clock.sleep(self.poll_s)
+        fence = self.state.fence
+        if fence.data.active == op_id:
+            return await super().handle(op, request)
+        self._state = replace(
+            self.state, fence=Value(fence.state, replace(fence.data, active=None))
+        )
+        return reply
+
+
+class ReplyBeforeFsyncHost(ParticipantHost):
+    """BROKEN (§6): a journal write is queued and flushed when the next operation that can
+    change state arrives (reads do not flush), after the reply that reported it went out; a
+    crash in between loses it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.unflushed: Journal | None = None
+
+    async def handle(self, op: ParticipantOp | str, request: Any = None) -> Message:
+        """Flush the previous request's journal write, then answer `op` (the bug: late)."""
+        if self.unflushed is not None and _name(op) not in ("status", "capabilities"):
+            await self.journal.write(self.unflushed)
+            self.unflushed = None
+        return await super().handle(op, request)
+
+    async def _persist(self, effects: tuple[ParticipantEffect, ...]) -> None:
+        for effect in effects:
+            if isinstance(effect, JournalWrite):
+                self.unflushed = effect.journal
 
 
 class FlakyCommitHost(ParticipantHost):
@@ -170,11 +282,73 @@ class FlakyCommitHost(ParticipantHost):
         return CommitReply(**stamp(self.state), op_id=commit.op_id, status="failed", reason=reason)
 
 
+class ReplayAfterPhaseMovedHost(ParticipantHost):
+    """BROKEN (M2): a recorded prepare or commit is replayed only while the fence is still
+    where that operation left it; once a later phase ran, the replay is refused."""
+
+    _LEFT_IN = {"prepare": FenceState.PREPARED, "commit": FenceState.COMMITTED_PAUSED}
+
+    async def handle(self, op: ParticipantOp | str, request: Any = None) -> Message:
+        """Answer `op`; a replay after the phase moved on is refused (the bug)."""
+        name = _name(op)
+        fence = self.state.fence
+        if name not in self._LEFT_IN or fence.state is self._LEFT_IN[name]:
+            return await super().handle(op, request)
+        op_id = _op_id(request)
+        if op_id is None or fence.data.result(op_id, FenceOp(name)) is None:
+            return await super().handle(op, request)
+        return _invalid_phase(self.state, f"{name} is not legal in {fence.state.value}")
+
+
+class WholeBatchAckHost(ParticipantHost):
+    """BROKEN (M3): an ACK batch naming a running execution is refused as a whole."""
+
+    async def handle(self, op: ParticipantOp | str, request: Any = None) -> Message:
+        """Answer `op`; an ACK quoting an execution without a result refuses all (the bug)."""
+        role = self.state.role
+        if _name(op) != "ack" or not isinstance(role, AgentRole):
+            return await super().handle(op, request)
+        for receipt in AckRequest.model_validate(request).receipts:
+            execution = role.find((receipt.rollout_id, receipt.attempt))
+            if execution is not None and execution.state is not ExecState.COMPLETED:
+                message = f"{receipt.rollout_id}#{receipt.attempt} is {execution.state.value}"
+                return _invalid_phase(self.state, message)
+        return await super().handle(op, request)
+
+
+class RefusalOrderHost(ParticipantHost):
+    """CONFORMING: where several refusals of `begin` apply, `admission_closed` is answered
+    only if no other one does (the reference answers it first); `reordered` counts them."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reordered = 0
+
+    async def handle(self, op: ParticipantOp | str, request: Any = None) -> Message:
+        """Answer `op`; a begin with admission closed answers another applicable refusal."""
+        reply = await super().handle(op, request)
+        if _name(op) != "begin" or getattr(reply, "code", None) != "admission_closed":
+            return reply
+        others = sorted(begin_refusals(self.state, request) - {"admission_closed"})
+        if not others:
+            return reply
+        self.reordered += 1
+        return reply.model_copy(update={"code": others[0], "message": f"begin: {others[0]}"})
+
+
 BROKEN_HOSTS: dict[str, type[ParticipantHost]] = {
     "stale-prepare": StalePrepareHost,
     "release-on-retire": ReleaseOnRetireHost,
     "stuck-commit": StuckCommitHost,
     "busy-duplicate": BusyDuplicateHost,
+    "replay-after-phase-moved": ReplayAfterPhaseMovedHost,
+    "whole-batch-ack": WholeBatchAckHost,
+    "resume-overtakes-prepare-stuck": StuckAfterOvertakenPrepareHost,
+    "stale-prepare-clobbers-next": StalePrepareClobbersNextHost,
+    "reply-before-fsync": ReplyBeforeFsyncHost,
 }
-"""The deliberately broken hosts by name (the role each needs: any fenced role for
-`stale-prepare`, `stuck-commit` and `busy-duplicate`, agent for `release-on-retire`)."""
+"""The deliberately broken hosts by name. The role each needs: any fenced role for
+`stale-prepare`, `stuck-commit`, `busy-duplicate`, `replay-after-phase-moved`,
+`resume-overtakes-prepare-stuck` and `reply-before-fsync` (which needs a restart hook);
+agent for `release-on-retire`, `whole-batch-ack` and `stale-prepare-clobbers-next` (whose
+prepare must be not ready to long-poll)."""

@@ -18,8 +18,8 @@ Checks the oracle cannot make, made here: a recorded result is replayed *unchang
 server's own earlier body, M2); a committed artifact's digest is the SHA-256 of its bytes;
 every reply names the same participant and incarnation (a change means a restart).
 
-One server, many examples (the honest design for a server you did not start): every example
-begins where the last one left the server. It reads `status`; aborts the active id if the
+One server, many examples (without a reset hook): every example begins where the last one
+left the server. It reads `status`; aborts the active id if the
 fence is not idle; ACKs every completed-but-unACKed receipt (agents); requires then an idle
 fence with nothing live; and finally resumes a FRESH id one above the server's
 high-watermark (checked against the oracle: "a resume of an unknown id above the watermark
@@ -41,6 +41,25 @@ under the rule they break. A copy may fail where the oracle succeeded (see below
 first failed, the duplicate runs on its own", so one `failed` copy and one success is
 accepted, and the state must then be the success's. Whether the copies overlap inside the
 server is the server's business; the kit makes sure they do on the wire.
+
+Races (M2, linearizability): the rule `race` sends DIFFERENT control requests so that they
+overlap (`WireClient.send_overlapping`: each sent while the earlier ones are in flight; the
+shapes are `_race.RACES`, e.g. a prepare with a near `deadline_at`, which a server may
+long-poll, then a resume of its id and the next checkpoint's prepare). Requests that overlap
+in time may take effect in any order, the others in real-time order; some such order, run one
+at a time through the oracle, must give every reply, and the `status` read after. The first
+order that does becomes the oracle's state.
+
+Restarts (§6, with a restart hook): the rule `restart` kills and restarts the server; it must
+answer under a new incarnation with exactly the state its journal must keep (the oracle's
+`journal_of`, recovered with `from_journal`), so whatever a reply reported before the kill
+holds after it, and recorded results are replayed unchanged later (the rule `replay` re-sends
+an earlier control request of the example).
+
+Shrinking: a shrunk sequence must replay from the state its original started in, so the kit
+shrinks only with a fresh participant per example: a factory of servers, or a reset hook on a
+shared URL (`reset=`, `--reset-url`). Without either, the failing sequence is reported as found
+and `ConformanceResult.not_shrunk_because` says why.
 
 Commit and restore failures: a server may fail a commit or a restore for its own reasons
 (a full disk). Where the oracle succeeded and the server answered `failed`, the kit accepts
@@ -69,7 +88,17 @@ from hypothesis.stateful import get_state_machine_test
 from quiesce.protocol.wire import Role
 from quiesce.testing._machine import ConformanceMachine
 from quiesce.testing._results import ConformanceResult, ConformanceSetupError, ConformanceViolation
-from quiesce.testing._session import Abort, KitRun, Server
+from quiesce.testing._session import (
+    NO_RESET,
+    STUCK,
+    Abort,
+    KitRun,
+    Reset,
+    Restart,
+    Server,
+    reset_hook,
+    restart_hook,
+)
 
 __all__ = ["assert_conforms", "check_conformance"]
 
@@ -84,6 +113,8 @@ def check_conformance(
     seed: int | None = None,
     executions: bool = True,
     timeout: float = 10.0,
+    reset: Reset | None = None,
+    restart: Restart | None = None,
 ) -> ConformanceResult:
     """Check a participant server (role `agent`, `policy` or `resources`) against the
     reference participant: `examples` generated sequences of up to `steps` operations each.
@@ -93,8 +124,15 @@ def check_conformance(
     `server` is the URL of a running server (the examples share it: see the module
     docstring), or a factory of fresh servers (`lambda: LocalServer.start(...)`): one per
     example, so even a server that a bug leaves stuck is shrunk to its shortest sequence.
-    `executions=False` skips `begin`/`boundary`/`finish` (an agent that runs its own
-    rollouts). `seed` makes the generated sequences reproducible (None: a random one,
+    `reset` gives every example of a shared server (a URL) a fresh participant: the URL of
+    a route that resets it (POSTed with the bearer token) or a callable (`server.reset` of a
+    `LocalServer`). Without a reset hook and a factory, a failing sequence cannot be shrunk
+    (a shorter one would not start from the same state): it is reported as found, with the
+    reason. `restart` kills and restarts the server (§6): a shell command (`--restart-cmd`)
+    or a callable (`server.restart` of a `LocalServer`); the kit then restarts it between
+    requests and checks that what was replied before is what the journal gives after, under
+    a new incarnation. `executions=False` skips `begin`/`boundary`/`finish` (an agent that
+    runs its own rollouts). `seed` makes the generated sequences reproducible (None: a random one,
     reported in the result).
 
     >>> check_conformance("http://127.0.0.1:1", "agent", "t")  # doctest: +SKIP
@@ -102,7 +140,11 @@ def check_conformance(
     if role not in tuple(Role):
         raise ValueError(f"role must be one of {', '.join(Role)}, not {role!r}")
     known = Role(role)
-    run = KitRun(server, token, known, executions and known is Role.AGENT, timeout)
+    hook = None if reset is None else reset_hook(reset, token, timeout)
+    run = KitRun(server, token, known, executions and known is Role.AGENT, timeout, hook)
+    if restart is not None:
+        run.restart = restart_hook(restart, timeout)
+    shrinks = not isinstance(server, str) or hook is not None
     if isinstance(server, str):
         try:
             run.connect(server)
@@ -122,7 +164,9 @@ def check_conformance(
             suppress_health_check=list(HealthCheck),
             verbosity=Verbosity.quiet,
             report_multiple_bugs=False,
-            phases=(Phase.explicit, Phase.generate, Phase.shrink),
+            phases=(Phase.explicit, Phase.generate, Phase.shrink)
+            if shrinks
+            else (Phase.explicit, Phase.generate),
         ),
     )
     outcome: BaseException | None = None
@@ -134,15 +178,17 @@ def check_conformance(
         run.disconnect()
     if run.setup_error is not None:
         raise run.setup_error
-    violation, flaky, shrunk = None, False, True
+    violation, flaky, unshrunk = None, False, ""
     if run.stuck:
-        violation, shrunk = run.best, False
+        violation, unshrunk = run.best, STUCK
     elif isinstance(outcome, ConformanceViolation):
         violation = outcome
     elif outcome is not None:  # FlakyFailure & co: a replay did not fail the same way
         violation, flaky = run.best, True
         if violation is None:
             raise outcome
+    if violation is not None and not shrinks:
+        unshrunk = NO_RESET
     return ConformanceResult(
         url=run.url,
         role=known,
@@ -153,9 +199,12 @@ def check_conformance(
         checks=run.checks,
         allowed_failures=run.allowed_failures,
         duplicates=run.duplicates,
+        races=run.races,
+        restarts=run.restarts,
         violation=violation,
         flaky=flaky,
-        shrunk=shrunk,
+        shrunk=not unshrunk,
+        not_shrunk_because=unshrunk,
     )
 
 

@@ -9,6 +9,7 @@ their own, without a separate process. What it does not know: the protocol.
 
 from __future__ import annotations
 
+import secrets
 import socket
 import threading
 import time
@@ -32,7 +33,10 @@ from quiesce.adapters import (
 )
 from quiesce.fsm import QuiesceError
 
-__all__ = ["LocalServer", "ServerDidNotStart", "free_port"]
+__all__ = ["RESET_PATH", "LocalServer", "ServerDidNotStart", "free_port"]
+
+RESET_PATH = "/testing/v1/reset"
+"""The route of a `LocalServer`'s reset hook (not a route of docs/wire.md)."""
 
 
 def free_port() -> int:
@@ -66,6 +70,7 @@ class LocalServer:
         token: str,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         make_host: Callable[[], ParticipantHost] | None = None,
+        run_work: bool = False,
     ) -> None:
         self.host = host
         self.port = free_port()
@@ -73,6 +78,7 @@ class LocalServer:
         self._token = token
         self._max_body_bytes = max_body_bytes
         self._make_host = make_host
+        self._run_work = run_work
         self._app = create_app(host, token=token, max_body_bytes=max_body_bytes)
         config = uvicorn.Config(
             self._dispatch, host="127.0.0.1", port=self.port, loop="asyncio", log_config=None,
@@ -95,7 +101,7 @@ class LocalServer:
         """A fresh participant of `config` hosted by `host_class` (default the reference
         `ParticipantHost`), journaled in `state_dir` (default in memory). `run_work=False`
         (default): an agent runs no executions of its own, as the conformance kit needs.
-        `fresh()` swaps in a new participant (always journaled in memory)."""
+        `reset()` swaps in a new participant (always journaled in memory)."""
 
         def make(journal: JournalSink | None = None) -> ParticipantHost:
             return host_class.start(
@@ -103,26 +109,61 @@ class LocalServer:
             )
 
         first = make(FileJournal(state_dir) if state_dir else None)
-        return cls(first, token=token, make_host=make, **options)
+        return cls(first, token=token, make_host=make, run_work=run_work, **options)
+
+    @property
+    def reset_url(self) -> str:
+        """The URL of the reset hook (`check_conformance(reset=...)`, `quiesce conform
+        --reset-url`): a POST with the bearer token does what `reset()` does, answering 204."""
+        return self.url + RESET_PATH
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # One uvicorn, swappable participants: `fresh()` replaces the app between requests.
+        # One uvicorn, swappable participants: `reset()` replaces the app between requests.
+        if scope["type"] == "http" and scope["path"] == RESET_PATH and scope["method"] == "POST":
+            authorized = (b"authorization", f"Bearer {self._token}".encode()) in scope["headers"]
+            if authorized:
+                self.reset()
+            await send({"type": "http.response.start", "status": 204 if authorized else 401})
+            await send({"type": "http.response.body", "body": b""})
+            return
         await self._app(scope, receive, send)
 
-    @contextmanager
-    def fresh(self) -> Iterator[str]:
+    def reset(self) -> None:
         """Serve a brand-new participant (same config and host class, fresh state, new
-        incarnation) on the same URL for the duration of the `with`; yields the URL. A
-        factory of fresh servers for `check_conformance`, without restarting uvicorn.
+        incarnation, always journaled in memory) on the same URL from now on: the reset hook
+        of `check_conformance(server.url, ..., reset=server.reset)`.
 
         Only for servers made by `LocalServer.start` (it knows how to build the host)."""
         if self._make_host is None:
-            raise TypeError("fresh() needs a LocalServer made by LocalServer.start(...)")
+            raise TypeError("reset() needs a LocalServer made by LocalServer.start(...)")
         # The replaced host is simply dropped: a host that is not run() holds no tasks.
         self.host = self._make_host()
         self._app = create_app(
             self.host, token=self._token, max_body_bytes=self._max_body_bytes, run_host=False
         )
+
+    def restart(self) -> None:
+        """Kill the participant (its executions and anything not yet journaled die) and
+        start it again from its journal under a new incarnation, on the same URL (§6): the
+        restart hook of `check_conformance(..., restart=server.restart)`."""
+        journal = self.host.journal
+        self.host.crash()
+        if journal.load() is None and self._make_host is not None:
+            self.host = self._make_host()  # nothing was ever journaled: it starts afresh
+        else:
+            incarnation = f"inc-{secrets.token_hex(8)}"
+            self.host = type(self.host).recover(
+                journal, incarnation, clock=RealClock(), run_work=self._run_work
+            )
+        self._app = create_app(
+            self.host, token=self._token, max_body_bytes=self._max_body_bytes, run_host=False
+        )
+
+    @contextmanager
+    def fresh(self) -> Iterator[str]:
+        """`reset()`, then yield the URL: a factory of fresh servers for
+        `check_conformance(server.fresh, ...)`, one per example, without restarting uvicorn."""
+        self.reset()
         yield self.url
 
     def __enter__(self) -> LocalServer:

@@ -15,12 +15,17 @@ from quiesce.protocol.wire import Role
 from quiesce.testing._wire import Exchange, compact_json
 
 __all__ = [
+    "RESTART_METHOD",
     "ConformanceResult",
     "ConformanceSetupError",
     "ConformanceViolation",
     "KitStep",
     "brief",
 ]
+
+
+RESTART_METHOD = "KILL"
+"""The `method` of the pseudo-exchange a restart of the server is recorded as."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,17 +57,26 @@ class KitStep:
             "setup": self.setup,
             "check": self.check,
             "note": self.note,
+            "curl": _by_hand(ex),
         }
 
 
 class ConformanceViolation(QuiesceError):
     """The server broke `rule` at the last of `steps` (the whole sequence from the start of
-    the example). `differences` lists `field: expected X, got Y`."""
+    the example). `differences` lists `field: expected X, got Y`; `see` is where the rule is
+    written down (a section of docs/protocol.md, or docs/wire.md)."""
 
-    def __init__(self, rule: str, differences: tuple[str, ...], steps: tuple[KitStep, ...]) -> None:
+    def __init__(
+        self,
+        rule: str,
+        differences: tuple[str, ...],
+        steps: tuple[KitStep, ...],
+        see: str = "",
+    ) -> None:
         self.rule = rule
         self.differences = differences
         self.steps = steps
+        self.see = see
         super().__init__(f"{rule}: {'; '.join(differences)} (after {len(steps)} requests)")
 
 
@@ -83,11 +97,13 @@ class ConformanceResult:
     (shrinking included), `requests` the HTTP requests sent, `checks` the replies compared
     with the oracle, `allowed_failures` the commits/restores the server failed where the
     oracle succeeded (accepted, and checked to land where M2 says), `duplicates` the pairs of
-    identical control requests sent at once (each copy counts in `requests` and `checks`).
+    identical control requests sent at once (each copy counts in `requests` and `checks`),
+    `races` the sets of different control requests sent overlapping (judged by
+    linearizability), `restarts` the kills and restarts of the server (§6).
     `flaky` is True when the
     shortest sequence did not fail again on replay (the server is not deterministic);
-    `shrunk` is False when a shared server was left stuck by the failure, so hypothesis
-    could not replay shorter sequences against it."""
+    `shrunk` is False when the sequence is reported as found, and `not_shrunk_because`
+    says why (a shared server without a reset hook, or one the failure left stuck)."""
 
     url: str
     role: Role
@@ -98,9 +114,12 @@ class ConformanceResult:
     checks: int
     allowed_failures: int
     duplicates: int = 0
+    races: int = 0
+    restarts: int = 0
     violation: ConformanceViolation | None = None
     flaky: bool = False
     shrunk: bool = True
+    not_shrunk_because: str = ""
 
     @property
     def ok(self) -> bool:
@@ -116,6 +135,8 @@ class ConformanceResult:
                 "differences": list(self.violation.differences),
                 "flaky": self.flaky,
                 "shrunk": self.shrunk,
+                "not_shrunk_because": self.not_shrunk_because,
+                "see": self.violation.see,
                 "sequence": [s.to_json() for s in _shown(self.violation.steps)],
             }
         return {
@@ -129,6 +150,8 @@ class ConformanceResult:
             "checks": self.checks,
             "allowed_failures": self.allowed_failures,
             "duplicates": self.duplicates,
+            "races": self.races,
+            "restarts": self.restarts,
             "failure": failure,
         }
 
@@ -137,24 +160,27 @@ class ConformanceResult:
         head = (
             f"{self.role} {self.participant!r} at {self.url}: {self.examples} sequences, "
             f"{self.requests} requests, {self.checks} replies checked, "
-            f"{self.duplicates} concurrent duplicates, "
+            f"{self.duplicates} concurrent duplicates, {self.races} races, "
+            f"{self.restarts} restarts, "
             f"{self.allowed_failures} allowed commit/restore failures (seed {self.seed})"
         )
         if self.violation is None:
             return f"PASS  {head}"
         lines = [f"FAIL  {head}", f"rule: {self.violation.rule}"]
+        if self.violation.see:
+            lines.append(f"see: {self.violation.see}")
         lines += [f"  {d}" for d in self.violation.differences]
         if self.flaky:
             lines.append("note: the sequence did not fail again on replay (flaky server)")
         if not self.shrunk:
-            lines.append(
-                "note: not shrunk: the server could not be brought back to an idle fence after "
-                "it (use a factory of fresh servers to shrink further)"
-            )
+            lines.append(f"note: not shrunk: {self.not_shrunk_because}")
         shown = _shown(self.violation.steps)
-        lines.append(f"shortest failing sequence ({len(shown)} requests):")
+        which = "shortest failing" if self.shrunk else "failing"
+        lines.append(f"{which} sequence ({len(shown)} requests):")
         for number, step in enumerate(shown, 1):
             lines += _format_step(number, step, last=step is shown[-1])
+        lines.append(f"replay it by hand (export QUIESCE_URL={self.url} QUIESCE_TOKEN=...):")
+        lines += [f"{n:3}. {_by_hand(step.exchange)}" for n, step in enumerate(shown, 1)]
         return "\n".join(lines)
 
 
@@ -175,6 +201,13 @@ def _format_step(number: int, step: KitStep, *, last: bool) -> list[str]:
         lines.append(f"     expected: {compact_json(step.expected)}")
         lines.append(f"     actual:   {compact_json(step.actual)}")
     return lines
+
+
+def _by_hand(exchange: Exchange) -> str:
+    """The request as a shell command (a restart of the kit's restart hook as a comment)."""
+    if exchange.method == RESTART_METHOD:
+        return "# kill the server and start it again (what --restart-cmd does)"
+    return exchange.curl()
 
 
 def brief(reply: Any) -> str:

@@ -15,11 +15,34 @@ from quiesce.testing._results import brief
 __all__ = [
     "CODE_RULES",
     "DUPLICATE_RULE",
+    "DURABILITY_RULE",
+    "INCARNATION_RULE",
+    "RACE_RULE",
+    "SECTIONS",
     "describe_differences",
     "describe_disagreement",
     "hint",
+    "section_of",
     "step_note",
 ]
+
+
+SECTIONS = {
+    "M2": "docs/protocol.md#m2-control-fence-control_fence-one-per-participant",
+    "M3": "docs/protocol.md#m3-agent-execution-agent_execution-one-per-rollout-attempt",
+    "M4": "docs/protocol.md#m4-policy-admission-policy_admission",
+    "M5": "docs/protocol.md#m5-resources-resources",
+    "§6": "docs/protocol.md#6-crashes-and-durability",
+    "docs/wire.md": "docs/wire.md",
+}
+"""Where each rule the kit names is written down (a docs/protocol.md section, or the wire
+page), by the tag a rule's text starts with."""
+
+
+def section_of(rule: str) -> str:
+    """The page and section of `rule` (the first tag of `SECTIONS` it names), or ""."""
+    named = [(rule.find(tag), page) for tag, page in SECTIONS.items() if tag in rule]
+    return min(named)[1] if named else ""
 
 
 CODE_RULES = {
@@ -49,6 +72,26 @@ DUPLICATE_RULE = (
     "state after is a single request's; "
     "fix: key in-flight control requests by (op, op_id) and let a duplicate await the "
     "first's reply, instead of refusing it or running the operation again"
+)
+
+INCARNATION_RULE = (
+    "§6: a restarted participant answers under a new incarnation (docs/wire.md: every reply "
+    "carries the incarnation of the running process)"
+)
+
+DURABILITY_RULE = (
+    "§6: what was replied before a crash is what the journal gives after it: every state "
+    "change a reply reports is journaled (written and fsynced) before the reply is sent; "
+    "fix: await the journal write before answering"
+)
+
+RACE_RULE = (
+    "M2 (linearizability): operations in flight at once take effect one at a time, in some "
+    "order: no order of the overlapping requests, run through the reference participant, "
+    "gives these replies and this state (an outcome arriving after the fence moved on, such "
+    "as a prepare overtaken by a resume, must be dropped, not applied to the newer state); "
+    "fix: decide and apply each operation under one lock, and drop a long-polled result whose "
+    "op id is no longer the active one"
 )
 
 _OP_RULES = {
@@ -91,12 +134,14 @@ def hint(op: str, expected: dict[str, Any], actual: dict[str, Any], after: str) 
     if isinstance(actual.get("http"), int) and actual["http"] >= 500:
         return "docs/wire.md: no input is answered 5xx (a 5xx means the server itself failed)"
     both = "incarnation" in actual and "incarnation" in expected
-    if both and expected["incarnation"] != actual["incarnation"]:
+    if both and expected["incarnation"] != actual["incarnation"] and after != "restart":
         return (
             "every reply carries the incarnation of the running process: it changed, so "
             "the server restarted during the run"
         )
     if op in ("status", "completions"):
+        if after == "restart":
+            return DURABILITY_RULE
         if after.startswith("duplicate:"):
             return DUPLICATE_RULE
         if after == "failed_commit":

@@ -9,11 +9,13 @@ or how requests are generated (`_machine`).
 from __future__ import annotations
 
 import secrets
+import subprocess
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 from pydantic import ValidationError
 
 from quiesce.fsm import QuiesceError
@@ -27,13 +29,100 @@ from quiesce.testing._results import (
 )
 from quiesce.testing._wire import ServerUnreachable, WireClient
 
-__all__ = ["Abort", "KitRun", "Server"]
+__all__ = [
+    "NO_RESET",
+    "STUCK",
+    "Abort",
+    "KitRun",
+    "Reset",
+    "Restart",
+    "Server",
+    "reset_hook",
+    "restart_hook",
+]
 
 
 Server = str | Callable[[], AbstractContextManager[Any]]
 """What the kit checks: the URL of a running server (examples share it), or a factory whose
 context manager starts a fresh server per example and yields its URL (or an object with a
 `url`, like `LocalServer`)."""
+
+
+Reset = str | Callable[[], object]
+"""How the kit gets a fresh participant before each example on a shared server: the URL of
+a route that resets it (POSTed with the bearer token; any 2xx means done), or a callable
+that does (its return value is ignored)."""
+
+NO_RESET = (
+    "the examples share one server and no reset hook was given, so a shorter sequence would "
+    "not start from the state the failing one started from; pass --reset-url (or "
+    "reset=... in Python) to get a fresh participant per example and a shrunk sequence"
+)
+"""Why a run on a shared server without a reset hook is not shrunk."""
+
+STUCK = (
+    "the server could not be brought back to an idle fence after the failing sequence, so "
+    "no shorter one could be replayed against it; pass a reset hook (--reset-url, reset=...) "
+    "or a factory of fresh servers to shrink"
+)
+"""Why a run whose failure left a shared server stuck is not shrunk."""
+
+
+Restart = str | Callable[[], object]
+"""How the kit kills and restarts the server under test (§6): a shell command (run to the
+end; it must exit 0 with the server answering again on the same URL), or a callable."""
+
+
+def restart_hook(restart: Restart, timeout: float) -> Callable[[], None]:
+    """`restart` as a callable; a command is run by the shell and must exit 0 within
+    `timeout` seconds (else a `ConformanceSetupError` naming the exit status)."""
+    if not isinstance(restart, str):
+        hook = restart
+
+        def call() -> None:
+            hook()
+
+        return call
+    command = restart
+
+    def run() -> None:
+        try:
+            done = subprocess.run(command, shell=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise ConformanceSetupError(
+                command, f"the restart command ran over {timeout}s"
+            ) from None
+        if done.returncode != 0:
+            raise ConformanceSetupError(
+                command, f"the restart command exited {done.returncode}; it must exit 0"
+            )
+
+    return run
+
+
+def reset_hook(reset: Reset, token: str, timeout: float) -> Callable[[], None]:
+    """`reset` as a callable; a URL is POSTed with the bearer token and must answer 2xx
+    (anything else is a `ConformanceSetupError` naming the status)."""
+    if not isinstance(reset, str):
+        hook = reset
+
+        def call() -> None:
+            hook()
+
+        return call
+    url = reset
+
+    def post() -> None:
+        try:
+            answer = httpx.post(url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout)
+        except httpx.HTTPError as error:
+            raise ConformanceSetupError(url, f"the reset hook got no answer ({error})") from None
+        if not answer.is_success:
+            raise ConformanceSetupError(
+                url, f"the reset hook answered {answer.status_code}; it must answer 2xx"
+            )
+
+    return post
 
 
 class Abort(BaseException):
@@ -54,6 +143,8 @@ class KitRun:
     role: Role
     executions: bool
     timeout: float
+    reset: Callable[[], None] | None = None
+    restart: Callable[[], None] | None = None
     client: WireClient | None = None
     capabilities: Capabilities | None = None
     config: ParticipantConfig | None = None
@@ -63,6 +154,8 @@ class KitRun:
     requests: int = 0
     allowed_failures: int = 0
     duplicates: int = 0
+    races: int = 0
+    restarts: int = 0
     best: ConformanceViolation | None = None
     previous: tuple[KitStep, ...] = ()
     stuck: bool = False
@@ -79,6 +172,12 @@ class KitRun:
         self.client = WireClient(url, self.token, timeout=self.timeout)
         self.url = self.client.url
         self.capabilities, self.config = _discover(self.client, self.role)
+
+    def fresh_participant(self) -> None:
+        """Run the reset hook, then learn who answers now (a new incarnation, likely)."""
+        assert self.reset is not None
+        self.reset()
+        self.connect(self.url)
 
     def disconnect(self) -> None:
         if self.client is not None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -34,7 +36,7 @@ import httpx
 from quiesce.adapters import ROUTES
 from quiesce.fsm import QuiesceError
 
-__all__ = ["OPERATIONS", "Exchange", "ServerUnreachable", "WireClient", "compact_json"]
+__all__ = ["OPERATIONS", "Exchange", "ServerUnreachable", "Timed", "WireClient", "compact_json"]
 
 OPERATIONS: dict[str, tuple[str, str]] = {
     str(getattr(op, "value", op)): route for op, route in ROUTES.items()
@@ -54,6 +56,15 @@ class ServerUnreachable(QuiesceError):
             f"{method} {url}{path} got no answer ({detail}); is the server running, and is "
             "--url right?"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Timed:
+    """An `Exchange` of `send_overlapping`, with when it was `sent` and `answered`."""
+
+    exchange: Exchange
+    sent: float
+    answered: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +88,20 @@ class Exchange:
         shown = "" if self.body is None else " " + compact_json(self.body)
         auth = "" if self.auth == "token" else f"  [{self.auth} bearer token]"
         return f"{self.method} {self.path}{shown}{auth}"
+
+    def curl(self) -> str:
+        """The request as a shell command against `$QUIESCE_URL` with `$QUIESCE_TOKEN`
+        (the token itself is never printed)."""
+        auth = {
+            "token": ' -H "Authorization: Bearer $QUIESCE_TOKEN"',
+            "wrong": " -H 'Authorization: Bearer not-the-token'",
+            "none": "",
+        }[self.auth]
+        data = ""
+        if self.body is not None:
+            text = compact_json(self.body).replace("'", "'\\''")
+            data = f" -H 'Content-Type: application/json' -d '{text}'"
+        return f'curl -sS -X {self.method} "$QUIESCE_URL{self.path}"{auth}{data}'
 
 
 def compact_json(value: Any) -> str:
@@ -170,6 +195,47 @@ class WireClient:
         if failures:
             raise ServerUnreachable(self.url, method, path, failures[0])
         return tuple(_exchange(method, path, body, r, "token") for r in responses)
+
+    def send_overlapping(
+        self, requests: Sequence[tuple[str, Any]], *, stagger: float = 0.02
+    ) -> tuple[Timed, ...]:
+        """Send different requests `(op, body)` so that they overlap: each is sent
+        `stagger` seconds after the previous one, without waiting for any reply (each on
+        its own connection); the answers in request order, each with when it was sent and
+        answered (`time.monotonic()`), so a judge knows which ones really overlapped.
+        Raises `ServerUnreachable` when one gets no HTTP answer."""
+        self.requests += len(requests)
+        return self._portal.call(self._overlapping, tuple(requests), stagger)
+
+    async def _overlapping(
+        self, requests: tuple[tuple[str, Any], ...], stagger: float
+    ) -> tuple[Timed, ...]:
+        answers: dict[int, Timed] = {}
+        failures: list[tuple[str, str, str]] = []
+
+        async def one(http: httpx.AsyncClient, index: int, op: str, body: Any) -> None:
+            method, path = OPERATIONS[op]
+            content, headers = self._encode(body, "token", None)
+            sent = time.monotonic()
+            try:
+                response = await http.request(method, path, content=content, headers=headers)
+            except httpx.HTTPError as error:
+                failures.append((method, path, type(error).__name__))
+                return
+            answered = time.monotonic()
+            answers[index] = Timed(_exchange(method, path, body, response, "token"), sent, answered)
+
+        async with (
+            httpx.AsyncClient(base_url=self.url, timeout=self._timeout, verify=self._tls) as http,
+            anyio.create_task_group() as group,
+        ):
+            for index, (op, body) in enumerate(requests):
+                if index:
+                    await anyio.sleep(stagger)
+                group.start_soon(one, http, index, op, body)
+        if failures:
+            raise ServerUnreachable(self.url, *failures[0])
+        return tuple(answers[i] for i in range(len(requests)))
 
     @cached_property
     def _portal(self) -> anyio.from_thread.BlockingPortal:

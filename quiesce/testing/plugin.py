@@ -11,7 +11,8 @@ test runs that do not ask for it):
 The fixture is `assert_conforms` with the run's defaults: it fails the test with the
 shortest failing request sequence in the message, and returns the `ConformanceResult`
 when the server conforms. `server` is a URL, or a factory of fresh servers (e.g.
-`LocalServer.start(...).fresh`) for fully shrunk sequences. `--quiesce-examples N` on the
+`LocalServer.start(...).fresh`) for fully shrunk sequences; with a URL, pass `reset=` (and
+`restart=`) as for `check_conformance`. `--quiesce-examples N` on the
 pytest command line changes the default number of sequences (50).
 """
 

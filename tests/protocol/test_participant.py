@@ -20,6 +20,7 @@ from quiesce.protocol._messages import (
     ErrorReply,
     ExecutionReply,
     PrepareReply,
+    Receipt,
     RestoreReply,
     ResumeReply,
     RetireReply,
@@ -220,6 +221,21 @@ def test_s17_retire_of_a_completed_result_keeps_it_until_its_exact_ack() -> None
     _, prepare, _ = control(state, "prepare", X)
     assert prepare.status == "ready"
     refused(begin(state)[1], "stale_attempt")
+
+
+def test_an_ack_batch_naming_a_running_execution_lists_it_unknown_and_applies_the_rest() -> None:
+    # docs/wire.md: an unknown receipt is listed in `unknown`; the batch is not refused.
+    state, receipt = finished(agent())
+    state, _, _ = begin(state, "r2")
+    running = Receipt(rollout_id="r2", attempt=0, receipt="r2#0:guess")
+    after, reply, effects = call(
+        state, "ack", receipts=[running.model_dump(), receipt.model_dump()]
+    )
+    assert isinstance(reply, AckReply), reply
+    assert reply.unknown == (running,) and reply.acknowledged == (receipt,)
+    assert journaled(effects)
+    _, status, _ = call(after, "status")
+    assert status.live_executions == 1 and status.completed_unacknowledged == 0
 
 
 # ------------------------------------------------------------------ refusals

@@ -313,7 +313,9 @@ class AgentRole:
         self, rules: ParticipantRules, receipts: Iterable[Receipt]
     ) -> tuple[AgentRole, list[Receipt], list[Receipt]]:
         """Release every exactly-quoted result: `(role, acknowledged, unknown)`. Idempotent:
-        the receipt of a rollout's newest acked attempt is acknowledged again."""
+        the receipt of a rollout's newest acked attempt is acknowledged again. A receipt
+        that releases nothing (wrong text, no such execution, one still running) is listed
+        in `unknown`; it never refuses the batch."""
         role = self
         acknowledged: list[Receipt] = []
         unknown: list[Receipt] = []
@@ -323,6 +325,11 @@ class AgentRole:
             if execution is None:
                 known = (receipt.rollout_id, receipt.attempt, receipt.receipt)
                 (acknowledged if known in role.refusal_keys else unknown).append(receipt)
+                continue
+            if not rules.agent.enabled(execution, AgentInput.RECV_ACK, receipt.receipt):
+                # A receipt naming an execution that has no result yet (running, parked):
+                # docs/wire.md lists it in `unknown` and applies the rest of the batch.
+                unknown.append(receipt)
                 continue
             after, effects = rules.agent.step(execution, AgentInput.RECV_ACK, receipt.receipt)
             (unknown if "unknown_receipt" in _names(effects) else acknowledged).append(receipt)
