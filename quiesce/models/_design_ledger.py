@@ -145,8 +145,8 @@ class LedgerSide(ParticipantSide, ABC):
             return
         for _ in range(tries):
             reply = self.serve_ack(batch)
-        if tries > 1 and fault.endswith("*"):
-            return
+        if fault.endswith("*"):
+            return  # every reply lost
         if self.stale >> AGENT & 1 and self.seen_restart(AGENT):
             return
         self.ack_flushed(reply[1])

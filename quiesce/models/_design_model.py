@@ -52,18 +52,45 @@ from quiesce.models._design_state import (
     walk_active,
 )
 from quiesce.models._design_step import DELAYABLE, Step, initial_state
+from quiesce.models._design_symmetry import canonical
 from quiesce.models._design_tables import GROUP, DesignTables, Steppers
 from quiesce.models._explorer import Action, Always, Model, always
 from quiesce.protocol import Cause
 from quiesce.protocol.machines import CheckpointInput, GroupInput, RegistryInput
 
-__all__ = ["DesignModel"]
+__all__ = ["DesignModel", "Reached"]
 
 _PENDING = ("abort_pending", "release_pending")
 _LEFT_LIVE = ("running", "park_requested", "parked", "frozen", "completed")  # I9
 
 
-class DesignModel(Model[DesignState]):
+class Reached:
+    """A state as the explorer keeps it: `state` exactly as the moves reached it (so a trace
+    reads step by step, sibling names and all), compared and hashed by `key`, its canonical
+    form when siblings are identified (`_design_symmetry`)."""
+
+    __slots__ = ("_hash", "key", "state")
+
+    def __init__(self, state: DesignState, key: DesignState) -> None:
+        self.state = state
+        self.key = key
+        self._hash = hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Reached):
+            return NotImplemented
+        return self._hash == other._hash and self.key == other.key
+
+    def __repr__(self) -> str:
+        return f"Reached({self.state!r})"
+
+
+class DesignModel(Model[Reached]):
     """The design model at a configurable size (PROTOCOL.md §8 by default).
 
     `tables` swaps machines for derived ones (a design mutant runs through the very same
@@ -98,17 +125,20 @@ class DesignModel(Model[DesignState]):
 
     # ------------------------------------------------------------------ the model
 
-    def init_states(self) -> Iterable[DesignState]:
-        yield initial_state(self.p, self.steppers)
+    def init_states(self) -> Iterable[Reached]:
+        yield self._reached(initial_state(self.p, self.steppers))
 
-    def actions(self, state: DesignState) -> list[Action]:
-        return [*self._controller_moves(state), *self._other_moves(state)]
+    def actions(self, state: Reached) -> list[Action]:
+        return [*self._controller_moves(state.state), *self._other_moves(state.state)]
 
-    def next_state(self, state: DesignState, action: Action) -> DesignState | None:
-        step = Step(self.p, self.steppers, state)
+    def next_state(self, state: Reached, action: Action) -> Reached | None:
+        step = Step(self.p, self.steppers, state.state)
         if not _APPLY[action.payload[0]](step, action.payload):
             return None
-        return step.result()
+        return self._reached(step.result())
+
+    def _reached(self, state: DesignState) -> Reached:
+        return Reached(state, canonical(state) if self.p.symmetry else state)
 
     def _action(self, label: str, payload: tuple[Any, ...], fault: bool = False) -> Action:
         key = (label, payload, fault)
@@ -295,19 +325,22 @@ class DesignModel(Model[DesignState]):
 
     def properties(self) -> Sequence[Always]:
         return (
-            always("I1", self._i1, "nothing completed is lost"),
-            always("I2", lambda s: not _flagged(s, "I2"), "nothing runs twice"),
-            always("I3", self._i3, "publish-or-abort"),
-            always("I4", self._i4, "gates: held iff some owner holds"),
-            always("I5", lambda s: not _flagged(s, "I5"), "phase order (§3), restore too"),
-            always("I6", self._i6, "bounded calls: the controller never waits on the world"),
-            always("I8", lambda s: not _flagged(s, "I8"), "consistent snapshot"),
+            always("I1", lambda r: self._i1(r.state), "nothing completed is lost"),
+            always("I2", lambda r: not _flagged(r.state, "I2"), "nothing runs twice"),
+            always("I3", lambda r: self._i3(r.state), "publish-or-abort"),
+            always("I4", lambda r: self._i4(r.state), "gates: held iff some owner holds"),
+            always("I5", lambda r: not _flagged(r.state, "I5"), "phase order (§3), restore too"),
+            always("I6", lambda r: self._i6(r.state), "bounded calls: never waits on the world"),
+            always("I8", lambda r: not _flagged(r.state, "I8"), "consistent snapshot"),
         )
 
-    def liveness_goals(self) -> Sequence[tuple[str, Callable[[DesignState], bool]]]:
-        return (("I7", self.is_goal), ("I9", self._i9))
+    def liveness_goals(self) -> Sequence[tuple[str, Callable[[Reached], bool]]]:
+        return (("I7", self.is_goal), ("I9", lambda r: self._i9(r.state)))
 
-    def is_goal(self, state: DesignState) -> bool:
+    def is_goal(self, state: Reached) -> bool:
+        return self._i7(state.state)
+
+    def _i7(self, state: DesignState) -> bool:
         """I7: the controller is idle with admission open and no participant fenced, or it
         stopped after more than `max_consecutive_failures` failures.
 
@@ -406,14 +439,14 @@ class DesignModel(Model[DesignState]):
 
     # ------------------------------------------------------------------ traces
 
-    def describe_state(self, state: DesignState) -> Any:
-        return _plain(state)
+    def describe_state(self, state: Reached) -> Any:
+        return _plain(state.state)
 
     def participants(self) -> Sequence[str]:
         return ("environment", "controller", *NAMES)
 
     def message(
-        self, before: DesignState, action: Action, after: DesignState
+        self, before: Reached, action: Action, after: Reached
     ) -> tuple[str, str, str] | None:
         kind = action.payload[0]
         if kind == "call":

@@ -98,6 +98,8 @@ class ParticipantSide(Scratch):
             self._outcome(p, FI.RESTORE_FAILED, FenceOp.RESTORE, op_id, None)
             return ("restore_failed",)
         snapshot = next(s for s in self.published if s.op_id == snapshot_id)
+        # Contents are dropped only once no restore can run again (`Scratch.result`).
+        assert snapshot.digests, f"restore of {snapshot_id} after its contents were dropped"
         if p == AGENT:
             # The agent's executions are replaced by the snapshot's continuations: the live
             # ones belong to the interval the restore rolls back (M3 `retire`, "replaced on
@@ -219,11 +221,9 @@ class ParticipantSide(Scratch):
                 self.retire_key(key, acked=False)
             return "tombstoned"
         names = self.execution_input(key, AI.RETIRE)
-        return (
-            "completed_unacknowledged"
-            if "answer_completed_unacknowledged" in names
-            else ("tombstoned")
-        )
+        if "answer_completed_unacknowledged" in names:
+            return "completed_unacknowledged"
+        return "tombstoned"
 
     def begin(self, key: Key, resume_turn: int) -> None:
         """Dispatch `key` to the agent (M3 `begin`); a refused begin stays dispatched in
@@ -294,9 +294,10 @@ class ParticipantSide(Scratch):
             # agents, so they wait again (an unfenced policy holds none).
             waiters = self.policy[1] if fenced else ()
             self.policy = ("accepting", ())
-            stepped = self.t.policy(self.policy, PolicyInput.FENCE_PREPARE, None)
-            if fenced and stepped is not None:
-                self.policy = (stepped[0][0], waiters)
+            if fenced:
+                stepped = self.t.policy(self.policy, PolicyInput.FENCE_PREPARE, None)
+                if stepped is not None:
+                    self.policy = (stepped[0][0], waiters)
         elif p == RESOURCES:
             self.resources = "accepting"
             if fenced:

@@ -2,9 +2,9 @@
 
 What lives here: `Scratch`, the base of `Step` (`_design_step`): it unpacks a
 `DesignState` into fields a move may change, packs them back into the next state (reusing
-every part the move left alone, renaming siblings into canonical order, dropping data
-nothing can read again), and holds the few queries every side of a step needs (a fresh
-id, the fence's answer to a request, the snapshot a restore installs, a fault's cost).
+every part the move left alone, dropping data nothing can read again), and holds the few
+queries every side of a step needs (a fresh id, the fence's answer to a request, the
+snapshot a restore installs, a fault's cost).
 What it does not know: any move (`_design_participants`, `_design_ledger`, `_design_step`).
 """
 
@@ -22,7 +22,6 @@ from quiesce.models._design_state import (
     Snapshot,
     Store,
 )
-from quiesce.models._design_symmetry import canonical
 from quiesce.models._design_tables import Steppers
 from quiesce.protocol.machines import FenceInput, FenceOp
 
@@ -67,7 +66,7 @@ class Scratch:
             self.stopped,
             self.continuations,
         ) = c
-        self._parts, self._ledger = parts, c.ledger  # as found: unchanged parts are reused
+        self._parts = parts  # as found: unchanged parts are reused
         self._executions_changed = False
         self.fences = list(parts.fences)
         self.policy = parts.policy
@@ -129,15 +128,7 @@ class Scratch:
             # No crash is left, so nothing restores a snapshot or reads the intent again (the
             # older snapshots lost their contents when the last fault was spent).
             published = tuple(Snapshot(s.op_id, 0, (), None) for s in published)
-        state = DesignState(controller, parts, Store(self.intent, published), w)
-        # A state is stored canonical, so only a change to what orders the siblings (their
-        # ledger attempts, executions, refusal keys) can call for renaming them.
-        unchanged = (
-            self.ledger is self._ledger
-            and executions is before.executions
-            and refusals is before.refusals
-        )
-        return canonical(state) if self.p.symmetry and not unchanged else state
+        return DesignState(controller, parts, Store(self.intent, published), w)
 
     def flag(self, prop: str, why: str) -> None:
         """Record a violation of `prop` that only this transition shows."""

@@ -37,12 +37,18 @@ __all__ = ["canonical"]
 def canonical(state: DesignState) -> DesignState:
     """`state` with its siblings renamed into the canonical order."""
     siblings = len(state.parts.refusals)
+    if siblings == 2:  # the reference size: one comparison, no sort
+        if _view(state, 1) < _view(state, 0):
+            return _renamed(state, _SWAP)
+        return state
     views = [_view(state, s) for s in range(siblings)]
     order = sorted(range(siblings), key=views.__getitem__)
     if order == list(range(siblings)):
         return state
-    rename = {old: new for new, old in enumerate(order)}
-    return _renamed(state, rename)
+    return _renamed(state, {old: new for new, old in enumerate(order)})
+
+
+_SWAP = {0: 1, 1: 0}
 
 
 def _view(state: DesignState, sibling: int) -> tuple[Any, ...]:
@@ -59,9 +65,12 @@ def _view(state: DesignState, sibling: int) -> tuple[Any, ...]:
 
 def _renamed(state: DesignState, rename: dict[int, int]) -> DesignState:
     c, parts, store, world = state
+    staged = c.staged
+    if staged[AGENT] is not None:
+        staged = tuple(_digest(d, rename) for d in staged)
     controller = Controller(
         *c[:6],
-        tuple(_digest(d, rename) for d in c.staged),
+        staged,
         *c[7:11],
         _ledger(c.ledger, rename),
         _keys(c.outbox, rename),
@@ -69,47 +78,50 @@ def _renamed(state: DesignState, rename: dict[int, int]) -> DesignState:
         *c[14:16],
         _saved(c.continuations, rename),
     )
-    fences = tuple(
-        f
-        if not f.recorded
-        else f._replace(recorded=tuple((i, op, _digest(r, rename)) for i, op, r in f.recorded))
-        for f in parts.fences
-    )
+    # Only the agent's records name siblings (its commits and restores list continuations).
+    fences = parts.fences
+    agent = fences[AGENT]
+    if agent.recorded:
+        recorded = tuple((i, op, _digest(r, rename)) for i, op, r in agent.recorded)
+        fences = (fences[0], agent._replace(recorded=recorded), fences[2])
     refusals = [parts.refusals[0]] * len(parts.refusals)
     for old, new in rename.items():
         refusals[new] = parts.refusals[old]
     participants = Participants(
-        (fences[0], fences[1], fences[2]),
+        fences,
         (parts.policy[0], _keys(parts.policy[1], rename)),
         parts.resources,
         tuple(sorted(Execution(rename[e[0]], *e[1:]) for e in parts.executions)),
         tuple(refusals),
         _saved(parts.restored, rename),
     )
-    published = tuple(
-        s
-        if s.cut is None
-        else Snapshot(
-            s.op_id,
-            s.trainer_step,
-            tuple(_digest(d, rename) for d in s.digests),
-            _ledger(s.cut, rename),
+    published = store.published
+    if any(s.cut is not None for s in published):
+        published = tuple(
+            s
+            if s.cut is None
+            else Snapshot(
+                s.op_id,
+                s.trainer_step,
+                tuple(_digest(d, rename) for d in s.digests),
+                _ledger(s.cut, rename),
+            )
+            for s in published
         )
-        for s in store.published
-    )
+        store = Store(store.intent, published)
     if world.unaccounted:
         world = world._replace(unaccounted=frozenset((rename[s], a) for s, a in world.unaccounted))
-    return DesignState(controller, participants, Store(store.intent, published), world)
+    return DesignState(controller, participants, store, world)
 
 
 def _keys(keys: tuple[Key, ...], rename: dict[int, int]) -> tuple[Key, ...]:
-    return tuple(sorted((rename[s], a) for s, a in keys))
+    return tuple(sorted((rename[s], a) for s, a in keys)) if keys else keys
 
 
 def _saved(
     saved: tuple[tuple[int, int, int], ...], rename: dict[int, int]
 ) -> tuple[tuple[int, int, int], ...]:
-    return tuple(sorted((rename[s], a, t) for s, a, t in saved))
+    return tuple(sorted((rename[s], a, t) for s, a, t in saved)) if saved else saved
 
 
 def _ledger(ledger: Ledger | None, rename: dict[int, int]) -> Ledger | None:
