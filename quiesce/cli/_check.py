@@ -36,6 +36,7 @@ from quiesce.models import (
     build_model,
     get_model_spec,
     mermaid_sequence,
+    refine,
     walk,
 )
 from quiesce.models import (
@@ -128,6 +129,13 @@ class _LiveProgress:
     help="Longest random walk (--walks).",
 )
 @click.option(
+    "--refine",
+    "refined",
+    is_flag=True,
+    help="Check every step of the protocol model against the design model (refinement);"
+    " the design is exhausted first at the matching size.",
+)
+@click.option(
     "--trace-out",
     type=OutputDir(),
     help="Write each counterexample per table (engine --trace format) plus a Mermaid diagram"
@@ -144,6 +152,7 @@ def check(
     walks: int | None,
     seed: int,
     max_depth: int,
+    refined: bool,
     trace_out: Path | None,
     as_json: bool,
 ) -> None:
@@ -156,12 +165,14 @@ def check(
     quiesce check                     # the design model, §8 reference size, fault budget 1
     quiesce check design --faults 2   # the longer run (minutes)
     quiesce check two-phase --mutant commit_without_message --trace-out traces/
-    quiesce check protocol --walks 2000 --seed 1
+    quiesce check protocol --walks 2000 --seed 1 --refine
     """
     name = model_name or DEFAULT_MODEL
     if walks is not None and (symmetry or max_states is not None):
         raise click.UsageError("--walks takes neither --symmetry nor --max-states")
     model = _build(name, settings, faults, mutant)
+    if refined:
+        model = _refined(model)
     title = _title(name, model.params, mutant)
     mode = "exhaustive" if walks is None else "walks"
     progress = _LiveProgress(walks)
@@ -229,6 +240,14 @@ def _build(
         if mutant is not None and mutant not in spec.mutants:
             fail(unknown_name(f"{name} mutant", mutant, spec.mutants, "quiesce mutants --all"))
         return build_model(name, dict(settings), faults=faults, mutant=mutant)
+    except QuiesceError as error:
+        fail(error)
+
+
+def _refined(model: Model[Any]) -> Model[Any]:
+    """`model` with every step checked against the design, or exit 2 saying why not."""
+    try:
+        return refine(model)
     except QuiesceError as error:
         fail(error)
 
