@@ -38,7 +38,7 @@ Siblings are interchangeable, so states are compared by their sibling-canonical 
 the same way from its first step to its last.
 
 Sizes (PROTOCOL.md §8 reference size, this 2-core machine): fault budget 1, 216,092 states
-in about 35 s (`quiesce check design`, pinned in `tests/models/test_design_model.py`);
+in 35-45 s (`quiesce check design`, pinned in `tests/models/test_design_model.py`);
 budget 2, 1.79 million states in about 4.5 minutes and 2 GB (`quiesce check design
 --faults 2`).
 

@@ -22,9 +22,9 @@ controller's states are not in the view, and a step is judged one fence at a tim
 fence it changes must move the way some design step moves that participant's fence, and a
 step that changes none stutters. What this catches: a fence move the composed design never
 makes (a watermark lowered, an id activated over another, a state entered from the wrong
-one), whatever the invariants say. What it cannot catch: the controller's own moves (the
-invariants judge those), or two fences each moving as the design allows but never in that
-combination.
+one, a result it must replay left unrecorded), whatever the invariants say. What it cannot
+catch: the controller's own moves (the invariants judge those), or two fences each moving
+as the design allows but never in that combination.
 """
 
 from __future__ import annotations
