@@ -66,6 +66,43 @@ def test_pinned_state_count_and_no_violation(params: dict[str, Any], distinct: i
     assert result.distinct_states == distinct
 
 
+def _first_call(model: DesignModel, label: str) -> tuple[Any, Action]:
+    """The first reached state (breadth-first) offering an action labelled `label`."""
+    frontier = list(model.init_states())
+    seen = set(frontier)
+    while frontier:
+        state = frontier.pop(0)
+        for action in model.actions(state):
+            if action.label == label:
+                return state, action
+        for _, following in model.successors(state):
+            if following not in seen:
+                seen.add(following)
+                frontier.append(following)
+    raise AssertionError(f"no reached state offers {label!r}")
+
+
+def test_a_call_is_retried_under_its_own_id_within_call_retries() -> None:
+    # §4 (amended): a lost reply is retried with the same op id and answered from the
+    # fence's record, so the commit walk goes on; without retries the same loss fails it.
+    params = {**small(), "faults": 1}
+    retried = DesignModel(DesignParams(**params, call_retries=1))
+    state, action = _first_call(retried, "commit(1) -> agent [reply_lost]")
+    after = retried.next_state(state, action)
+    assert after is not None
+    agent = after.state.parts.fences[1]
+    assert (agent.state, agent.active) == ("committed_paused", 1)
+    assert [(r, op) for r, op, _ in agent.recorded].count((1, "commit")) == 1
+    assert after.state.controller.walk.done & 0b10  # the agent's commit counts as answered
+    assert after.state.controller.m1.state == "committing"
+    no_retry = DesignModel(DesignParams(**params, call_retries=0))
+    state, action = _first_call(no_retry, "commit(1) -> agent [reply_lost*]")
+    failed = no_retry.next_state(state, action)
+    assert failed is not None and failed.state.controller.m1.state == "aborting"
+    labels = {a.label for a in no_retry.actions(state)}
+    assert "commit(1) -> agent [reply_lost]" not in labels  # no retry, so no loss survives
+
+
 def test_symmetry_identifies_siblings_and_keeps_every_verdict() -> None:
     params = {**small(siblings=2, attempts=2), "faults": 1, "crashes": True}
     plain = check(DesignModel(DesignParams(**params, symmetry=False)), stop_on_violation=False)
