@@ -3,15 +3,20 @@
 The explorer (`check`) is an explicit-state BFS model checker over a `Model`; models are
 registered by name for `quiesce check`; `walk` takes seeded random walks through a model
 too big to exhaust (`quiesce check --walks N`). `TwoPhase` is Lamport's two-phase commit written as
-quiesce tables, the standard yardstick (288 distinct states with 3 RMs). `SCENARIOS` scripts
-PROTOCOL.md §7 on the composed `System`; the mutant catalog (`MUTANTS`, `verify`) runs them
-and the explorer against known bugs.
+quiesce tables, the standard yardstick (288 distinct states with 3 RMs). `DesignModel` is the
+protocol's design (M1-M9's tables composed with atomic calls), exhausted at §8's reference size.
+`refine` checks every step of the `protocol` model against it (refinement).
+`SCENARIOS` scripts PROTOCOL.md §7 on the composed `System`; the mutant catalog (`MUTANTS`,
+`verify`) runs them and the explorer against known bugs.
 
 >>> from quiesce.models import build_model, check
 >>> check(build_model("two-phase", {"rms": "3"})).distinct_states
 288
 """
 
+from quiesce.models._design_model import DesignModel
+from quiesce.models._design_spec import DESIGN_SPEC
+from quiesce.models._design_state import DesignParams
 from quiesce.models._explorer import (
     NO_STALL,
     Action,
@@ -40,6 +45,8 @@ from quiesce.models._protocol_model import Hooks, ProtocolModel
 from quiesce.models._protocol_spec import PROTOCOL_SPEC
 from quiesce.models._protocol_state import ProtocolParams
 from quiesce.models._random_walks import walk
+from quiesce.models._refined_model import REFINEMENT, RefinedModel, refine
+from quiesce.models._refinement import RefinementUnsupported
 from quiesce.models._registry import (
     BadModelParam,
     ModelSpec,
@@ -79,9 +86,11 @@ from quiesce.models._two_phase import (
 )
 
 __all__ = [
+    "DESIGN_SPEC",
     "MUTANTS",
     "NO_STALL",
     "PROTOCOL_SPEC",
+    "REFINEMENT",
     "SCENARIOS",
     "STEP_TIMEOUT_S",
     "TWO_PHASE_RM",
@@ -91,6 +100,8 @@ __all__ = [
     "BadModelParam",
     "CallRecord",
     "CheckResult",
+    "DesignModel",
+    "DesignParams",
     "Hooks",
     "InFlight",
     "Model",
@@ -100,6 +111,8 @@ __all__ = [
     "Progress",
     "ProtocolModel",
     "ProtocolParams",
+    "RefinedModel",
+    "RefinementUnsupported",
     "RmInput",
     "Scenario",
     "ScenarioFailed",
@@ -128,6 +141,7 @@ __all__ = [
     "get_model_spec",
     "known_models",
     "mermaid_sequence",
+    "refine",
     "register_model",
     "sample_generated",
     "scenario_system",

@@ -124,6 +124,8 @@ class Model(ABC, Generic[St]):
       subgraph no state outside `is_goal` lacks a successor, and no cycle avoids the goals.
       `stutter_stalls = False` treats self-loops as TLA+ stuttering steps (never a stall by
       themselves; a state whose only fault-free moves are self-loops is then a deadlock).
+      `liveness_goals()` names the goal predicates checked that way (default: `no_stall` with
+      `is_goal`); a model with several liveness properties returns one pair per property.
     - `canonical(state)`: the representative used as the visited-set key under
       `symmetry=True` (identity by default). It must map symmetric states to one key and
       every property must be symmetric.
@@ -165,6 +167,11 @@ class Model(ABC, Generic[St]):
     def is_goal(self, state: St) -> bool:
         """Is `state` a goal of the no-stall property (where the system may rest)?"""
         return False
+
+    def liveness_goals(self) -> Sequence[tuple[str, Callable[[St], bool]]]:
+        """The liveness properties, `(name, is_goal)` each (only with `liveness`): every
+        fault-free path must reach a goal state of each. Default: `no_stall` / `is_goal`."""
+        return ((NO_STALL, self.is_goal),) if self.liveness else ()
 
     def canonical(self, state: St) -> Hashable:
         """The symmetry representative of `state` (used only with `symmetry=True`)."""
@@ -378,12 +385,20 @@ def _explore(
 ) -> CheckResult[St]:
     started = time.perf_counter()
     props = tuple(model.properties())
-    liveness = model.liveness
+    goals = tuple(model.liveness_goals()) if model.liveness else ()
+    liveness = bool(goals)
     stutter_stalls = model.stutter_stalls
     canon = model.canonical if symmetry else None
     successors = model.successors
-    is_goal = model.is_goal
     limit = max_states if max_states is not None else -1
+    # Per state, a bit per goal it reaches; a state that reaches every goal stores no edges.
+    every_goal = (1 << len(goals)) - 1
+    if len(goals) == 1:
+        is_goal: Callable[[St], int] = goals[0][1]
+    else:
+
+        def is_goal(state: St) -> int:
+            return sum(1 << bit for bit, (_, reached) in enumerate(goals) if reached(state))
 
     index: dict[Hashable, int] = {}
     states: list[St] = []
@@ -444,7 +459,7 @@ def _explore(
             first_edge = len(edges)
             offsets.append(first_edge)
         # A goal state's edges cannot stall anything: cycles through goals are allowed.
-        store = liveness and not goal[current]
+        store = liveness and goal[current] != every_goal
         for action, following in moves:
             key = following if canon is None else canon(following)
             number = get(key)
@@ -470,7 +485,9 @@ def _explore(
                 append_edge(number)
         else:
             if store and len(edges) == first_edge:
-                bad(NO_STALL, "deadlock", current)
+                for bit, (name, _) in enumerate(goals):
+                    if not goal[current] >> bit & 1:
+                        bad(name, "deadlock", current)
             current += 1
         if progress is not None and count >= next_report:
             next_report += progress_every
@@ -478,24 +495,28 @@ def _explore(
             deepest = len(_path_to(count - 1, parent)) - 1  # BFS: the newest state is deepest
             progress(Progress(count, generated, count - current, elapsed, deepest))
 
-    if liveness and not stop and NO_STALL not in found:
+    if liveness and not stop:
         # A state cut short by truncation or a stop has partial edges: it ends the graph.
         expanded = current
         if len(offsets) > expanded:
             del offsets[expanded + 1 :]
         else:
             offsets.append(len(edges))
-        entry = _stall_cycle(offsets, edges, goal, expanded, stutter_stalls)
-        if entry is not None:
-            start, loop = entry
-            path = _path_to(start, parent)
-            lasso = path + loop[1:]
-            trace = _replay(model, canon, states, via, parent, lasso, loop_from=len(path) - 1)
-            found[NO_STALL] = Violation(NO_STALL, "cycle", trace)
+        for bit, (name, _) in enumerate(goals):
+            if name in found:
+                continue
+            reached = goal if len(goals) == 1 else bytearray(m >> bit & 1 for m in goal)
+            entry = _stall_cycle(offsets, edges, reached, expanded, stutter_stalls)
+            if entry is not None:
+                start, loop = entry
+                path = _path_to(start, parent)
+                lasso = path + loop[1:]
+                trace = _replay(model, canon, states, via, parent, lasso, loop_from=len(path) - 1)
+                found[name] = Violation(name, "cycle", trace)
 
     seconds = time.perf_counter() - started
     depth = len(_path_to(len(states) - 1, parent)) - 1 if states else 0
-    names = tuple(p.name for p in props) + ((NO_STALL,) if liveness else ())
+    names = tuple(p.name for p in props) + tuple(name for name, _ in goals)
     ordered = tuple(found[name] for name in names if name in found)
     return CheckResult(
         model=model,
@@ -644,13 +665,16 @@ def _acyclic(offsets: array[int], edges: array[int], goal: bytearray, expanded: 
     """Is the graph of non-goal expanded states free of cycles? (Kahn's peeling.)
 
     The cheap common case: a correct model has no stall, and this pass (in-degrees counted
-    in C, one sweep over the edges) is what proves it. Goal states store no edges, so
-    they are never peeled and never counted.
+    in C, one sweep over the edges) is what proves it. Goal states are never peeled: the
+    edges they stored (goals of another property) are not counted.
     """
     targets, starts = edges.tolist(), offsets.tolist()
     indegree = [0] * (len(goal) + 1)
     for node, count in Counter(targets).items():
         indegree[node] = count
+    for node in itertools.compress(range(expanded), goal):
+        for child in targets[starts[node] : starts[node + 1]]:
+            indegree[child] -= 1
     ready = [v for v in range(expanded) if not goal[v] and not indegree[v]]
     pop, push = ready.pop, ready.append
     peeled = 0

@@ -26,9 +26,9 @@ def test_check_warns_that_the_reference_size_will_not_finish(
     monkeypatch.setattr(
         _check, "explore", lambda model, **kw: explore(model, **{**kw, "max_states": 5})
     )
-    ran = CliRunner().invoke(main, ["check"])
+    ran = CliRunner().invoke(main, ["check", "protocol"])
     assert "will not finish in minutes" in ran.stderr and "--walks N" in ran.stderr
-    bounded = CliRunner().invoke(main, ["check", "--max-states", "5"])
+    bounded = CliRunner().invoke(main, ["check", "protocol", "--max-states", "5"])
     assert "will not finish" not in bounded.stderr
 
 
@@ -97,7 +97,9 @@ def test_the_title_is_one_line_naming_only_what_differs_from_the_defaults(
     monkeypatch.setattr(
         _check, "explore", lambda model, **kw: explore(model, **{**kw, "max_states": 5})
     )
-    ran = CliRunner().invoke(main, ["check", "--set", "siblings=3", "--max-states", "5"])
+    ran = CliRunner().invoke(
+        main, ["check", "protocol", "--set", "siblings=3", "--max-states", "5"]
+    )
     title = ran.stdout.splitlines()[0]
     assert title == "protocol (siblings=3, 14 other parameters at defaults)"
     two_phase = CliRunner().invoke(main, ["check", "two-phase", "--set", "rms=2"])

@@ -120,6 +120,7 @@ def test_check_cli_kills_a_mutant_and_writes_traces(tmp_path: Path) -> None:
         main,
         [
             "check",
+            "protocol",
             *settings,
             "--mutant",
             "S2_boolean_suspend",
@@ -134,7 +135,7 @@ def test_check_cli_kills_a_mutant_and_writes_traces(tmp_path: Path) -> None:
     assert document["violations"][0]["property"] == "I4"
     assert (tmp_path / "I4.checkpoint.json").exists()
     assert "sequenceDiagram" in (tmp_path / "I4.sequence.mmd").read_text()
-    ok = CliRunner().invoke(main, ["check", *settings, "--json"])
+    ok = CliRunner().invoke(main, ["check", "protocol", *settings, "--json"])
     assert ok.exit_code == 0 and json.loads(ok.stdout)["violations"] == []
 
 

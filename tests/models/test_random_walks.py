@@ -153,7 +153,7 @@ def test_a_generated_mutant_the_small_exhaustive_stage_misses_dies_on_a_walk() -
 
 
 def test_check_walks_cli_prints_the_walk_document() -> None:
-    ran = CliRunner().invoke(main, ["check", "--walks", "40", "--seed", "2", "--json"])
+    ran = CliRunner().invoke(main, ["check", "protocol", "--walks", "40", "--seed", "2", "--json"])
     assert ran.exit_code == 0, ran.output
     document = json.loads(ran.stdout)
     assert document["mode"] == "walks" and document["complete"] is False
@@ -162,13 +162,22 @@ def test_check_walks_cli_prints_the_walk_document() -> None:
 
 
 def test_check_walks_cli_refuses_exhaustive_only_options() -> None:
-    ran = CliRunner().invoke(main, ["check", "--walks", "5", "--symmetry"])
+    ran = CliRunner().invoke(main, ["check", "protocol", "--walks", "5", "--symmetry"])
     assert ran.exit_code == 2 and "--walks" in ran.output
 
 
 def test_check_walks_cli_exits_1_on_a_mutant() -> None:
     ran = CliRunner().invoke(
-        main, ["check", "--walks", "200", "--mutant", "S17_retire_releases_completed", "--json"]
+        main,
+        [
+            "check",
+            "protocol",
+            "--walks",
+            "200",
+            "--mutant",
+            "S17_retire_releases_completed",
+            "--json",
+        ],
     )
     assert ran.exit_code == 1, ran.output
     assert json.loads(ran.stdout)["violations"][0]["property"] == "I1"

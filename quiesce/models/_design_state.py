@@ -1,0 +1,418 @@
+"""The state of the design model: small named tuples of labels, ranks and flags.
+
+What lives here: `DesignParams` (the sizes, PROTOCOL.md §8's reference size by default),
+the compact value of every machine the design model composes, and the queries on them
+that more than one module needs. What it does not know: how any value moves (the tables
+decide that, through `_design_tables`), or which actions exist (`_design_model`).
+
+Why compact. The explorer keeps every distinct state in a hash set and hashes a state on
+every lookup; CPython does not cache a tuple's hash, so a state is a tree of tuples of
+strings, small ints and bools (their hashes are cheap or cached) and never a frozen
+dataclass (its `__hash__` runs Python code per field). The tables' own values (`Value`,
+`FenceData`, `CheckpointData`, ...) are built from these only when a step is not yet
+memoised (`_design_tables`).
+
+Vocabulary of the abstraction:
+- participants are indexes `POLICY, AGENT, RESOURCES` (one server per role);
+- ids are **ranks**: the ints 1, 2, ... in order of creation, one sequence for checkpoint
+  and restore ids alike (`OpId` orders by `(epoch, seq)`; only that order is ever read,
+  so a rank is the id). A new id is one more than every id the state still mentions;
+- a rollout attempt is a `Key` `(sibling, attempt)`; its receipt is the key itself
+  (receipts are exact per key), and attempt numbers are never reused (the restart's
+  new ledger numbers above every attempt anyone still remembers, as ids do);
+- time is abstract: every timer may fire at any moment, so no clock is kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple, Protocol
+
+__all__ = [
+    "AGENT",
+    "ALL",
+    "EMPTY_WALK",
+    "M1",
+    "M1_PHASE",
+    "M9_PHASE",
+    "NAMES",
+    "ORDERS",
+    "POLICY",
+    "RESOURCES",
+    "Attempt",
+    "Controller",
+    "ControllerView",
+    "DesignParams",
+    "DesignState",
+    "Execution",
+    "Fence",
+    "Group",
+    "Key",
+    "Ledger",
+    "Participants",
+    "Snapshot",
+    "Store",
+    "Walk",
+    "World",
+    "ack_batch",
+    "discards",
+    "fence_done",
+    "latest_attempts",
+    "next_call",
+    "walk_active",
+]
+
+POLICY, AGENT, RESOURCES = 0, 1, 2
+NAMES = ("policy", "agent", "resources")
+"""Participant names by index (one server per role, PROTOCOL.md §8)."""
+ALL = (1 << POLICY) | (1 << AGENT) | (1 << RESOURCES)
+"""Every participant, as a bit set."""
+
+ORDERS: dict[str, tuple[int, ...]] = {
+    "prepare": (POLICY, AGENT, RESOURCES),
+    "commit": (AGENT, POLICY, RESOURCES),  # policy needs the agents' continuation index
+    "release": (RESOURCES, POLICY, AGENT),
+    "abort": (RESOURCES, POLICY, AGENT),
+    "restore": (POLICY, AGENT, RESOURCES),
+    "resume_rs": (RESOURCES, POLICY, AGENT),
+    "abort_rs": (RESOURCES, POLICY, AGENT),
+}
+"""§3: the order each walk calls the participants in."""
+
+M1_PHASE = {
+    "flush": "flushing_acks",
+    "prepare": "preparing",
+    "commit": "committing",
+    "reflush": "capturing",
+    "release": "releasing",
+    "abort": "aborting",
+}
+"""The M1 state each walk of a checkpoint belongs to (outside it the walk is dormant)."""
+M9_PHASE = {
+    "restore": "restoring",
+    "discard": "discarding",
+    "resume_rs": "resuming",
+    "abort_rs": "selecting",
+}
+"""The M9 state each walk of a restore belongs to."""
+
+Key = tuple[int, int]
+"""A rollout attempt: `(sibling, attempt)`."""
+
+
+@dataclass(frozen=True)
+class DesignParams:
+    """The sizes of the design model (`--set key=value`); the defaults are PROTOCOL.md
+    §8's reference size, with the amended in-attempt retries (§4) at one. `symmetry`
+    identifies states that differ only by the naming of siblings (`_design_symmetry`).
+
+    >>> DesignParams().siblings, DesignParams().faults
+    (2, 1)
+    """
+
+    siblings: int = 2
+    turns: int = 2
+    attempts: int = 2
+    triggers: int = 2
+    optimizer_steps: int = 1
+    weight_sync: int = 1
+    train_switch: int = 1
+    prepare_retries: int = 2
+    call_retries: int = 1
+    faults: int = 1
+    max_consecutive_failures: int = 3
+    recovery_mode: str = "restart_only"
+    crashes: bool = True
+    symmetry: bool = True
+
+    def describe(self) -> dict[str, Any]:
+        """The parameters as a JSON-ready mapping."""
+        return asdict(self)
+
+
+class Fence(NamedTuple):
+    """M2 `control_fence` of one participant: state label, active id and high-watermark
+    (0: none), recorded results `((id, op label, result), ...)`."""
+
+    state: str
+    active: int
+    hwm: int
+    recorded: tuple[tuple[int, str, Any], ...]
+
+
+class Execution(NamedTuple):
+    """M3 `agent_execution` on the agent: its key, state label and last durable turn."""
+
+    sibling: int
+    attempt: int
+    state: str
+    turn: int
+
+
+class Attempt(NamedTuple):
+    """M8 `rollout_attempt` in the controller's ledger. `receipt`: a completion was
+    recorded; `resume_turn`: a reserved attempt that claims a restored continuation."""
+
+    sibling: int
+    attempt: int
+    state: str
+    receipt: bool
+    ack_owed: bool
+    superseded: bool
+    resume_turn: int
+
+
+class Group(NamedTuple):
+    """M8 `prompt_group`: state label, sealed siblings (a bit each), reopened."""
+
+    state: str
+    sealed: int
+    reopened: bool
+
+
+class Ledger(NamedTuple):
+    """The controller's M8 ledger: the one prompt group and its attempts (sorted)."""
+
+    group: Group
+    attempts: tuple[Attempt, ...]
+
+
+class Snapshot(NamedTuple):
+    """A published snapshot: its id, the trainer step of its cut, the digest each
+    participant committed (by index) and the ledger of the controller's cut. Once no fault
+    is left only its id can still be read (nothing restores it), so the rest is dropped."""
+
+    op_id: int
+    trainer_step: int
+    digests: tuple[Any, ...]
+    cut: Ledger | None
+
+
+class M1(NamedTuple):
+    """M1 `checkpoint`: state label, the attempt's id (0: none), the trainer step it
+    started at, whether it was published, and the consecutive failures."""
+
+    state: str
+    attempt: int
+    step: int
+    published: bool
+    failures: int
+
+
+class Walk(NamedTuple):
+    """The controller's walk through one remote phase (§3 order), one atomic call a step.
+
+    `phase`: `""` (none), `flush`, `prepare`, `commit`, `reflush` (the capture's re-flush),
+    `release`, `abort`, `restore`, `discard`, `resume_rs`, `abort_rs`. `done`: the
+    participants (a bit each) that answered; `not_ready`: the next call answered not ready
+    and waits for the prepare retry timer; `nr_retries`: those retries used.
+    """
+
+    phase: str
+    done: int
+    not_ready: bool
+    nr_retries: int
+
+
+EMPTY_WALK = Walk("", 0, False, 0)
+
+
+class Controller(NamedTuple):
+    """Everything the controller process holds (lost when it crashes).
+
+    `deadline`/`retry`: the attempt id the prepare-deadline / abort-release retry timer is
+    armed for (0: none). `attempted`: participants marked attempted (bits). `conflicts`:
+    `(participant, id)` a refusal reported as active, aborted first (S5). `staged`: the
+    digest each participant committed in this attempt (None: not yet). `gate`: M6
+    `(label, holders)`; `registry`: M7 `(label, holders, group has a deadline, its timer
+    armed)`. `m9`: M9 `(label, snapshot id, retries, rejected ids)` while a restore runs,
+    else None; `rs`: the restore op id. `ledger`: None from a crash until the restore
+    installs one. `outbox`: completions the ledger does not own, to ACK (I1: counted).
+    `retires`: keys to tombstone at the agent, pending until answered. `stale`: the
+    participants whose new incarnation the controller has not seen yet (bits). `stopped`:
+    why the controller stopped (`budget`, `fatal`, `stopped` for a row that stops without
+    its `stop` work, `restore_failed`, or `refused` when a table refused an input the
+    composition fired). `continuations`: those the agent's restore reply listed `(sibling, attempt,
+    turn)`, the restore's plan for discards and redispatch.
+    """
+
+    m1: M1
+    walk: Walk
+    deadline: int
+    retry: int
+    attempted: int
+    conflicts: tuple[tuple[int, int], ...]
+    staged: tuple[Any, ...]
+    gate: tuple[str, tuple[str, ...]]
+    registry: tuple[str, tuple[str, ...], bool, bool]
+    m9: tuple[str, int, int, tuple[int, ...]] | None
+    rs: int
+    ledger: Ledger | None
+    outbox: tuple[Key, ...]
+    retires: tuple[Key, ...]
+    stale: int
+    stopped: str
+    continuations: tuple[tuple[int, int, int], ...]
+
+
+class Participants(NamedTuple):
+    """The three servers. `fences` by index; `policy`: M4 `(label, waiters)` (the calls it
+    holds, by execution key); `resources`: M5 label; the agent's M3 `executions` (sorted),
+    `refusals` per sibling `(highest retired attempt or -1, acked)` and `restored`
+    continuations `(sibling, attempt, turn)` installed by a restore."""
+
+    fences: tuple[Fence, Fence, Fence]
+    policy: tuple[str, tuple[Key, ...]]
+    resources: str
+    executions: tuple[Execution, ...]
+    refusals: tuple[tuple[int, bool], ...]
+    restored: tuple[tuple[int, int, int], ...]
+
+
+class Store(NamedTuple):
+    """The snapshot store (durable): the intent record's id (0: none) and the published
+    snapshots, oldest first."""
+
+    intent: int
+    published: tuple[Snapshot, ...]
+
+
+class World(NamedTuple):
+    """The environment: its budgets, the trainer, the network's delayed request, and the
+    independent ledger the properties are judged against.
+
+    `optimizer`, `weight_sync`, `train_switch`: 0 not begun, 1 in progress, 2 done.
+    `delayed`: `(participant, op, id, snapshot id)` of a request the network held back.
+    `unaccounted`: attempt keys that completed on the agent and are not yet accounted for
+    (trained, or counted: dropped late or unowned, discarded with their group, rolled back
+    by a restart); I1 asks each to be held by the agent or sealed in the ledger.
+    `unresolved`: checkpoint ids some participant committed whose release (published) or
+    abort (not published) has not completed yet (I3). `bad`: violations only a transition
+    can show, `(property, why)`.
+    """
+
+    triggers: int
+    faults: int
+    optimizer: int
+    trainer_step: int
+    weight_sync: int
+    train_switch: int
+    delayed: tuple[int, str, int, int] | None
+    unaccounted: frozenset[Key]
+    unresolved: frozenset[int]
+    bad: tuple[tuple[str, str], ...]
+
+
+class DesignState(NamedTuple):
+    """One state of the design model."""
+
+    controller: Controller
+    parts: Participants
+    store: Store
+    world: World
+
+
+# ----------------------------------------------------------------------------- queries
+
+
+def fence_done(fence: Fence, op: str, op_id: int) -> bool:
+    """Has a participant whose fence is `fence` finished `op` under `op_id` (I5)?"""
+    if op == "prepare":
+        return fence.active == op_id and fence.state in (
+            "prepared",
+            "committing",
+            "committed_paused",
+        )
+    if op == "commit":
+        return fence.active == op_id and fence.state == "committed_paused"
+    if op == "restore":
+        return fence.active == op_id and fence.state == "restored_paused"
+    return fence.active != op_id  # resume: the id is no longer active there
+
+
+def latest_attempts(ledger: Ledger) -> dict[int, Attempt]:
+    """The newest attempt of every sibling that has one."""
+    latest: dict[int, Attempt] = {}
+    for attempt in ledger.attempts:
+        if attempt.sibling not in latest or attempt.attempt > latest[attempt.sibling].attempt:
+            latest[attempt.sibling] = attempt
+    return latest
+
+
+class ControllerView(Protocol):
+    """What the walk queries read: a `Controller`, or a step under construction."""
+
+    @property
+    def m1(self) -> M1: ...
+    @property
+    def walk(self) -> Walk: ...
+    @property
+    def m9(self) -> tuple[str, int, int, tuple[int, ...]] | None: ...
+    @property
+    def rs(self) -> int: ...
+    @property
+    def attempted(self) -> int: ...
+    @property
+    def conflicts(self) -> tuple[tuple[int, int], ...]: ...
+    @property
+    def ledger(self) -> Ledger | None: ...
+    @property
+    def outbox(self) -> tuple[Key, ...]: ...
+    @property
+    def stopped(self) -> str: ...
+    @property
+    def continuations(self) -> tuple[tuple[int, int, int], ...]: ...
+
+
+def walk_active(c: ControllerView) -> bool:
+    """Is the walk the one its machine (M1 or M9) is waiting on right now?"""
+    phase = c.walk.phase
+    if not phase or c.stopped:
+        return False
+    if phase in M1_PHASE:
+        return c.m1.state == M1_PHASE[phase]
+    return c.m9 is not None and c.m9[0] == M9_PHASE[phase]
+
+
+def ack_batch(c: ControllerView) -> tuple[Key, ...]:
+    """The ACK outbox: owed ACKs of the ledger and completions it does not own."""
+    owed = (
+        ()
+        if c.ledger is None
+        else tuple((a.sibling, a.attempt) for a in c.ledger.attempts if a.ack_owed)
+    )
+    return tuple(sorted({*owed, *c.outbox})) if owed or c.outbox else ()
+
+
+def discards(c: ControllerView, recovery_mode: str) -> tuple[tuple[int, int, int], ...]:
+    """Restored continuations that depend on a `restart_only` resource (S12), still to
+    discard (a discard answered leaves the restore's plan)."""
+    if recovery_mode != "restart_only":
+        return ()
+    return tuple(r for r in c.continuations if r[2] > 0)
+
+
+def next_call(c: ControllerView, recovery_mode: str) -> tuple[int, str, int, Any] | None:
+    """The next call of the walk: `(participant, op, id, extra)`, or None when done."""
+    phase, done = c.walk.phase, c.walk.done
+    if phase in ("flush", "reflush"):
+        # The batch of the outbox as it is now (ACKs are idempotent, so a batch the
+        # background drain already delivered is answered again, harmlessly).
+        return None if done else (AGENT, "ack", 0, ack_batch(c))
+    if phase == "discard":
+        left = discards(c, recovery_mode)
+        return (AGENT, "discard", c.rs, left[0]) if left else None
+    if phase not in ("prepare", "commit", "release"):
+        # §4: a participant fenced to another id is aborted (resumed) with that id first.
+        for p in ORDERS["abort"]:
+            for who, other in c.conflicts:
+                if who == p:
+                    return (p, "resume", other, "conflict")
+    op_id = c.rs if phase in M9_PHASE else c.m1.attempt
+    op = {"prepare": "prepare", "commit": "commit", "restore": "restore"}.get(phase, "resume")
+    needed = c.attempted if phase in ("abort", "abort_rs") else ALL
+    extra = c.m9[1] if phase == "restore" and c.m9 is not None else None
+    for p in ORDERS[phase]:
+        if needed >> p & 1 and not done >> p & 1:
+            return (p, op, op_id, extra)
+    return None
