@@ -164,7 +164,7 @@ def test_matrix_without_a_name_prints_every_table() -> None:
         "# M8 rollout_attempt",
         "# M8 prompt_group",
         "# M9 restore",
-        "# call",
+        "# M1/M9 call",
     ]
 
 
