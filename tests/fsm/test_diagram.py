@@ -262,7 +262,7 @@ def test_a_trace_through_a_junction_numbers_the_merged_edge() -> None:
     assert '"__row6" -> "stopped" [label="3. failed / stop", color="#d9480f"' in dot
     broken = [*trace[:2], TraceStep(state="two", input="failed", target="stopped", violates="P")]
     dot = render_dot(PHASES, broken)
-    assert '"__row6" -> "stopped" [label="3. failed / stop (violates P)", color="#c92a2a"' in dot
+    assert '"__row6" -> "stopped" [label="3. failed\\n/ stop (violates P)", color="#c92a2a"' in dot
 
 
 def test_the_violating_step_is_drawn_in_red_and_names_the_property() -> None:
