@@ -664,7 +664,9 @@ class ConformanceMachine(RuleBasedStateMachine):
         actual = [
             self._actual(op, t.exchange) for (op, _), t in zip(requests, answers, strict=True)
         ]
-        found, first = explanations(self.oracle, requests, answers, actual, self._expect)
+        found, first = explanations(
+            self.oracle, requests, answers, actual, self._expect, self._allowed_in_race
+        )
         shown = found[0] if found else first
         wrong = [i for i in range(len(actual)) if actual[i] != shown.expected[i]]
         for i in sorted(range(len(answers)), key=lambda i: i in wrong):  # a wrong one last
@@ -676,6 +678,19 @@ class ConformanceMachine(RuleBasedStateMachine):
                 RACE_RULE, describe_differences(shown.expected[wrong[-1]], actual[wrong[-1]])
             )
         self._judge_race_state(found)
+
+    def _allowed_in_race(
+        self,
+        state: ParticipantState,
+        op: str,
+        body: Any,
+        expected: dict[str, Any],
+        actual: dict[str, Any],
+    ) -> ParticipantState | None:
+        """The state after the server failed `op` for its own reasons, if it may (M2)."""
+        if actual == expected or not _allowed_failure(op, expected, actual):
+            return None
+        return self._failed(state, op, body)
 
     def _judge_race_state(self, found: tuple[Explanation, ...]) -> None:
         """Read the state once; the first order explaining the replies whose state it is

@@ -59,10 +59,12 @@ def explanations(
     answers: Sequence[Timed],
     actual: Sequence[dict[str, Any]],
     expect: Callable[[str, Message], dict[str, Any]],
+    failure: Callable[[ParticipantState, str, Any, dict[str, Any], dict[str, Any]], Any],
 ) -> tuple[tuple[Explanation, ...], Explanation]:
     """The orders (allowed by real time) whose replies, run through the reference one at a
     time from `state`, equal the server's `actual` projections; and the first order tried
-    (what to show when none does)."""
+    (what to show when none does). `failure(state, op, body, expected, actual)` is the state
+    after an allowed failure of the server's own (a commit answered `failed`), else None."""
     found: list[Explanation] = []
     first: Explanation | None = None
     for order in _real_time_orders(answers):
@@ -70,8 +72,12 @@ def explanations(
         expected: dict[int, dict[str, Any]] = {}
         for index in order:
             op, body = requests[index]
-            current, reply, _ = handle(current, op, body)
+            after, reply, _ = handle(current, op, body)
             expected[index] = expect(op, reply)
+            failed = failure(current, op, body, expected[index], actual[index])
+            if failed is not None:
+                after, expected[index] = failed, actual[index]
+            current = after
         explanation = Explanation(order, tuple(expected[i] for i in range(len(requests))), current)
         first = first or explanation
         if all(expected[i] == actual[i] for i in range(len(requests))):
