@@ -28,6 +28,8 @@ from quiesce.models._explorer import (
     check,
     mermaid_sequence,
 )
+from quiesce.models._mutant_notes import survivor_note
+from quiesce.models._mutant_pool import verify_many
 from quiesce.models._mutants import (
     MUTANTS,
     STEP_TIMEOUT_S,
@@ -131,8 +133,10 @@ __all__ = [
     "register_model",
     "sample_generated",
     "scenario_system",
+    "survivor_note",
     "system_machine",
     "table_state_machine",
     "verify",
+    "verify_many",
     "walk",
 ]
