@@ -42,7 +42,10 @@ def verify_many(mutants: Sequence[Mutant], jobs: int = 1) -> Iterator[Verdict]:
 
 
 def _ignore_interrupts() -> None:
+    # Ctrl-C reaches the whole process group: the caller stops, then terminates the pool
+    # with SIGTERM, which must simply end a worker (not run a handler it inherited).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _coverage_of(index: int) -> RowCoverage:
