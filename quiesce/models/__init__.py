@@ -38,6 +38,7 @@ from quiesce.models._mutants import (
     sample_generated,
     verify,
 )
+from quiesce.models._portfolio import PORTFOLIO, PortfolioEntry, PortfolioRun, run_portfolio
 from quiesce.models._protocol_model import Hooks, ProtocolModel
 from quiesce.models._protocol_spec import PROTOCOL_SPEC
 from quiesce.models._protocol_state import ProtocolParams
@@ -83,6 +84,7 @@ from quiesce.models._two_phase import (
 __all__ = [
     "MUTANTS",
     "NO_STALL",
+    "PORTFOLIO",
     "PROTOCOL_SPEC",
     "SCENARIOS",
     "STEP_TIMEOUT_S",
@@ -99,6 +101,8 @@ __all__ = [
     "ModelSpec",
     "Mutant",
     "Param",
+    "PortfolioEntry",
+    "PortfolioRun",
     "Progress",
     "ProtocolModel",
     "ProtocolParams",
@@ -131,6 +135,7 @@ __all__ = [
     "known_models",
     "mermaid_sequence",
     "register_model",
+    "run_portfolio",
     "sample_generated",
     "scenario_system",
     "survivor_note",

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from quiesce.fsm import Table, label
 from quiesce.models._explorer import CheckResult, Model, Violation, check
+from quiesce.models._portfolio import small_params
 from quiesce.models._protocol_model import Hooks, ProtocolModel
 from quiesce.models._protocol_state import ProtocolParams
 from quiesce.models._random_walks import walk
@@ -97,19 +98,6 @@ WALKS = 300
 """Random walks at the reference size (measured: 1,500 walks kill no more than 300 on a
 seeded sample of 40 generated mutants)."""
 
-_SMALL: dict[str, Any] = dict(
-    siblings=1,
-    turns=1,
-    attempts=1,
-    triggers=1,
-    optimizer_steps=0,
-    weight_sync=0,
-    train_switch=0,
-    prepare_retries=1,
-    faults=0,
-    crashes=False,
-)
-
 
 def _exhaustive(model: Model[Any]) -> CheckResult[Any]:
     return check(model, max_states=STAGE_BOUND, stop_on_violation=True)
@@ -122,13 +110,13 @@ def _walks(model: Model[Any]) -> CheckResult[Any]:
 STAGES: tuple[Stage, ...] = (
     Stage(
         "fault-free",
-        _SMALL,
+        small_params(),
         _exhaustive,
         "exhaustive: one sibling of one turn, one trigger, no fault (1,655 states)",
     ),
     Stage(
         "one fault",
-        {**_SMALL, "faults": 1},
+        small_params(faults=1),
         _exhaustive,
         "exhaustive: the same with a budget of one fault, no crash (12,086 states)",
     ),

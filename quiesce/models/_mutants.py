@@ -3,7 +3,8 @@
 What lives here: `MUTANTS`, one *scenario* mutant per PROTOCOL.md §7 scenario (S1-S19),
 each naming its scenario, the check that kills it and the smallest configuration that
 does; *generated* mutants derived mechanically from the tables (drop each guard, send
-each row to another state); and `verify`, which runs a mutant against its killing check
+each row to another state), each judged by row coverage and then by the stages that reach
+its row (`_mutant_stages`); and `verify`, which runs a mutant against its killing check
 and stops at the first violation. A mutant that survives its check means the check can
 no longer fail for that bug: `quiesce mutants --verify` exits 1 if a scenario mutant
 survives.
@@ -40,6 +41,7 @@ from typing import Any, Literal
 from quiesce.fsm import Table, Value, label, on
 from quiesce.models._explorer import Model, check
 from quiesce.models._mutant_stages import Site, describe_violation, judge
+from quiesce.models._portfolio import small_params
 from quiesce.models._protocol_model import Hooks, ProtocolModel, _Patched
 from quiesce.models._protocol_state import ProtocolParams
 from quiesce.models._scenarios import SCENARIOS, Scenario, ScenarioFailed, scenario_system
@@ -178,24 +180,6 @@ def _row(table: Table[Any, Any], sources: Any, input: Enum, *, guard: str | None
         if row.input is input and wanted & set(row.sources) and row.guard == guard:
             return index
     raise LookupError(f"{table.name} has no row {sources} {input} [{guard}]")
-
-
-def _small(**overrides: Any) -> dict[str, Any]:
-    """A minimal configuration: one sibling of one turn, nothing else unless asked."""
-    base = dict(
-        siblings=1,
-        turns=1,
-        attempts=1,
-        triggers=1,
-        optimizer_steps=0,
-        weight_sync=0,
-        train_switch=0,
-        prepare_retries=1,
-        faults=0,
-        crashes=False,
-    )
-    base.update(overrides)
-    return base
 
 
 def _patch(*patches: tuple[Any, Any, Any], **fields: Any) -> Callable[[], Hooks]:
@@ -449,7 +433,7 @@ def scenario_mutants() -> list[Mutant]:
             "the checkpoint's hold does not suspend the deadline clocks",
             _patch(deadlines=_s1_registry()),
             "I4",
-            _small(),
+            small_params(),
         ),
         Mutant(
             "S2_boolean_suspend",
@@ -458,7 +442,7 @@ def scenario_mutants() -> list[Mutant]:
             "a boolean instead of a holder set: the train switch's end restarts the clocks",
             _patch(deadlines=_s2_registry()),
             "I4",
-            _small(train_switch=1),
+            small_params(train_switch=1),
         ),
         Mutant(
             "S3_classified_by_exception_type",
@@ -467,7 +451,7 @@ def scenario_mutants() -> list[Mutant]:
             "a 5xx or timeout is typed as a generic (fatal) error: the run stops",
             _patch(policy=_policy(classify=_by_exception_type)),
             "no_stall",
-            _small(faults=1),
+            small_params(faults=1),
         ),
         Mutant(
             "retry_with_new_id",
@@ -476,7 +460,7 @@ def scenario_mutants() -> list[Mutant]:
             "a call retried inside the attempt (a 5xx, a timeout) carries a new op id",
             _patch(policy=_policy(retry_op_id=_new_id_per_retry)),
             "I6",
-            _small(faults=1, call_retries=1),
+            small_params(faults=1, call_retries=1),
         ),
         Mutant(
             "S4_release_failure_reraised",
@@ -485,7 +469,7 @@ def scenario_mutants() -> list[Mutant]:
             "a failed release stops the run instead of release_pending",
             _patch(checkpoint=_s4_checkpoint()),
             "no_stall",
-            _small(faults=1),
+            small_params(faults=1),
         ),
         Mutant(
             "S5_abort_with_new_id",
@@ -494,7 +478,7 @@ def scenario_mutants() -> list[Mutant]:
             "a pending abort of X is dropped; the next attempt uses a new id",
             _patch(checkpoint=_s5_checkpoint()),
             "I3",
-            _small(triggers=2, faults=1),
+            small_params(triggers=2, faults=1),
         ),
         Mutant(
             "S6_attempted_after_the_call",
@@ -503,7 +487,7 @@ def scenario_mutants() -> list[Mutant]:
             "a participant is marked attempted when it answers, not before the call",
             _patch(call=_s6_call()),
             "I3",
-            _small(faults=1),
+            small_params(faults=1),
         ),
         Mutant(
             "S7_no_reflush_at_capture",
@@ -512,7 +496,7 @@ def scenario_mutants() -> list[Mutant]:
             "pending ACKs at capture are neither re-flushed nor skipped",
             _patch(policy=_policy(judge_capture=_capture_without_reflush)),
             "I8",
-            _small(),
+            small_params(),
         ),
         Mutant(
             "S8_flush_not_strict",
@@ -530,7 +514,7 @@ def scenario_mutants() -> list[Mutant]:
             "an optimizer step between commit and capture is not a skip",
             _patch(policy=_policy(judge_capture=_capture_without_step_check)),
             "I8",
-            _small(optimizer_steps=1),
+            small_params(optimizer_steps=1),
         ),
         Mutant(
             "S10_not_ready_fails_at_once",
@@ -548,7 +532,7 @@ def scenario_mutants() -> list[Mutant]:
             "a group-scored environment's sibling is retried alone (live level ignored)",
             _patch(policy=_policy(retry_level=_live_level_ignored)),
             "I2",
-            _small(siblings=2, attempts=2, triggers=0, group_scored=True),
+            small_params(siblings=2, attempts=2, triggers=0, group_scored=True),
         ),
         Mutant(
             "S11_overrides_refine",
@@ -605,7 +589,7 @@ def scenario_mutants() -> list[Mutant]:
             "a delayed prepare(X) after resume(X) is accepted (no high-watermark check)",
             _patch(participant=ParticipantRules(fence=_s15_fence())),
             "I3",
-            _small(faults=1),
+            small_params(faults=1),
         ),
         Mutant(
             "S16_restore_digests_unchecked",
@@ -623,7 +607,7 @@ def scenario_mutants() -> list[Mutant]:
             "retire tombstones a completed, un-ACKed execution",
             _patch(participant=ParticipantRules(agent=_s17_agent())),
             "I1",
-            _small(attempts=2, triggers=0),
+            small_params(attempts=2, triggers=0),
         ),
         Mutant(
             "S18_intent_ignored_at_restart",
@@ -632,7 +616,7 @@ def scenario_mutants() -> list[Mutant]:
             "a restarted controller ignores the intent record of the id in flight",
             _patch(checkpoint=_s18_checkpoint()),
             "I3",
-            _small(faults=1, crashes=True),
+            small_params(faults=1, crashes=True),
         ),
         Mutant(
             "S19_journal_not_durable",
@@ -641,7 +625,7 @@ def scenario_mutants() -> list[Mutant]:
             "a restarted participant comes back without its fence and results",
             _patch(recover=_journal_loses_everything),
             "I1",
-            _small(triggers=0, faults=1, crashes=True),
+            small_params(triggers=0, faults=1, crashes=True),
         ),
     ]
 
