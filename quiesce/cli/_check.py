@@ -25,6 +25,7 @@ from rich.table import Table as RichTable
 from quiesce.cli._counterexample import print_story, write_traces
 from quiesce.cli._output import fail, json_option, print_json
 from quiesce.cli._paths import OutputDir
+from quiesce.cli._portfolio import check_portfolio
 from quiesce.cli._signals import Stopped, stop_on_signals
 from quiesce.cli._values import Name, Setting, unknown_name
 from quiesce.fsm import QuiesceError
@@ -140,6 +141,7 @@ class _LiveProgress:
     help="Write each counterexample per table (engine --trace format) plus a Mermaid diagram"
     " into this directory (created if missing).",
 )
+@click.option("--portfolio", is_flag=True, help="Exhaust one small configuration per §7 scenario.")
 @json_option
 def check(
     model_name: str | None,
@@ -153,6 +155,7 @@ def check(
     max_depth: int,
     refined: bool,
     trace_out: Path | None,
+    portfolio: bool,
     as_json: bool,
 ) -> None:
     """Explore every reachable state of MODEL (default: design) and check its properties.
@@ -165,7 +168,12 @@ def check(
     quiesce check design --faults 2   # the longer run (minutes)
     quiesce check two-phase --mutant commit_without_message --trace-out traces/
     quiesce check protocol --walks 2000 --seed 1 --refine
+    quiesce check --portfolio
     """
+    if portfolio:
+        if model_name or settings or faults is not None or mutant or walks is not None:
+            raise click.UsageError("--portfolio takes no MODEL, --set, --faults, --mutant, --walks")
+        check_portfolio(as_json)
     name = model_name or DEFAULT_MODEL
     if walks is not None and (symmetry or max_states is not None):
         raise click.UsageError("--walks takes neither --symmetry nor --max-states")

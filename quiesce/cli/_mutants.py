@@ -4,13 +4,18 @@
 kill it, the generated ones grouped by table and operator (`--all`: one line each). Nothing
 is run, so nothing is called killed. `quiesce mutants --verify` runs every scenario mutant
 and a seeded sample of generated ones against its killing check (stopping at the first
-violation); `--all` runs every generated one. Progress goes to stderr; the verdicts of what
-ran and a summary line (killed / survived, per kind) to stdout. Exit 1 if any scenario
-mutant survives; 130 / 143 when stopped by Ctrl-C / SIGTERM (after the verdicts so far).
+violation); `--all` runs every generated one. A generated mutant is judged by row coverage
+first: `equivalent` and `dead_by_design` ones are reported apart, with the reason, and are
+not survivors; the rest run the stages that reach their row (`killed` / `survived`). The
+mutants run on `--jobs` processes. Progress goes to stderr; the verdicts of what ran and a
+summary (per kind and status, the generated kill rate over the non-equivalent ones) to
+stdout. Exit 1 if any scenario mutant survives; 130 / 143 when stopped by Ctrl-C / SIGTERM
+(after the verdicts so far).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from typing import Any
@@ -19,9 +24,17 @@ import click
 
 from quiesce.cli._output import json_option, print_json
 from quiesce.cli._signals import Stopped, stop_on_signals
-from quiesce.models import MUTANTS, Mutant, Verdict, sample_generated, verify
+from quiesce.models import (
+    MUTANTS,
+    Mutant,
+    Verdict,
+    sample_generated,
+    survivor_note,
+    verify_many,
+)
 
 KINDS = ("scenario", "generated")
+STATUSES = ("killed", "survived", "equivalent", "dead_by_design")
 
 
 def _entry(mutant: Mutant) -> dict[str, Any]:
@@ -56,13 +69,21 @@ def _family(mutant: Mutant) -> str:
     show_default=True,
     help="Generated mutants to verify (without --all).",
 )
+@click.option(
+    "--jobs",
+    type=click.IntRange(1, 64),
+    default=os.cpu_count() or 1,
+    show_default="the number of CPUs",
+    help="Processes verifying mutants at once.",
+)
 @json_option
-def mutants(run: bool, everything: bool, seed: int, sample: int, as_json: bool) -> None:
+def mutants(run: bool, everything: bool, seed: int, sample: int, jobs: int, as_json: bool) -> None:
     """List the mutants, or (--verify) show that every check kills its mutant.
 
     \b
     quiesce mutants
     quiesce mutants --verify --json
+    quiesce mutants --verify --all --jobs 2
     quiesce check --mutant S2_boolean_suspend --set train_switch=1
     """
     if not run:
@@ -79,12 +100,11 @@ def mutants(run: bool, everything: bool, seed: int, sample: int, as_json: bool) 
     stopped: Stopped | None = None
     try:
         with stop_on_signals():
-            for number, mutant in enumerate(chosen, 1):
-                verdict = verify(mutant)
+            for number, verdict in enumerate(verify_many(chosen, jobs), 1):
                 verdicts.append(verdict)
-                state = f"killed by {verdict.killed_by}" if verdict.killed else "SURVIVED"
+                state = f"killed by {verdict.killed_by}" if verdict.killed else verdict.status
                 click.echo(
-                    f"mutants: [{number}/{len(chosen)}] {mutant.name}: {state}"
+                    f"mutants: [{number}/{len(chosen)}] {verdict.mutant.name}: {state}"
                     f" ({verdict.states} states, {verdict.seconds:.1f}s)",
                     err=True,
                 )
@@ -92,14 +112,13 @@ def mutants(run: bool, everything: bool, seed: int, sample: int, as_json: bool) 
         stopped = stop
         click.echo(f"mutants: {stop} after {len(verdicts)} of {len(chosen)}", err=True)
     summary = _summary(verdicts, not_run=len(MUTANTS) - len(verdicts))
-    gen = [v for v in verdicts if v.mutant.kind == "generated"]
-    rate = sum(v.killed for v in gen) / len(gen) if gen else 1.0
     survivors = [v.mutant.name for v in verdicts if v.mutant.kind == "scenario" and not v.killed]
     if as_json:
         document: dict[str, Any] = {
             "mutants": [v.to_json() for v in verdicts],
-            "kill_rate_generated": round(rate, 4),
+            "kill_rate_generated": summary["kill_rate_generated"],
             "scenario_survivors": survivors,
+            "generated_survivors": _generated_survivors(verdicts),
             "summary": summary,
         }
         if stopped is not None:
@@ -107,12 +126,21 @@ def mutants(run: bool, everything: bool, seed: int, sample: int, as_json: bool) 
         print_json(document)
     else:
         for v in verdicts:
-            mark = "killed  " if v.killed else "SURVIVED"
-            click.echo(f"{mark} {v.mutant.name:45s} {v.killed_by or '-':12s} {v.detail[:80]}")
+            mark = "killed" if v.killed else v.status.upper()
+            click.echo(f"{mark:14s} {v.mutant.name:45s} {v.killed_by or '-':10s} {v.detail[:80]}")
         click.echo(_summary_line(summary))
     if stopped is not None:
         sys.exit(stopped.exit_code)
     sys.exit(1 if survivors else 0)
+
+
+def _generated_survivors(verdicts: list[Verdict]) -> list[dict[str, str]]:
+    """Each generated mutant that a reaching stage ran without killing, with why it may."""
+    return [
+        {"name": v.mutant.name, "detail": v.detail, "note": survivor_note(v.mutant.name)}
+        for v in verdicts
+        if v.mutant.kind == "generated" and v.status == "survived"
+    ]
 
 
 def _list(everything: bool, as_json: bool) -> None:
@@ -139,23 +167,36 @@ def _list(everything: bool, as_json: bool) -> None:
 
 
 def _summary(verdicts: list[Verdict], not_run: int) -> dict[str, Any]:
-    """Killed and survived among the mutants that ran, in all and per kind."""
+    """Each status's count among the mutants that ran, in all and per kind, and the
+    generated kill rate over the non-equivalent mutants (dead by design counts as not
+    killed) and over the reached ones (killed or survived)."""
 
     def tally(kind: str | None) -> dict[str, int]:
         ran = [v for v in verdicts if kind is None or v.mutant.kind == kind]
-        killed = sum(v.killed for v in ran)
-        return {"run": len(ran), "killed": killed, "survived": len(ran) - killed}
+        statuses = Counter[str](v.status for v in ran)
+        return {"run": len(ran), **{status: statuses[status] for status in STATUSES}}
 
-    return {**tally(None), "not_run": not_run, "by_kind": {kind: tally(kind) for kind in KINDS}}
+    generated = tally("generated")
+    killed = generated["killed"]
+    non_equivalent = generated["run"] - generated["equivalent"]
+    reached = killed + generated["survived"]
+    return {
+        **tally(None),
+        "not_run": not_run,
+        "by_kind": {kind: tally(kind) for kind in KINDS},
+        "kill_rate_generated": round(killed / non_equivalent, 4) if non_equivalent else 1.0,
+        "kill_rate_reached": round(killed / reached, 4) if reached else 1.0,
+    }
 
 
 def _summary_line(summary: dict[str, Any]) -> str:
-    per_kind = ", ".join(
-        f"{kind} {counts['killed']}/{counts['run']} killed"
-        + (f" ({counts['killed'] / counts['run']:.0%})" if counts["run"] else "")
+    per_kind = "; ".join(
+        f"{kind}: " + ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s])
         for kind, counts in summary["by_kind"].items()
+        if counts["run"]
     )
     return (
-        f"{summary['killed']} killed, {summary['survived']} survived of {summary['run']} run"
-        f" ({per_kind}); {summary['not_run']} not run"
+        f"{summary['run']} run ({per_kind}); generated kill rate"
+        f" {summary['kill_rate_generated']:.0%} of the non-equivalent,"
+        f" {summary['kill_rate_reached']:.0%} of the reached; {summary['not_run']} not run"
     )

@@ -33,6 +33,8 @@ from quiesce.models._explorer import (
     check,
     mermaid_sequence,
 )
+from quiesce.models._mutant_notes import survivor_note
+from quiesce.models._mutant_pool import verify_many
 from quiesce.models._mutants import (
     MUTANTS,
     STEP_TIMEOUT_S,
@@ -41,6 +43,7 @@ from quiesce.models._mutants import (
     sample_generated,
     verify,
 )
+from quiesce.models._portfolio import PORTFOLIO, PortfolioEntry, PortfolioRun, run_portfolio
 from quiesce.models._protocol_model import Hooks, ProtocolModel
 from quiesce.models._protocol_spec import PROTOCOL_SPEC
 from quiesce.models._protocol_state import ProtocolParams
@@ -89,6 +92,7 @@ __all__ = [
     "DESIGN_SPEC",
     "MUTANTS",
     "NO_STALL",
+    "PORTFOLIO",
     "PROTOCOL_SPEC",
     "REFINEMENT",
     "SCENARIOS",
@@ -108,6 +112,8 @@ __all__ = [
     "ModelSpec",
     "Mutant",
     "Param",
+    "PortfolioEntry",
+    "PortfolioRun",
     "Progress",
     "ProtocolModel",
     "ProtocolParams",
@@ -143,10 +149,13 @@ __all__ = [
     "mermaid_sequence",
     "refine",
     "register_model",
+    "run_portfolio",
     "sample_generated",
     "scenario_system",
+    "survivor_note",
     "system_machine",
     "table_state_machine",
     "verify",
+    "verify_many",
     "walk",
 ]

@@ -3,7 +3,8 @@
 What lives here: `MUTANTS`, one *scenario* mutant per PROTOCOL.md §7 scenario (S1-S19),
 each naming its scenario, the check that kills it and the smallest configuration that
 does; *generated* mutants derived mechanically from the tables (drop each guard, send
-each row to another state); and `verify`, which runs a mutant against its killing check
+each row to another state), each judged by row coverage and then by the stages that reach
+its row (`_mutant_stages`); and `verify`, which runs a mutant against its killing check
 and stops at the first violation. A mutant that survives its check means the check can
 no longer fail for that bug: `quiesce mutants --verify` exits 1 if a scenario mutant
 survives.
@@ -38,10 +39,11 @@ from enum import Enum
 from typing import Any, Literal
 
 from quiesce.fsm import Table, Value, label, on
-from quiesce.models._explorer import check
+from quiesce.models._explorer import Model, check
+from quiesce.models._mutant_stages import Site, describe_violation, judge
+from quiesce.models._portfolio import small_params
 from quiesce.models._protocol_model import Hooks, ProtocolModel, _Patched
 from quiesce.models._protocol_state import ProtocolParams
-from quiesce.models._random_walks import walk
 from quiesce.models._scenarios import SCENARIOS, Scenario, ScenarioFailed, scenario_system
 from quiesce.models._system import System
 from quiesce.protocol import (
@@ -93,8 +95,6 @@ from quiesce.protocol.participant import (
 from quiesce.protocol.wire import Continuation, RestoreReply
 
 __all__ = [
-    "GENERATED_PARAMS",
-    "GENERATED_WALKS",
     "MUTANTS",
     "Mutant",
     "Verdict",
@@ -112,12 +112,11 @@ class Mutant:
     """One named variant of the protocol and the check that must kill it.
 
     `hooks` builds the variant (derived tables, a swapped policy function, swapped module
-    attributes). `killed_by` names the check: an explorer property (`I1`..`I8`,
-    `no_stall`) run on `params` (the smallest configuration that kills it), or
-    `scenario:<name>` for a scripted run (`scripted(hooks)`).
-    `walks > 0` adds a second stage when the explorer finds nothing: that many seeded
-    random walks (`quiesce.models._random_walks.walk`) on `walk_params` (by default the
-    reference size of PROTOCOL.md §8), deeper than any exhaustive check can go.
+    attributes). A scenario mutant names its check in `killed_by`: an explorer property
+    (`I1`..`I8`, `no_stall`) run on `params` (the smallest configuration that kills it),
+    or `scenario:<name>` for a scripted run (`scripted(hooks)`). A generated mutant
+    (`killed_by="stages"`) names its `site`, the row it changes: it is judged by row
+    coverage, then by the `STAGES` that reach that row (`_mutant_stages.judge`).
     """
 
     name: str
@@ -129,20 +128,30 @@ class Mutant:
     params: Mapping[str, Any] = field(default_factory=dict)
     scripted: Scenario | None = None
     max_states: int = 50_000
-    walks: int = 0
-    walk_params: Mapping[str, Any] = field(default_factory=dict)
+    site: Site | None = None
+
+
+Status = Literal["killed", "survived", "equivalent", "dead_by_design"]
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """What `verify` found: killed or not, by which check, after how many states."""
+    """What `verify` found: the `status` (killed or survived; for a generated mutant also
+    equivalent or dead by design, neither a survivor), the property that killed it, in
+    which stage, after how many states, and why."""
 
     mutant: Mutant
-    killed: bool
+    status: Status
     killed_by: str | None
     states: int
     seconds: float
     detail: str = ""
+    stage: str | None = None
+
+    @property
+    def killed(self) -> bool:
+        """Did a check find the bug?"""
+        return self.status == "killed"
 
     def to_json(self) -> dict[str, Any]:
         """The `quiesce mutants --verify --json` entry of this mutant."""
@@ -150,8 +159,10 @@ class Verdict:
             "name": self.mutant.name,
             "kind": self.mutant.kind,
             "scenario": self.mutant.scenario,
+            "status": self.status,
             "killed": self.killed,
             "killed_by": self.killed_by,
+            "stage": self.stage,
             "expected_killer": self.mutant.killed_by,
             "states": self.states,
             "seconds": round(self.seconds, 3),
@@ -169,24 +180,6 @@ def _row(table: Table[Any, Any], sources: Any, input: Enum, *, guard: str | None
         if row.input is input and wanted & set(row.sources) and row.guard == guard:
             return index
     raise LookupError(f"{table.name} has no row {sources} {input} [{guard}]")
-
-
-def _small(**overrides: Any) -> dict[str, Any]:
-    """A minimal configuration: one sibling of one turn, nothing else unless asked."""
-    base = dict(
-        siblings=1,
-        turns=1,
-        attempts=1,
-        triggers=1,
-        optimizer_steps=0,
-        weight_sync=0,
-        train_switch=0,
-        prepare_retries=1,
-        faults=0,
-        crashes=False,
-    )
-    base.update(overrides)
-    return base
 
 
 def _patch(*patches: tuple[Any, Any, Any], **fields: Any) -> Callable[[], Hooks]:
@@ -440,7 +433,7 @@ def scenario_mutants() -> list[Mutant]:
             "the checkpoint's hold does not suspend the deadline clocks",
             _patch(deadlines=_s1_registry()),
             "I4",
-            _small(),
+            small_params(),
         ),
         Mutant(
             "S2_boolean_suspend",
@@ -449,7 +442,7 @@ def scenario_mutants() -> list[Mutant]:
             "a boolean instead of a holder set: the train switch's end restarts the clocks",
             _patch(deadlines=_s2_registry()),
             "I4",
-            _small(train_switch=1),
+            small_params(train_switch=1),
         ),
         Mutant(
             "S3_classified_by_exception_type",
@@ -458,7 +451,7 @@ def scenario_mutants() -> list[Mutant]:
             "a 5xx or timeout is typed as a generic (fatal) error: the run stops",
             _patch(policy=_policy(classify=_by_exception_type)),
             "no_stall",
-            _small(faults=1),
+            small_params(faults=1),
         ),
         Mutant(
             "retry_with_new_id",
@@ -467,7 +460,7 @@ def scenario_mutants() -> list[Mutant]:
             "a call retried inside the attempt (a 5xx, a timeout) carries a new op id",
             _patch(policy=_policy(retry_op_id=_new_id_per_retry)),
             "I6",
-            _small(faults=1, call_retries=1),
+            small_params(faults=1, call_retries=1),
         ),
         Mutant(
             "S4_release_failure_reraised",
@@ -476,7 +469,7 @@ def scenario_mutants() -> list[Mutant]:
             "a failed release stops the run instead of release_pending",
             _patch(checkpoint=_s4_checkpoint()),
             "no_stall",
-            _small(faults=1),
+            small_params(faults=1),
         ),
         Mutant(
             "S5_abort_with_new_id",
@@ -485,7 +478,7 @@ def scenario_mutants() -> list[Mutant]:
             "a pending abort of X is dropped; the next attempt uses a new id",
             _patch(checkpoint=_s5_checkpoint()),
             "I3",
-            _small(triggers=2, faults=1),
+            small_params(triggers=2, faults=1),
         ),
         Mutant(
             "S6_attempted_after_the_call",
@@ -494,7 +487,7 @@ def scenario_mutants() -> list[Mutant]:
             "a participant is marked attempted when it answers, not before the call",
             _patch(call=_s6_call()),
             "I3",
-            _small(faults=1),
+            small_params(faults=1),
         ),
         Mutant(
             "S7_no_reflush_at_capture",
@@ -503,7 +496,7 @@ def scenario_mutants() -> list[Mutant]:
             "pending ACKs at capture are neither re-flushed nor skipped",
             _patch(policy=_policy(judge_capture=_capture_without_reflush)),
             "I8",
-            _small(),
+            small_params(),
         ),
         Mutant(
             "S8_flush_not_strict",
@@ -521,7 +514,7 @@ def scenario_mutants() -> list[Mutant]:
             "an optimizer step between commit and capture is not a skip",
             _patch(policy=_policy(judge_capture=_capture_without_step_check)),
             "I8",
-            _small(optimizer_steps=1),
+            small_params(optimizer_steps=1),
         ),
         Mutant(
             "S10_not_ready_fails_at_once",
@@ -539,7 +532,7 @@ def scenario_mutants() -> list[Mutant]:
             "a group-scored environment's sibling is retried alone (live level ignored)",
             _patch(policy=_policy(retry_level=_live_level_ignored)),
             "I2",
-            _small(siblings=2, attempts=2, triggers=0, group_scored=True),
+            small_params(siblings=2, attempts=2, triggers=0, group_scored=True),
         ),
         Mutant(
             "S11_overrides_refine",
@@ -596,7 +589,7 @@ def scenario_mutants() -> list[Mutant]:
             "a delayed prepare(X) after resume(X) is accepted (no high-watermark check)",
             _patch(participant=ParticipantRules(fence=_s15_fence())),
             "I3",
-            _small(faults=1),
+            small_params(faults=1),
         ),
         Mutant(
             "S16_restore_digests_unchecked",
@@ -614,7 +607,7 @@ def scenario_mutants() -> list[Mutant]:
             "retire tombstones a completed, un-ACKed execution",
             _patch(participant=ParticipantRules(agent=_s17_agent())),
             "I1",
-            _small(attempts=2, triggers=0),
+            small_params(attempts=2, triggers=0),
         ),
         Mutant(
             "S18_intent_ignored_at_restart",
@@ -623,7 +616,7 @@ def scenario_mutants() -> list[Mutant]:
             "a restarted controller ignores the intent record of the id in flight",
             _patch(checkpoint=_s18_checkpoint()),
             "I3",
-            _small(faults=1, crashes=True),
+            small_params(faults=1, crashes=True),
         ),
         Mutant(
             "S19_journal_not_durable",
@@ -632,65 +625,48 @@ def scenario_mutants() -> list[Mutant]:
             "a restarted participant comes back without its fence and results",
             _patch(recover=_journal_loses_everything),
             "I1",
-            _small(triggers=0, faults=1, crashes=True),
+            small_params(triggers=0, faults=1, crashes=True),
         ),
     ]
 
 
-GENERATED_PARAMS: dict[str, Any] = _small()
-"""The configuration every generated mutant is checked at exhaustively (fault-free, one
-rollout of one turn, one trigger: 1,655 states unmutated) before its random walks."""
-
-GENERATED_WALKS = 300
-"""Random walks at the reference size for a generated mutant the exhaustive stage missed
-(measured: 1,500 walks kill no more than 300 on a seeded sample of 40)."""
-
-_GENERATED_TABLES: tuple[tuple[str, Table[Any, Any]], ...] = (
-    ("checkpoint", CHECKPOINT),
-    ("admission_gate", ADMISSION_GATE),
-    ("deadline_registry", DEADLINE_REGISTRY),
-    ("control_fence", CONTROL_FENCE),
-    ("agent_execution", AGENT_EXECUTION),
+_GENERATED_TABLES: tuple[Table[Any, Any], ...] = (
+    CHECKPOINT,
+    ADMISSION_GATE,
+    DEADLINE_REGISTRY,
+    CONTROL_FENCE,
+    AGENT_EXECUTION,
 )
 
 
-def _hooks_for(table_name: str, table: Table[Any, Any]) -> Callable[[], Hooks]:
-    if table_name == "checkpoint":
-        return _patch(checkpoint=table)
-    if table_name == "admission_gate":
-        return _patch(gate=table)
-    if table_name == "deadline_registry":
-        return _patch(deadlines=table)
-    if table_name == "control_fence":
-        return _patch(participant=ParticipantRules(fence=table))
-    return _patch(participant=ParticipantRules(agent=table))
-
-
-_GENERATED_BOUND = 20_000
-"""A mutated table can grow the small configuration's graph: past this, stop exploring."""
+def _hooks_for(table: Table[Any, Any]) -> Hooks:
+    """The model's hooks with `table` in place of the protocol's table of that name."""
+    if table.name == CHECKPOINT.name:
+        return Hooks(checkpoint=table)
+    if table.name == ADMISSION_GATE.name:
+        return Hooks(gate=table)
+    if table.name == DEADLINE_REGISTRY.name:
+        return Hooks(deadlines=table)
+    if table.name == CONTROL_FENCE.name:
+        return Hooks(participant=ParticipantRules(fence=table))
+    return Hooks(participant=ParticipantRules(agent=table))
 
 
 def generated_mutants() -> list[Mutant]:
     """Drop each guard, and send each row to every other state, of every protocol table
     the model runs (`checkpoint`, `admission_gate`, `deadline_registry`,
-    `control_fence`, `agent_execution`)."""
+    `control_fence`, `agent_execution`); each is judged by `STAGES`."""
     out: list[Mutant] = []
-    for table_name, table in _GENERATED_TABLES:
+    for table in _GENERATED_TABLES:
         for index, row in enumerate(table.rows):
             sources = "/".join(label(s) for s in row.sources)
-            where = f"{table_name}[{index}] {sources} {label(row.input)}"
+            where = f"{table.name}[{index}] {sources} {label(row.input)}"
             if row.guard:
                 out.append(
-                    Mutant(
-                        f"{table_name}.drop_guard[{index}]",
-                        "generated",
-                        None,
+                    _generated(
+                        f"{table.name}.drop_guard[{index}]",
                         f"{where}: guard [{row.guard}] dropped",
-                        _hooks_for(table_name, table.without_guard(index)),
-                        "explorer",
-                        GENERATED_PARAMS,
-                        max_states=_GENERATED_BOUND,
-                        walks=GENERATED_WALKS,
+                        Site(table, index, "drop_guard"),
                     )
                 )
             current = row.target
@@ -701,28 +677,22 @@ def generated_mutants() -> list[Mutant]:
                 ):
                     continue
                 out.append(
-                    Mutant(
-                        f"{table_name}.retarget[{index}]->{label(state)}",
-                        "generated",
-                        None,
+                    _generated(
+                        f"{table.name}.retarget[{index}]->{label(state)}",
                         f"{where}: goes to {label(state)} instead of {was}",
-                        _lazy_retarget(table_name, table, index, state),
-                        "explorer",
-                        GENERATED_PARAMS,
-                        max_states=_GENERATED_BOUND,
-                        walks=GENERATED_WALKS,
+                        Site(table, index, "retarget", state),
                     )
                 )
     return out
 
 
-def _lazy_retarget(
-    table_name: str, table: Table[Any, Any], index: int, state: Enum
-) -> Callable[[], Hooks]:
+def _generated(name: str, doc: str, site: Site) -> Mutant:
     def build() -> Hooks:
-        return _hooks_for(table_name, table.retarget(index, state))()
+        if site.operator == "drop_guard":
+            return _hooks_for(site.table.without_guard(site.row))
+        return _hooks_for(site.table.retarget(site.row, site.state))
 
-    return build
+    return Mutant(name, "generated", None, doc, build, "stages", site=site)
 
 
 def _catalog() -> dict[str, Mutant]:
@@ -760,7 +730,8 @@ def _hang(_signum: int, _frame: Any) -> None:
 
 
 def verify(mutant: Mutant) -> Verdict:
-    """Run `mutant` against its killing check, stopping at the first violation."""
+    """Run `mutant` against its killing check, stopping at the first violation (a
+    generated one: judged by row coverage, then by the stages that reach its row)."""
     started = time.perf_counter()
     hooks = mutant.hooks()
     if mutant.scripted is not None:
@@ -769,37 +740,44 @@ def verify(mutant: Mutant) -> Verdict:
                 mutant.scripted(scenario_system(hooks))
         except Exception as error:
             detail = f"{type(error).__name__}: {error}"
-            return Verdict(mutant, True, mutant.killed_by, 0, time.perf_counter() - started, detail)
-        return Verdict(mutant, False, None, 0, time.perf_counter() - started, "the scenario passed")
+            seconds = time.perf_counter() - started
+            return Verdict(mutant, "killed", mutant.killed_by, 0, seconds, detail)
+        seconds = time.perf_counter() - started
+        return Verdict(mutant, "survived", None, 0, seconds, "the scenario passed")
     watch = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGALRM, _hang) if watch else None
     try:
-        model = _mutated(mutant, hooks, mutant.params, watch)
+        if mutant.site is not None:
+            found = judge(mutant.site, hooks, mutant.name, functools.partial(_arm, watch=watch))
+            return Verdict(
+                mutant,
+                found.status,
+                found.killed_by,
+                found.states,
+                found.seconds,
+                found.detail,
+                found.stage,
+            )
+        model = ProtocolModel(
+            ProtocolParams(**mutant.params), hooks=hooks, name=f"protocol[{mutant.name}]"
+        )
+        _arm(model, watch=watch)
         result = check(model, max_states=mutant.max_states, stop_on_violation=True)
-        states, stage = result.distinct_states, ""
-        if not result.violations and mutant.walks:
-            model = _mutated(mutant, hooks, mutant.walk_params, watch)
-            result = walk(model, walks=mutant.walks, seed=0)
-            states, stage = states + result.distinct_states, "random walk: "
     finally:
         if watch:
             signal.signal(signal.SIGALRM, previous)
     seconds = time.perf_counter() - started
     if result.violations:
         violation = result.violations[0]
-        last = violation.trace.states()[-1]
-        detail = "; ".join(f"{p}: {why}" for p, why in last.env.bad) or (
-            last.env.raised or f"{violation.property} fails after {len(violation.trace)} steps"
-        )
-        return Verdict(mutant, True, violation.property, states, seconds, stage + detail)
-    how = f"{mutant.walks} random walks" if mutant.walks else "the explorer"
-    bound = " (bounded)" if result.truncated and not mutant.walks else ""
-    return Verdict(mutant, False, None, states, seconds, f"no violation{bound} by {how}")
+        detail = describe_violation(violation)
+        states = result.distinct_states
+        return Verdict(mutant, "killed", violation.property, states, seconds, detail)
+    bound = " (bounded)" if result.truncated else ""
+    detail = f"no violation{bound} by the explorer"
+    return Verdict(mutant, "survived", None, result.distinct_states, seconds, detail)
 
 
-def _mutated(mutant: Mutant, hooks: Hooks, params: Mapping[str, Any], watch: bool) -> ProtocolModel:
-    """The protocol model at `params` with `mutant`'s `hooks` (each step under the hang
-    watchdog when running on the main thread)."""
-    model = ProtocolModel(ProtocolParams(**params), hooks=hooks, name=f"protocol[{mutant.name}]")
-    model.step_timeout = STEP_TIMEOUT_S if watch else None
-    return model
+def _arm(model: Model[Any], *, watch: bool) -> None:
+    """Arm the hang watchdog on `model`'s steps when running on the main thread."""
+    if isinstance(model, ProtocolModel):
+        model.step_timeout = STEP_TIMEOUT_S if watch else None

@@ -142,14 +142,14 @@ def test_random_walks_at_the_reference_size_kill_scenario_mutants(name: str) -> 
     assert result.violations, f"{name} survived 1,000 random walks"
 
 
-def test_a_generated_mutant_the_small_exhaustive_stage_misses_dies_on_a_walk() -> None:
-    # A row the small exhaustive configuration never fires (a second trigger while idle).
+def test_a_generated_mutant_the_small_exhaustive_stages_miss_dies_on_a_walk() -> None:
+    # A row the small exhaustive configurations never fire (a second trigger while idle).
     name = "checkpoint.retarget[0]->preparing"
     mutant: Mutant = MUTANTS[name]
-    assert mutant.walks > 0
     verdict = verify(mutant)
     assert verdict.killed, verdict.detail
-    assert verdict.killed_by == "I4" and verdict.detail.startswith("random walk: I4 fails")
+    assert verdict.stage == "walks" and verdict.killed_by == "I4"
+    assert verdict.detail.startswith("walks: I4 fails")
 
 
 def test_check_walks_cli_prints_the_walk_document() -> None:

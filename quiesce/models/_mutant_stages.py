@@ -1,0 +1,272 @@
+"""How a generated mutant is judged: row coverage first, then the stages that reach it.
+
+What lives here: `Site` (the one row a generated mutant changes, and how), `Stage` and
+`STAGES` (the checks a generated mutant must survive, cheapest first), the unmutated
+coverage of each stage (`stage_coverage`, computed once per process), and `judge`, which
+turns a site into a `Judgement`:
+
+- `equivalent`: the change provably cannot be observed (`EQUIVALENT_EFFECTS`: a refusal
+  row whose next state the participant throws away), whatever any stage does;
+- `dead_by_design`: no stage fires the row (or finds its guard false): every stage steps
+  the mutant exactly as the unmutated protocol, so none can kill it. The reason names the
+  input the model never produces there (`UNREACHED_INPUTS`), or the pair;
+- `killed` by the first reaching stage that finds a violation, else `survived`.
+
+Only the stages that reach the row are run: a stage that does not reach it would explore
+the unmutated state space again and find nothing (`_row_coverage` explains why that is
+exact for an exhaustive search and for seeded walks alike). A later model (the design
+model) joins as one more `Stage` in `STAGES`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Literal
+
+from quiesce.fsm import Table, label
+from quiesce.models._explorer import CheckResult, Model, Violation, check
+from quiesce.models._portfolio import small_params
+from quiesce.models._protocol_model import Hooks, ProtocolModel
+from quiesce.models._protocol_state import ProtocolParams
+from quiesce.models._random_walks import walk
+from quiesce.models._row_coverage import RowCoverage, recording_hooks
+
+__all__ = [
+    "EQUIVALENT_EFFECTS",
+    "STAGES",
+    "UNREACHED_INPUTS",
+    "Judgement",
+    "Site",
+    "Stage",
+    "describe_violation",
+    "judge",
+    "remember_coverage",
+    "stage_coverage",
+]
+
+Status = Literal["killed", "survived", "equivalent", "dead_by_design"]
+
+
+@dataclass(frozen=True)
+class Site:
+    """The one change a generated mutant makes: `operator` on row `row` of `table`
+    (`retarget` to `state`, or `drop_guard`)."""
+
+    table: Table[Any, Any]
+    row: int
+    operator: Literal["retarget", "drop_guard"]
+    state: Enum | None = None
+
+    def reached(self, coverage: RowCoverage) -> bool:
+        """Would a run with `coverage` step the mutant differently from the protocol?
+
+        A retarget differs once the row fires from a source other than the new state when
+        the row holds its state (holding in that state is what the retarget does too); a
+        dropped guard differs once the guard is found false."""
+        name = self.table.name
+        if self.operator == "drop_guard":
+            return coverage.refuses(name, self.row)
+        holds = self.table.rows[self.row].target is None
+        return coverage.fires(name, self.row, other_than=self.state if holds else None)
+
+
+Search = Callable[[Model[Any]], CheckResult[Any]]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One check a generated mutant must survive: the protocol model at `params` with the
+    mutant's hooks, searched by `search` (stopping at the first violation)."""
+
+    name: str
+    params: Mapping[str, Any]
+    search: Search
+    doc: str
+
+    def model(self, hooks: Hooks, name: str = "protocol") -> ProtocolModel:
+        """The model of this stage with `hooks`."""
+        return ProtocolModel(ProtocolParams(**self.params), hooks=hooks, name=name)
+
+
+STAGE_BOUND = 20_000
+"""A mutated table can grow a configuration's graph: past this many states, stop."""
+
+WALKS = 300
+"""Random walks at the reference size (measured: 1,500 walks kill no more than 300 on a
+seeded sample of 40 generated mutants)."""
+
+
+def _exhaustive(model: Model[Any]) -> CheckResult[Any]:
+    return check(model, max_states=STAGE_BOUND, stop_on_violation=True)
+
+
+def _walks(model: Model[Any]) -> CheckResult[Any]:
+    return walk(model, walks=WALKS, seed=0)
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage(
+        "fault-free",
+        small_params(),
+        _exhaustive,
+        "exhaustive: one sibling of one turn, one trigger, no fault (1,655 states)",
+    ),
+    Stage(
+        "one fault",
+        small_params(faults=1),
+        _exhaustive,
+        "exhaustive: the same with a budget of one fault, no crash (12,086 states)",
+    ),
+    Stage(
+        "walks",
+        {},
+        _walks,
+        f"{WALKS} seeded random walks at the reference size of PROTOCOL.md §8",
+    ),
+)
+"""The stages, cheapest first; a generated mutant runs those that reach its row."""
+
+
+_COVERAGE: dict[str, RowCoverage] = {}
+
+
+def stage_coverage(stage: Stage) -> RowCoverage:
+    """The rows the unmutated protocol fires in `stage` (computed once per process, or
+    handed over by `remember_coverage`)."""
+    found = _COVERAGE.get(stage.name)
+    if found is None:
+        hooks, recorder = recording_hooks(Hooks())
+        stage.search(stage.model(hooks))
+        found = _COVERAGE[stage.name] = recorder.coverage()
+    return found
+
+
+def remember_coverage(stage: str, coverage: RowCoverage) -> None:
+    """Keep `coverage` as the unmutated coverage of the stage named `stage` (computed in
+    another process)."""
+    _COVERAGE[stage] = coverage
+
+
+# ------------------------------------------------------------------ equivalence
+
+EQUIVALENT_EFFECTS: Mapping[str, Mapping[str, str]] = {
+    "control_fence": {
+        **{
+            effect: "the participant raises the refusal and keeps its fence as it was"
+            " (`_control_ops._control`); a stale or conflict refusal reads only the fence's"
+            " data, which the row leaves alone, so its target state is never seen"
+            for effect in ("refuse_stale", "refuse_conflict")
+        },
+        "refuse_invalid_phase": "the participant raises the refusal and keeps its fence as"
+        " it was (`_control_ops._control`); the target state only reaches the refusal's"
+        " message text, and nothing decides on that text (the controller reads its code)",
+        "report_status": "nothing steps this row: a participant answers status from its"
+        " state without stepping the fence (`_participant._status`)",
+    },
+    "agent_execution": {
+        **{
+            effect: "`AgentRole.begin` raises the refusal, built from the key alone, and"
+            " keeps the role as it was: the row's next value is never stored"
+            for effect in (
+                "refuse_admission_closed",
+                "refuse_stale_attempt",
+                "refuse_duplicate_execution",
+            )
+        },
+        "answer_completed_unacknowledged": "`AgentRole.retire` answers"
+        " completed_unacknowledged and returns the role unchanged: the row's next value"
+        " is never stored",
+    },
+}
+"""Per table, the effects of rows whose next value the participant throws away (or that
+nothing steps), and why: any retarget of such a row is equivalent to the protocol."""
+
+
+def _equivalent(site: Site) -> str | None:
+    if site.operator != "retarget":
+        return None
+    discarded = EQUIVALENT_EFFECTS.get(site.table.name, {})
+    for effect in site.table.rows[site.row].effects:
+        if effect in discarded:
+            return discarded[effect]
+    return None
+
+
+# ------------------------------------------------------------------ unreached rows
+
+UNREACHED_INPUTS: Mapping[tuple[str, str], str] = {
+    ("agent_execution", "policy_call_held"): "the model has no policy call (§8)",
+    ("agent_execution", "policy_resumed"): "the model has no policy call (§8)",
+    ("checkpoint", "publish_failed"): "the model's snapshot store never fails to publish",
+    ("checkpoint", "inspected_verified"): "the model's snapshot store never fails to publish",
+    ("checkpoint", "inspected_unverifiable"): "the model's snapshot store never fails",
+}
+"""Inputs the implementation model never produces, and why (the rest of the unreached
+rows need a duplicated request, a participant-side restore failure or two faults)."""
+
+
+def _unreached(site: Site) -> str:
+    row = site.table.rows[site.row]
+    sources = "/".join(label(s) for s in row.sources)
+    where = f"{site.table.name}[{site.row}] {sources} {label(row.input)}"
+    known = UNREACHED_INPUTS.get((site.table.name, label(row.input)))
+    what = "finds its guard false" if site.operator == "drop_guard" else "fires it"
+    stages = ", ".join(stage.name for stage in STAGES)
+    because = f": {known}" if known else ""
+    return f"{where}: none of the stages ({stages}) {what}{because}"
+
+
+# ------------------------------------------------------------------ judging
+
+
+def describe_violation(violation: Violation[Any]) -> str:
+    """Why the last state of `violation`'s trace is bad, in one line."""
+    last = violation.trace.states()[-1]
+    return "; ".join(f"{p}: {why}" for p, why in last.env.bad) or (
+        last.env.raised or f"{violation.property} fails after {len(violation.trace)} steps"
+    )
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """What `judge` found about one site: the status, the property that killed it and the
+    stage (if any), the states explored, the seconds taken and why."""
+
+    status: Status
+    killed_by: str | None = None
+    stage: str | None = None
+    states: int = 0
+    seconds: float = 0.0
+    detail: str = ""
+    stages_run: tuple[str, ...] = field(default=())
+
+
+def judge(site: Site, hooks: Hooks, name: str, prepare: Callable[[Model[Any]], None]) -> Judgement:
+    """Judge the mutant at `site` built by `hooks`: equivalent, dead by design, or run
+    through every stage that reaches it until one kills it. `prepare` arms a model before
+    its search (the hang watchdog)."""
+    started = time.perf_counter()
+    why = _equivalent(site)
+    if why is not None:
+        return Judgement("equivalent", detail=why)
+    reaching = [stage for stage in STAGES if site.reached(stage_coverage(stage))]
+    if not reaching:
+        return Judgement("dead_by_design", detail=_unreached(site))
+    states = 0
+    for stage in reaching:
+        model = stage.model(hooks, name=f"protocol[{name}]")
+        prepare(model)
+        result = stage.search(model)
+        states += result.distinct_states
+        if result.violations:
+            violation = result.violations[0]
+            seconds = time.perf_counter() - started
+            detail = f"{stage.name}: {describe_violation(violation)}"
+            ran = tuple(s.name for s in reaching[: reaching.index(stage) + 1])
+            return Judgement("killed", violation.property, stage.name, states, seconds, detail, ran)
+    ran = tuple(s.name for s in reaching)
+    detail = f"no violation in the stages that reach it ({', '.join(ran)})"
+    return Judgement("survived", None, None, states, time.perf_counter() - started, detail, ran)

@@ -1,0 +1,128 @@
+"""Row coverage: which rows of the protocol's tables a run of the model actually fires.
+
+What lives here: `RowCoverage` (the rows fired, each with the state it fired from, and the
+guards found false) and `recording_hooks`, the model's `Hooks` with every table the
+generated mutants mutate wrapped by a `_RecordingTable` that notes each step. What it does
+not know: which run to make (`_mutant_stages` runs each stage once, unmutated).
+
+Why it decides mutants. A generated mutant changes one row: a retarget changes what the row
+does once it fires, a dropped guard what happens when that guard is evaluated false. A
+stage of the model (an exhaustive configuration, or seeded random walks) that never fires
+the row, or never finds the guard false, steps the mutant exactly as the unmutated
+protocol, state for state and walk for walk: it cannot kill the mutant, and running it is
+wasted. So each stage's coverage is computed once and a mutant runs only the stages that
+reach its row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from quiesce.fsm import Table, Value
+from quiesce.models._protocol_model import Hooks
+
+__all__ = ["RowCoverage", "RowEvent", "recording_hooks"]
+
+RowEvent = tuple[str, int, str]
+"""`(table, row index, source state name)`: one row firing, or one guard found false."""
+
+
+@dataclass(frozen=True)
+class RowCoverage:
+    """What one unmutated run did with the rows: `fired` (the row stepped the machine from
+    that source) and `refused` (the row's guard was evaluated false in that source, by a
+    step or an `enabled` probe). Names, not enum members, so it pickles across processes.
+    """
+
+    fired: frozenset[RowEvent] = frozenset()
+    refused: frozenset[RowEvent] = frozenset()
+
+    def fires(self, table: str, row: int, *, other_than: Enum | None = None) -> bool:
+        """Did `row` of `table` fire, from some source other than `other_than`?"""
+        skip = None if other_than is None else other_than.name
+        return any(t == table and r == row and s != skip for t, r, s in self.fired)
+
+    def refuses(self, table: str, row: int) -> bool:
+        """Was the guard of `row` of `table` ever evaluated false?"""
+        return any(t == table and r == row for t, r, _ in self.refused)
+
+    def rows(self, table: str) -> frozenset[int]:
+        """The indices of the rows of `table` that fired."""
+        return frozenset(r for t, r, _ in self.fired if t == table)
+
+
+class _Recorder:
+    """The mutable log a recording run fills (one per run, never shared between runs)."""
+
+    def __init__(self) -> None:
+        self.fired: set[RowEvent] = set()
+        self.refused: set[RowEvent] = set()
+
+    def coverage(self) -> RowCoverage:
+        return RowCoverage(frozenset(self.fired), frozenset(self.refused))
+
+
+class _RecordingTable(Table[Any, Any]):
+    """A table that steps exactly as `table` and notes, in `recorder`, which row fires and
+    which guards are false on the way.
+
+    It re-selects the row the engine will fire (declared order, first guard that holds):
+    guards are pure, so evaluating them twice changes nothing. Built by copying the
+    compiled table rather than compiling it again: the same rows, bindings and index.
+    """
+
+    def __init__(self, table: Table[Any, Any], recorder: _Recorder) -> None:
+        # No super().__init__: the compiled table is copied as it is, not rebuilt.
+        self.__dict__.update(table.__dict__)
+        self._recorder = recorder
+        self._by_pair: dict[tuple[Enum, Enum], tuple[int, ...]] = {}
+        for index, row in enumerate(table.rows):
+            for source in row.sources:
+                pair = (source, row.input)
+                self._by_pair[pair] = (*self._by_pair.get(pair, ()), index)
+
+    def _note(self, value: Value[Any, Any], input: Any, arg: Any, *, firing: bool) -> None:
+        state = value.state
+        for index in self._by_pair.get((state, input), ()):
+            guard = self.rows[index].guard
+            if guard is None or self.guards[guard](value, arg):
+                if firing:
+                    self._recorder.fired.add((self.name, index, state.name))
+                return
+            self._recorder.refused.add((self.name, index, state.name))
+
+    def step(
+        self, value: Value[Any, Any], input: Any, arg: Any = None
+    ) -> tuple[Value[Any, Any], tuple[Any, ...]]:
+        self._note(value, input, arg, firing=True)
+        return super().step(value, input, arg)
+
+    def enabled(self, value: Value[Any, Any], input: Any, arg: Any = None) -> bool:
+        self._note(value, input, arg, firing=False)
+        return super().enabled(value, input, arg)
+
+
+def recording_hooks(hooks: Hooks) -> tuple[Hooks, _Recorder]:
+    """`hooks` with every table the generated mutants mutate (the controller's checkpoint,
+    admission gate and deadline registry, the participant's fence and agent executions)
+    recording into one fresh recorder."""
+    recorder = _Recorder()
+
+    def wrap(table: Table[Any, Any]) -> Table[Any, Any]:
+        return _RecordingTable(table, recorder)
+
+    participant = replace(
+        hooks.participant,
+        fence=wrap(hooks.participant.fence),
+        agent=wrap(hooks.participant.agent),
+    )
+    recorded = replace(
+        hooks,
+        checkpoint=wrap(hooks.checkpoint),
+        gate=wrap(hooks.gate),
+        deadlines=wrap(hooks.deadlines),
+        participant=participant,
+    )
+    return recorded, recorder

@@ -1,0 +1,77 @@
+"""Generated mutants are judged by row coverage first: a recording table steps exactly as
+the table it wraps, an unreached row is dead by design, a refusal row's retarget is
+equivalent, and only the stages that reach a row run."""
+
+from __future__ import annotations
+
+from quiesce.models import ProtocolModel, ProtocolParams, check
+from quiesce.models._mutant_pool import verify_many
+from quiesce.models._mutant_stages import STAGES, Site, stage_coverage
+from quiesce.models._mutants import MUTANTS, verify
+from quiesce.models._protocol_model import Hooks
+from quiesce.models._row_coverage import recording_hooks
+from quiesce.protocol.machines import CHECKPOINT, CONTROL_FENCE, CheckpointState
+
+FAULT_FREE = STAGES[0]
+
+
+def test_recording_tables_step_as_the_protocol_and_record_its_rows() -> None:
+    hooks, recorder = recording_hooks(Hooks())
+    recorded = check(ProtocolModel(ProtocolParams(**FAULT_FREE.params), hooks=hooks))
+    assert recorded.distinct_states == 1655 and recorded.ok
+    coverage = recorder.coverage()
+    # The first trigger starts an attempt: checkpoint row 1 (idle -> closing_admission).
+    assert coverage.fires("checkpoint", 1)
+    # The snapshot store never fails to publish in the model.
+    assert not coverage.rows("checkpoint") >= {11, 12, 13}
+    assert coverage == stage_coverage(FAULT_FREE)
+
+
+def test_a_retarget_to_the_source_of_a_holding_row_is_not_a_reach() -> None:
+    site = Site(CHECKPOINT, 1, "retarget", CheckpointState.IDLE)
+    coverage = stage_coverage(FAULT_FREE)
+    assert site.reached(coverage)  # row 1 moves idle on: staying idle differs
+    holding = next(i for i, row in enumerate(CONTROL_FENCE.rows) if row.target is None)
+    source = CONTROL_FENCE.rows[holding].sources[0]
+    only_there = Site(CONTROL_FENCE, holding, "retarget", source)
+    fired = {s for t, r, s in coverage.fired if t == "control_fence" and r == holding}
+    assert only_there.reached(coverage) == bool(fired - {source.name})
+
+
+def test_a_refusal_retarget_is_equivalent_with_its_reason() -> None:
+    verdict = verify(MUTANTS["control_fence.retarget[1]->idle"])
+    assert verdict.status == "equivalent" and not verdict.killed
+    assert "keeps its fence" in verdict.detail and verdict.states == 0
+
+
+def test_an_unreached_row_is_dead_by_design_with_its_reason() -> None:
+    verdict = verify(MUTANTS["checkpoint.retarget[11]->idle"])
+    assert verdict.status == "dead_by_design" and verdict.states == 0
+    assert "never fails to publish" in verdict.detail
+
+
+def test_a_reached_mutant_runs_only_the_stages_that_reach_it() -> None:
+    # Row 1 of the checkpoint table (a trigger starts an attempt) fires in every stage:
+    # the first one kills it.
+    verdict = verify(MUTANTS["checkpoint.retarget[1]->stopped"])
+    assert verdict.killed and verdict.stage == "fault-free"
+    assert verdict.detail.startswith("fault-free: ")
+
+
+def test_two_processes_give_the_verdicts_of_one() -> None:
+    names = [
+        "S1_deadline_runs_while_parked",
+        "checkpoint.retarget[1]->stopped",
+        "control_fence.retarget[1]->idle",
+        "checkpoint.retarget[11]->idle",
+    ]
+    chosen = [MUTANTS[name] for name in names]
+    alone = [(v.mutant.name, v.status, v.killed_by) for v in verify_many(chosen, 1)]
+    pooled = [(v.mutant.name, v.status, v.killed_by) for v in verify_many(chosen, 2)]
+    assert pooled == alone
+    assert [status for _, status, _ in alone] == [
+        "killed",
+        "killed",
+        "equivalent",
+        "dead_by_design",
+    ]
