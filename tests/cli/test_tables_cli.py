@@ -77,10 +77,10 @@ def test_tables_in_a_pipe_prints_every_row_at_full_width() -> None:
     lines = out.splitlines()
     assert lines[0] == "checkpoint: M1: one snapshot attempt, publish-or-abort with the same id."
     assert lines[1].split() == ["#", "source", "input", "guard", "target", "update", "effects"]
-    # Row 19 of M1, whole on one line (rich cut and wrapped it in a pipe).
-    (row,) = [line for line in lines if line.startswith("19  aborting")]
+    # Row 20 of M1, whole on one line (rich cut and wrapped it in a pipe).
+    (row,) = [line for line in lines if line.startswith("20  aborting")]
     assert row.split(maxsplit=6) == [
-        "19",
+        "20",
         "aborting",
         "roles_done",
         "over_budget",
