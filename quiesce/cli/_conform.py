@@ -25,7 +25,7 @@ import click
 from quiesce.cli._output import fail, json_option, print_json
 from quiesce.cli._paths import InputFile
 from quiesce.cli._serve import read_token
-from quiesce.cli._values import FiniteFloatRange, HttpUrl
+from quiesce.cli._values import FiniteFloatRange, HttpUrl, ShellCommand
 from quiesce.protocol.wire import Role
 from quiesce.testing import ConformanceSetupError, check_conformance
 
@@ -86,6 +86,7 @@ __all__ = ["conform"]
 )
 @click.option(
     "--restart-cmd",
+    type=ShellCommand(),
     default=None,
     help="Shell command that kills the server and starts it again on the same URL and "
     "state (exit 0 once it answers); the kit then checks durability (§6) across restarts.",

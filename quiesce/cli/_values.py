@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import shlex
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,12 +19,23 @@ import click
 
 from quiesce.cli._output import abbreviated
 
-__all__ = ["FiniteFloatRange", "HttpUrl", "Name", "Setting", "unknown_name", "visible"]
+__all__ = [
+    "FiniteFloatRange",
+    "HttpUrl",
+    "Name",
+    "Setting",
+    "ShellCommand",
+    "unknown_name",
+    "visible",
+]
 
 MAX_NAME = 200
 """Longest name (table, model, mutant, participant, host) any option takes."""
 
 MAX_URL = 2_000
+
+MAX_COMMAND = 2_000
+"""Longest shell command (`conform --restart-cmd`) an option takes."""
 
 
 def visible(text: str) -> bool:
@@ -65,6 +77,27 @@ class HttpUrl(click.ParamType[str]):
         if parts.scheme not in ("http", "https") or not parts.hostname:
             reason = f"is not an http(s) URL with a host ({example})"
             self.fail(f"{abbreviated(text)} {reason}", param, ctx)
+        return text
+
+
+class ShellCommand(click.ParamType[str]):
+    """A shell command line: 1 to `MAX_COMMAND` printable characters (spaces allowed, no
+    newline or control character), with balanced quotes."""
+
+    name = "command"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        if not text.strip():
+            self.fail("an empty command", param, ctx)
+        if len(text) > MAX_COMMAND:
+            self.fail(f"{abbreviated(text)} is longer than {MAX_COMMAND} characters", param, ctx)
+        if not text.isprintable():
+            self.fail(f"{abbreviated(text)} has control characters (one line only)", param, ctx)
+        try:
+            shlex.split(text)
+        except ValueError as error:
+            self.fail(f"{abbreviated(text)} is not a shell command line: {error}", param, ctx)
         return text
 
 

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 
 from quiesce.cli import _chaos, _conform, _explore, main
 from quiesce.cli._paths import InputFile, OutputDir, OutputFile
-from quiesce.cli._values import FiniteFloatRange, HttpUrl, Name, Setting
+from quiesce.cli._values import FiniteFloatRange, HttpUrl, Name, Setting, ShellCommand
 from quiesce.harness import ChaosError
 from quiesce.testing import ConformanceSetupError
 
@@ -93,7 +93,7 @@ def _family(param: click.Parameter) -> str:
         return "flag"
     if isinstance(kind, InputFile | OutputFile | OutputDir):
         return "path"
-    if isinstance(kind, Name | HttpUrl | Setting):
+    if isinstance(kind, Name | HttpUrl | Setting | ShellCommand):
         return "text"
     if isinstance(kind, click.Choice):
         return "choice"

@@ -150,7 +150,7 @@ def _every_generated() -> list[object]:
 
 
 def _walks() -> list[object]:
-    return [2000, _run("check", "--walks", "2000", "--seed", "0")["distinct_states"]]
+    return [2000, _run("check", "protocol", "--walks", "2000", "--seed", "0")["distinct_states"]]
 
 
 def _s17() -> list[object]:
