@@ -531,7 +531,9 @@ class Driver:
             self._log.warning(
                 "restore_artifact_unreadable", participant=call.participant, error=str(error)
             )
-            self.submit(CallFailed(call.participant, call.op, call.op_id, Cause.IO_ERROR))
+            self.submit(
+                CallFailed(call.participant, call.op, call.op_id, Cause.IO_ERROR, call.payload)
+            )
             return
         result = await self.send(
             call.participant, ParticipantOp(call.op.value), request, call.deadline_at

@@ -584,7 +584,7 @@ class ProtocolModel(Model[PState]):
 
 
 def _call_failed(call: Any, cause: Cause) -> CallFailed:
-    return CallFailed(call.participant, call.op, call.op_id, cause)
+    return CallFailed(call.participant, call.op, call.op_id, cause, call.payload)
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -359,7 +359,9 @@ class System:
         call = state.messages[index].call
         rest = state.messages[:index] + state.messages[index + 1 :]
         state = replace(state, messages=rest)
-        return self._feed(state, [CallFailed(call.participant, call.op, call.op_id, cause)])
+        return self._feed(
+            state, [CallFailed(call.participant, call.op, call.op_id, cause, call.payload)]
+        )
 
     def delay(self, state: SystemState, index: int) -> tuple[SystemState, Message]:
         """Take request `index` out of flight without any answer and return its request, so

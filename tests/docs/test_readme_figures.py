@@ -143,12 +143,6 @@ def _ci_sample() -> list[object]:
     return [generated["run"], generated["killed"], round(100 * generated["killed"] / 50)]
 
 
-def _every_generated() -> list[object]:
-    generated = _verified("--all")["generated"]
-    killed, run = generated["killed"], generated["run"]
-    return [killed, run, round(100 * killed / run)]
-
-
 def _walks() -> list[object]:
     return [2000, _run("check", "protocol", "--walks", "2000", "--seed", "0")["distinct_states"]]
 
@@ -223,15 +217,6 @@ FIGURES: list[Any] = [
         ),
         marks=pytest.mark.slow,
         id="mutants: the CI sample",
-    ),
-    pytest.param(
-        Figure(
-            "mutants: --all",
-            r"`--all` \([^)]*\) kills ([\d,]+) of the ([\d,]+) \((\d+)%\)",
-            _every_generated,
-        ),
-        marks=pytest.mark.slow,
-        id="mutants: --all",
     ),
     Figure(
         "check: CI's walks",
