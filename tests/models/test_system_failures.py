@@ -1,0 +1,30 @@
+"""The pure `System` feeds a failed call back to the controller as the driver does."""
+
+from __future__ import annotations
+
+from quiesce.models import scenario_system
+from quiesce.protocol import Cause, new_participant
+from quiesce.protocol.controller import GroupOpened, Op, TimerDue, TimerKind
+from quiesce.protocol.machines import deadline_timer
+
+
+def test_a_retire_failed_with_a_5xx_is_sent_again_by_its_timer() -> None:
+    # A failed retire is resent from the attempt key its call carried (`CallFailed.payload`);
+    # the System once dropped the payload and the controller raised a TypeError.
+    system = scenario_system()
+    state, _ = system.start(
+        [
+            new_participant({"name": "policy", "role": "policy"}, "p1"),
+            new_participant({"name": "agent", "role": "agent"}, "a1"),
+            new_participant(
+                {"name": "resources", "role": "resources", "recovery_mode": "stateless"}, "r1"
+            ),
+        ]
+    )
+    state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
+    state, _ = system.input(state, TimerDue(deadline_timer("g0")), now=10_000.0)
+    [retire] = state.requests(Op.RETIRE)
+    state, _ = system.fail(state, retire, Cause.PARTICIPANT_ERROR)
+    [timer] = [name for name, _ in state.timers if name.kind is TimerKind.RETIRE_RETRY]
+    state, _ = system.fire_timer(state, timer)
+    assert len(state.requests(Op.RETIRE)) == 1, "the retire was not sent again"
