@@ -187,7 +187,17 @@ def check_participant(
             f"{type(participant).__name__}"
         )
     make = participant
-    run = KitRun(lambda: nullcontext(make()), "", known, agent, timeout, over_http=False)
+
+    def fresh() -> nullcontext[Participant]:
+        made = make()
+        if not isinstance(made, Participant):
+            raise TypeError(
+                f"the factory given to check_participant returned a {type(made).__name__}, "
+                "not a Participant"
+            )
+        return nullcontext(made)
+
+    run = KitRun(fresh, "", known, agent, timeout, over_http=False)
     return _check(run, "", examples=examples, steps=steps, seed=seed)
 
 

@@ -102,3 +102,5 @@ def test_a_participant_of_another_role_is_a_setup_error() -> None:
 def test_something_that_is_not_a_participant_is_refused() -> None:
     with pytest.raises(TypeError, match="Participant or a callable"):
         check_participant("http://127.0.0.1:1", "policy")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="returned a str, not a Participant"):
+        check_participant(lambda: "http://127.0.0.1:1", "policy", examples=1)  # type: ignore[arg-type,return-value]
