@@ -61,6 +61,11 @@ shrinks only with a fresh participant per example: a factory of servers, or a re
 shared URL (`reset=`, `--reset-url`). Without either, the failing sequence is reported as found
 and `ConformanceResult.not_shrunk_because` says why.
 
+In process (`check_participant`): a `Participant` object of the user's (the client interface
+the driver calls) is checked without a server, its calls made through `_inprocess`'s httpx
+transport, so everything above holds except the HTTP layer (no malformed or unauthenticated
+requests) and restarts; a factory of participants is what shrinks there.
+
 Commit and restore failures: a server may fail a commit or a restore for its own reasons
 (a full disk). Where the oracle succeeded and the server answered `failed`, the kit accepts
 it (`allowed_failures` counts them) and steps the oracle down the failure branch: a failed
