@@ -11,6 +11,23 @@ and the actual reply:
 >>> result.ok
 True
 
+A `Participant` object of your own (the client interface the driver calls,
+docs/embedding.md) is checked the same way in process, without a server: give
+`check_participant` a factory of fresh participants, so a failure is shrunk too:
+
+>>> from quiesce.adapters import Participant, ParticipantHost, RealClock
+>>> from quiesce.testing import check_participant
+>>> class Hosted(Participant):
+...     def __init__(self):
+...         self.name = "p"
+...         self.host = ParticipantHost.start({"name": "p", "role": "policy"}, clock=RealClock())
+...     async def send(self, op, request, deadline_at):
+...         return await self.host.handle(op, request)
+...     async def completions(self, *, deadline_at=None):
+...         return self.host.completions()
+>>> check_participant(Hosted, "policy", examples=3).ok
+True
+
 From the command line: `quiesce conform --url URL --role ROLE --token-file F`. In a pytest
 suite: `pytest_plugins = ["quiesce.testing.plugin"]` gives the `quiesce_conformance`
 fixture, or call `assert_conforms` directly. `_kit.py`'s docstring says exactly what is
@@ -31,7 +48,7 @@ from quiesce.testing._broken import (
     StuckCommitHost,
     WholeBatchAckHost,
 )
-from quiesce.testing._kit import assert_conforms, check_conformance
+from quiesce.testing._kit import assert_conforms, check_conformance, check_participant
 from quiesce.testing._local import LocalServer, ServerDidNotStart, free_port
 from quiesce.testing._machine import DEADLINE_AT
 from quiesce.testing._results import (
@@ -68,5 +85,6 @@ __all__ = [
     "WireClient",
     "assert_conforms",
     "check_conformance",
+    "check_participant",
     "free_port",
 ]

@@ -61,6 +61,11 @@ shrinks only with a fresh participant per example: a factory of servers, or a re
 shared URL (`reset=`, `--reset-url`). Without either, the failing sequence is reported as found
 and `ConformanceResult.not_shrunk_because` says why.
 
+In process (`check_participant`): a `Participant` object of the user's (the client interface
+the driver calls) is checked without a server, its calls made through `_inprocess`'s httpx
+transport, so everything above holds except the HTTP layer (no malformed or unauthenticated
+requests) and restarts; a factory of participants is what shrinks there.
+
 Commit and restore failures: a server may fail a commit or a restore for its own reasons
 (a full disk). Where the oracle succeeded and the server answered `failed`, the kit accepts
 it (`allowed_failures` counts them) and steps the oracle down the failure branch: a failed
@@ -79,16 +84,20 @@ pass `executions=False`: the kit then checks the fence, ACK and retire only.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.stateful import get_state_machine_test
 
+from quiesce.adapters import Participant
 from quiesce.protocol.wire import Role
 from quiesce.testing._machine import ConformanceMachine
 from quiesce.testing._results import ConformanceResult, ConformanceSetupError, ConformanceViolation
 from quiesce.testing._session import (
+    NO_FACTORY,
     NO_RESET,
     STUCK,
     Abort,
@@ -100,7 +109,7 @@ from quiesce.testing._session import (
     restart_hook,
 )
 
-__all__ = ["assert_conforms", "check_conformance"]
+__all__ = ["assert_conforms", "check_conformance", "check_participant"]
 
 
 def check_conformance(
@@ -137,20 +146,86 @@ def check_conformance(
 
     >>> check_conformance("http://127.0.0.1:1", "agent", "t")  # doctest: +SKIP
     """
-    if role not in tuple(Role):
-        raise ValueError(f"role must be one of {', '.join(Role)}, not {role!r}")
-    known = Role(role)
+    known = _role(role)
     hook = None if reset is None else reset_hook(reset, token, timeout)
     run = KitRun(server, token, known, executions and known is Role.AGENT, timeout, hook)
     if restart is not None:
         run.restart = restart_hook(restart, timeout)
-    shrinks = not isinstance(server, str) or hook is not None
     if isinstance(server, str):
-        try:
-            run.connect(server)
-        except ConformanceSetupError:
-            run.disconnect()
-            raise
+        _connect(run, server)
+    unshrinkable = NO_RESET if isinstance(server, str) and hook is None else ""
+    return _check(run, unshrinkable, examples=examples, steps=steps, seed=seed)
+
+
+def check_participant(
+    participant: Participant | Callable[[], Participant],
+    role: Role | str,
+    *,
+    examples: int = 100,
+    steps: int = 25,
+    seed: int | None = None,
+    executions: bool = True,
+    timeout: float = 10.0,
+) -> ConformanceResult:
+    """`check_conformance` for a `Participant` object in this process (the client interface
+    the driver calls, docs/embedding.md), without a server: each request the kit would send
+    over HTTP is handed to `participant.call(op, request, deadline_at)`, and the reply (or
+    `CallFailedError`, a 503; any other exception, a 500) judged exactly as a server's.
+
+    `participant` is one object (the examples share it, as they share a URL; a failing
+    sequence is then reported as found, and `not_shrunk_because` says why) or a factory,
+    a callable returning a new participant: one per example, so a failure is shrunk to its
+    shortest sequence. Bearer tokens and malformed bodies belong to an HTTP server, not to
+    the object, so those requests are not sent. The other options are `check_conformance`'s.
+
+    >>> check_participant(lambda: MyParticipant(), "resources", examples=10)  # doctest: +SKIP
+    """
+    known = _role(role)
+    agent = executions and known is Role.AGENT
+    if isinstance(participant, Participant):
+        run = KitRun(participant, "", known, agent, timeout, over_http=False)
+        _connect(run, participant)
+        return _check(run, NO_FACTORY, examples=examples, steps=steps, seed=seed)
+    if not callable(participant):
+        raise TypeError(
+            f"check_participant needs a Participant or a callable returning one, not "
+            f"{type(participant).__name__}"
+        )
+    make = participant
+
+    def fresh() -> nullcontext[Participant]:
+        made = make()
+        if not isinstance(made, Participant):
+            raise TypeError(
+                f"the factory given to check_participant returned a {type(made).__name__}, "
+                "not a Participant"
+            )
+        return nullcontext(made)
+
+    run = KitRun(fresh, "", known, agent, timeout, over_http=False)
+    return _check(run, "", examples=examples, steps=steps, seed=seed)
+
+
+def _role(role: Role | str) -> Role:
+    if role not in tuple(Role):
+        raise ValueError(f"role must be one of {', '.join(Role)}, not {role!r}")
+    return Role(role)
+
+
+def _connect(run: KitRun, target: str | Participant) -> None:
+    """Connect a run whose examples share one server (discovery fails here, not later)."""
+    try:
+        run.connect(target)
+    except ConformanceSetupError:
+        run.disconnect()
+        raise
+
+
+def _check(
+    run: KitRun, unshrinkable: str, *, examples: int, steps: int, seed: int | None
+) -> ConformanceResult:
+    """Run the machine for `examples` sequences; shrink a failure unless `unshrinkable`
+    says why it cannot be (the examples share a participant without a way to reset it)."""
     chosen = seed if seed is not None else secrets.randbelow(1 << 32)
     machine = type("ConformanceMachine", (ConformanceMachine,), {"run": run})
     test = get_state_machine_test(
@@ -164,9 +239,9 @@ def check_conformance(
             suppress_health_check=list(HealthCheck),
             verbosity=Verbosity.quiet,
             report_multiple_bugs=False,
-            phases=(Phase.explicit, Phase.generate, Phase.shrink)
-            if shrinks
-            else (Phase.explicit, Phase.generate),
+            phases=(Phase.explicit, Phase.generate)
+            if unshrinkable
+            else (Phase.explicit, Phase.generate, Phase.shrink),
         ),
     )
     outcome: BaseException | None = None
@@ -187,11 +262,11 @@ def check_conformance(
         violation, flaky = run.best, True
         if violation is None:
             raise outcome
-    if violation is not None and not shrinks:
-        unshrunk = NO_RESET
+    if violation is not None and unshrinkable:
+        unshrunk = unshrinkable
     return ConformanceResult(
         url=run.url,
-        role=known,
+        role=run.role,
         participant=run.config.name if run.config else "?",
         seed=chosen,
         examples=run.examples,

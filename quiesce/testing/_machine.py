@@ -20,7 +20,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
 from pydantic import BaseModel, ValidationError
 
-from quiesce.adapters import DEDUPED_OPS, REPLY_MODELS, CompletionsReply, WireError, status_of
+from quiesce.adapters import (
+    DEDUPED_OPS,
+    REPLY_MODELS,
+    CompletionsReply,
+    Participant,
+    WireError,
+    status_of,
+)
 from quiesce.protocol import InvalidOpId, OpId
 from quiesce.protocol.machines import FenceOp
 from quiesce.protocol.participant import (
@@ -155,12 +162,12 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.latest = 0
         self.fresh_keys = 0
         self.context: AbstractContextManager[Any] | None = None
-        if not isinstance(run.server, str):
+        if not isinstance(run.server, str | Participant):
             self.context = run.server()
             started = self.context.__enter__()
         try:
             if self.context is not None:
-                run.connect(started if isinstance(started, str) else str(started.url))
+                run.connect(started)
             elif run.reset is not None:
                 run.fresh_participant()
             assert run.config is not None and run.capabilities is not None
@@ -800,6 +807,7 @@ class ConformanceMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ hostile requests
 
     @precondition(_has_post_ops)
+    @precondition(lambda self: self.run.over_http)
     @rule(
         index=st.integers(0, len(_CONTROL_OPS) + len(_AGENT_OPS) - 1),
         flaw=st.sampled_from(["unknown_field", "wrong_type", "missing_field", "not_json"]),
@@ -824,6 +832,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         expected = {"http": 422, "code": "malformed_request", "field": bad}
         self._expect_refused(self._send(op, body, raw=raw), expected, op)
 
+    @precondition(lambda self: self.run.over_http)
     @rule(
         op=st.sampled_from(["status", "prepare", "resume"]), auth=st.sampled_from(["none", "wrong"])
     )

@@ -179,8 +179,9 @@ class ConformanceResult:
         lines.append(f"{which} sequence ({len(shown)} requests):")
         for number, step in enumerate(shown, 1):
             lines += _format_step(number, step, last=step is shown[-1])
-        lines.append(f"replay it by hand (export QUIESCE_URL={self.url} QUIESCE_TOKEN=...):")
-        lines += [f"{n:3}. {_by_hand(step.exchange)}" for n, step in enumerate(shown, 1)]
+        if self.url.startswith(("http://", "https://")):  # not a participant in process
+            lines.append(f"replay it by hand (export QUIESCE_URL={self.url} QUIESCE_TOKEN=...):")
+            lines += [f"{n:3}. {_by_hand(step.exchange)}" for n, step in enumerate(shown, 1)]
         return "\n".join(lines)
 
 

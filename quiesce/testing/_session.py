@@ -18,9 +18,11 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from quiesce.adapters import Participant
 from quiesce.fsm import QuiesceError
 from quiesce.protocol.participant import ParticipantConfig
 from quiesce.protocol.wire import Capabilities, Role
+from quiesce.testing._inprocess import IN_PROCESS_URL, ParticipantTransport
 from quiesce.testing._results import (
     ConformanceSetupError,
     ConformanceViolation,
@@ -30,6 +32,7 @@ from quiesce.testing._results import (
 from quiesce.testing._wire import ServerUnreachable, WireClient
 
 __all__ = [
+    "NO_FACTORY",
     "NO_RESET",
     "STUCK",
     "Abort",
@@ -42,10 +45,10 @@ __all__ = [
 ]
 
 
-Server = str | Callable[[], AbstractContextManager[Any]]
-"""What the kit checks: the URL of a running server (examples share it), or a factory whose
-context manager starts a fresh server per example and yields its URL (or an object with a
-`url`, like `LocalServer`)."""
+Server = str | Participant | Callable[[], AbstractContextManager[Any]]
+"""What the kit checks: the URL of a running server or a `Participant` object in this process
+(examples share either), or a factory whose context manager starts a fresh server per example
+and yields its URL, an object with a `url` (like `LocalServer`) or a `Participant`."""
 
 
 Reset = str | Callable[[], object]
@@ -59,6 +62,14 @@ NO_RESET = (
     "reset=... in Python) to get a fresh participant per example and a shrunk sequence"
 )
 """Why a run on a shared server without a reset hook is not shrunk."""
+
+NO_FACTORY = (
+    "the examples share one participant object, so a shorter sequence would not start from "
+    "the state the failing one started from; pass a factory instead (a callable returning a "
+    "new participant, e.g. check_participant(lambda: MyParticipant(...), ...)) to get a fresh "
+    "participant per example and a shrunk sequence"
+)
+"""Why a run on one shared in-process participant is not shrunk."""
 
 STUCK = (
     "the server could not be brought back to an idle fence after the failing sequence, so "
@@ -161,15 +172,26 @@ class KitRun:
     stuck: bool = False
     setup_error: ConformanceSetupError | None = None
     url: str = ""
+    over_http: bool = True
+    """False for a `Participant` object: the kit sends no malformed or unauthenticated
+    requests (they test an HTTP layer the object does not have)."""
 
     @property
     def agent(self) -> bool:
         return self.role is Role.AGENT
 
-    def connect(self, url: str) -> None:
-        """Open a client on `url` and learn who answers there (discovery, §2)."""
+    def connect(self, target: str | Participant | Any) -> None:
+        """Open a client on `target` (a URL, an object with a `url` like `LocalServer`, or a
+        `Participant` in this process) and learn who answers there (discovery, §2)."""
         self.disconnect()
-        self.client = WireClient(url, self.token, timeout=self.timeout)
+        if isinstance(target, Participant):
+            transport = ParticipantTransport(target)
+            self.client = WireClient(
+                IN_PROCESS_URL, self.token, timeout=self.timeout, async_transport=transport
+            )
+        else:
+            url = target if isinstance(target, str) else str(target.url)
+            self.client = WireClient(url, self.token, timeout=self.timeout)
         self.url = self.client.url
         self.capabilities, self.config = _discover(self.client, self.role)
 

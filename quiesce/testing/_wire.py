@@ -115,6 +115,9 @@ def compact_json(value: Any) -> str:
 class WireClient:
     """A synchronous client for one participant server: `send(op, body)` -> `Exchange`.
 
+    With `async_transport` (a participant in this process: `check_participant`), every
+    request goes through it instead of the network, on the background event loop.
+
     >>> client = WireClient("http://127.0.0.1:1", "secret")
     >>> "secret" in repr(client)
     False
@@ -128,11 +131,13 @@ class WireClient:
         *,
         timeout: float = 10.0,
         transport: httpx.BaseTransport | None = None,
+        async_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self._token = token
         self._timeout = timeout
         self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
+        self._async_transport = async_transport
         self._background = ExitStack()
         self.requests = 0
 
@@ -149,17 +154,26 @@ class WireClient:
         content, headers = self._encode(body, auth, raw)
         self.requests += 1
         try:
-            response = self._http.request(method, path, content=content, headers=headers)
+            if self._async_transport is None:
+                response = self._http.request(method, path, content=content, headers=headers)
+            else:
+                response = self._portal.call(self._request, method, path, content, headers)
         except httpx.HTTPError as error:
             raise ServerUnreachable(self.url, method, path, type(error).__name__) from None
         sent = raw.decode("utf-8", "replace") if raw is not None else body
         return _exchange(method, path, sent, response, auth)
 
+    async def _request(
+        self, method: str, path: str, content: bytes | None, headers: dict[str, str]
+    ) -> httpx.Response:
+        async with self._async_client() as http:
+            return await http.request(method, path, content=content, headers=headers)
+
     def send_together(self, op: str, body: Any, *, copies: int = 2) -> tuple[Exchange, ...]:
         """Send `copies` identical requests `op` with JSON `body` at the same time, each on
         its own connection, every one in flight before any reply is read (the module
-        docstring says how); the exchanges in the order their replies arrived. Always
-        over the network (the `transport` of the constructor is not used). Raises
+        docstring says how); the exchanges in the order their replies arrived. Over the
+        network, or the constructor's `async_transport` (its `transport` is not used). Raises
         `ServerUnreachable` when a copy gets no HTTP answer."""
         if copies < 2:
             raise ValueError(f"send_together needs at least 2 copies, not {copies}")
@@ -187,7 +201,7 @@ class WireClient:
                 copy.leave()  # a copy that is done must not hold the others at a barrier
 
         async with (
-            httpx.AsyncClient(base_url=self.url, timeout=self._timeout, verify=self._tls) as http,
+            self._async_client() as http,
             anyio.create_task_group() as group,
         ):
             for _ in range(copies):
@@ -226,7 +240,7 @@ class WireClient:
             answers[index] = Timed(_exchange(method, path, body, response, "token"), sent, answered)
 
         async with (
-            httpx.AsyncClient(base_url=self.url, timeout=self._timeout, verify=self._tls) as http,
+            self._async_client() as http,
             anyio.create_task_group() as group,
         ):
             for index, (op, body) in enumerate(requests):
@@ -236,6 +250,13 @@ class WireClient:
         if failures:
             raise ServerUnreachable(self.url, *failures[0])
         return tuple(answers[i] for i in range(len(requests)))
+
+    def _async_client(self) -> httpx.AsyncClient:
+        if self._async_transport is not None:
+            return httpx.AsyncClient(
+                base_url=self.url, timeout=self._timeout, transport=self._async_transport
+            )
+        return httpx.AsyncClient(base_url=self.url, timeout=self._timeout, verify=self._tls)
 
     @cached_property
     def _portal(self) -> anyio.from_thread.BlockingPortal:
