@@ -64,7 +64,8 @@ from quiesce.models._design_state import (
 from quiesce.models._design_step import DELAYABLE, Step, initial_state
 from quiesce.models._design_symmetry import canonical
 from quiesce.models._design_tables import GROUP, DesignTables, Steppers
-from quiesce.models._explorer import Action, Always, Model, always
+from quiesce.models._design_traces import design_table_names, project_design
+from quiesce.models._explorer import Action, Always, Model, Trace, always
 from quiesce.protocol import Cause
 from quiesce.protocol.machines import CheckpointInput, GroupInput, RegistryInput
 
@@ -452,6 +453,14 @@ class DesignModel(Model[Reached]):
     def describe_state(self, state: Reached) -> Any:
         return _plain(state.state)
 
+    def tables(self) -> Sequence[str]:
+        return design_table_names(self.p)
+
+    def project(self, trace: Trace[Reached], table: str) -> list[dict[str, str]]:
+        if table not in self.tables():
+            return super().project(trace, table)
+        return project_design(trace, table, self.machines, _state_of)
+
     def participants(self) -> Sequence[str]:
         return ("environment", "controller", *NAMES)
 
@@ -599,6 +608,10 @@ _APPLY: dict[str, Callable[[Step, tuple[Any, ...]], bool]] = {
 
 
 # ============================================================================ helpers
+
+
+def _state_of(reached: Reached) -> DesignState:
+    return reached.state
 
 
 def _flagged(state: DesignState, prop: str) -> bool:
