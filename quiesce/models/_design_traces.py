@@ -99,13 +99,12 @@ def _view_execution(state: DesignState, key: str) -> str | None:
         if (execution.sibling, execution.attempt) == (sibling, attempt):
             return execution.state
     # An ended execution leaves only the agent's refusal key for its rollout: the highest
-    # retired attempt and whether that one was ACKed. An older attempt's end is no longer
-    # told apart, so it shows as tombstoned (an acked one's later move there has no row,
-    # so it projects to nothing).
+    # retired attempt and whether that one was ACKed. How an older attempt ended is no
+    # longer told, so it shows as nothing (its trace keeps the end it was seen to take).
     highest, acked = parts.refusals[sibling]
-    if attempt > highest:
+    if attempt != highest:
         return None
-    return "acked" if acked and attempt == highest else "tombstoned"
+    return "acked" if acked else "tombstoned"
 
 
 _VIEWS: dict[str, Callable[[DesignState, str], str | None]] = {

@@ -88,7 +88,7 @@ def project_table(
     mutant's variant, or `spec` itself). A step the variant takes that the protocol's table
     has no row for (the bug itself, often the violating step) carries `"variant": <its
     name>`, so `quiesce diagram` can draw it as a move outside the table instead of
-    refusing it.
+    refusing it. A move no row of either table explains starts a fresh instance.
     """
     steps: list[dict[str, str]] = []
     initial = label(spec.initial)
@@ -102,6 +102,11 @@ def project_table(
             for step in chain:
                 if not _is_move(spec, step):
                     step["variant"] = str(running.variant)
+        if not chain and old is not None:
+            # No row leads there: the model replaced the instance by a fresh one (a
+            # restarted controller runs M9 again from its initial state), whose steps
+            # start over from the table's initial state.
+            chain = _table_steps(spec, initial, new)
         steps.extend(chain)
     return steps
 
