@@ -51,6 +51,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from quiesce.fsm import Table
 from quiesce.models._design_state import (
     AGENT,
     NAMES,
@@ -64,7 +65,12 @@ from quiesce.models._design_state import (
 from quiesce.models._design_step import DELAYABLE, Step, initial_state
 from quiesce.models._design_symmetry import canonical
 from quiesce.models._design_tables import GROUP, DesignTables, Steppers
-from quiesce.models._design_traces import design_table_names, project_design
+from quiesce.models._design_traces import (
+    design_control,
+    design_table,
+    design_table_names,
+    project_design,
+)
 from quiesce.models._explorer import Action, Always, Model, Trace, always
 from quiesce.protocol import Cause
 from quiesce.protocol.machines import CheckpointInput, GroupInput, RegistryInput
@@ -460,6 +466,16 @@ class DesignModel(Model[Reached]):
         if table not in self.tables():
             return super().project(trace, table)
         return project_design(trace, table, self.machines, _state_of)
+
+    def control(self, state: Reached, table: str) -> str | None:
+        """The control state of table instance `table` (one of `tables()`) in `state`
+        (None: the instance does not exist there)."""
+        return design_control(state.state, table)
+
+    def table_of(self, table: str) -> Table[Any, Any]:
+        """The table instance `table` (one of `tables()`) steps: a mutant's variant, or
+        the protocol's own."""
+        return design_table(self.machines, table)
 
     def participants(self) -> Sequence[str]:
         return ("environment", "controller", *NAMES)

@@ -24,7 +24,7 @@ from quiesce.models._table_projection import (
     split_instance,
 )
 
-__all__ = ["design_table_names", "project_design"]
+__all__ = ["design_control", "design_table", "design_table_names", "project_design"]
 
 _CONTROLLER_TABLES = ("checkpoint", "admission_gate", "deadline_registry", "restore")
 
@@ -54,6 +54,24 @@ def project_design(
     `state_of` reads the design state out of one of the trace's states."""
     base, key = split_instance(table)
     view = _VIEWS[base]
+    return project_table(
+        trace,
+        lambda state: view(state_of(state), key),
+        SPEC_TABLES[base],
+        design_table(tables, table),
+    )
+
+
+def design_control(state: DesignState, table: str) -> str | None:
+    """The control state of `table` (one of `design_table_names`) in `state` (None: the
+    instance does not exist there, e.g. an attempt not begun yet)."""
+    base, key = split_instance(table)
+    return _VIEWS[base](state, key)
+
+
+def design_table(tables: DesignTables, table: str) -> Table[Any, Any]:
+    """The table `tables` runs for instance `table` (a mutant's variant, or the
+    protocol's own)."""
     running: dict[str, Table[Any, Any]] = {
         "checkpoint": tables.checkpoint,
         "admission_gate": tables.gate,
@@ -62,9 +80,7 @@ def project_design(
         "control_fence": tables.fence,
         "agent_execution": tables.execution,
     }
-    return project_table(
-        trace, lambda state: view(state_of(state), key), SPEC_TABLES[base], running[base]
-    )
+    return running[split_instance(table)[0]]
 
 
 # ------------------------------------------------------------------ views
