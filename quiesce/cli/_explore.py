@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from quiesce.cli._check import IMPLEMENTATION_MODEL
+from quiesce.cli._check import DEFAULT_MODEL
 from quiesce.cli._output import fail
 from quiesce.cli._paths import InputFile, OutputFile
 from quiesce.cli._values import Name, Setting
@@ -70,7 +70,7 @@ def explore(
     port: int,
     html_path: Path | None,
 ) -> None:
-    """Step through MODEL (default: protocol) in a web page: its tables' diagrams with the
+    """Step through MODEL (default: design) in a web page: its tables' diagrams with the
     current states, the enabled actions, the path, the properties and the rows covered.
 
     \b
@@ -115,8 +115,8 @@ def _which_model(
 ) -> tuple[str, dict[str, str], str | None]:
     """The model to build: the command line's, else the one the trace file was checked on."""
     if name is not None or recorded is None or recorded.model is None:
-        # The page draws the tables a model composes: the implementation model has them.
-        return name or IMPLEMENTATION_MODEL, settings, mutant
+        # The same default as `quiesce check`: the page draws the tables the model composes.
+        return name or DEFAULT_MODEL, settings, mutant
     params: Mapping[str, Any] = recorded.params or {}
     texts = {
         key: str(value).lower() if isinstance(value, bool) else str(value)

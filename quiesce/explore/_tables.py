@@ -5,16 +5,17 @@ and tells what a trace does to each (`Model.project`), but the public `Model` in
 says neither which `Table` an instance steps nor its control state in a given model
 state. Both are read here through the public API:
 
-- the table of an instance: the model's own (possibly mutated) tables for the two
-  registered models (`TwoPhase.rm_table`/`tm_table`, `ProtocolModel.hooks`), else the
-  protocol's table of the instance's base name (`control_fence[policy]` -> `control_fence`);
+- the table of an instance: the model's own (possibly mutated) tables for the three
+  registered models (`TwoPhase.rm_table`/`tm_table`, `ProtocolModel.hooks`,
+  `DesignModel.table_of`), else the protocol's table of the instance's base name
+  (`control_fence[policy]` -> `control_fence`);
 - the rows a step fires: the projection of the one-step trace, matched against the rows;
-- the control states: where the projection moved an instance, else what the model's
-  `describe_state` shows (for the two registered models; their initial state is already
-  past some steps: the protocol model opens its prompt group before the search starts).
-  The protocol's description drops a retired execution, so a final control state is kept
-  while the instance is absent from it; an absent one that was not final is gone (lost in
-  a crash). A model neither reads starts at its tables' initial states.
+- the control states: where the projection moved an instance, else what the model shows
+  (`describe_state` of the first two, `DesignModel.control`; their initial state is
+  already past some steps: the protocol model opens its prompt group before the search
+  starts). The protocol's description drops a retired execution, so a final control state
+  is kept while the instance is absent from it; an absent one that was not final is gone
+  (lost in a crash). A model neither reads starts at its tables' initial states.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quiesce.fsm import Table, label
-from quiesce.models import Action, Model, ProtocolModel, Step, Trace, TwoPhase
+from quiesce.models import Action, DesignModel, Model, ProtocolModel, Step, Trace, TwoPhase
 from quiesce.protocol.machines import TABLES
 
 __all__ = ["Fired", "TableInstance", "controls", "fired", "table_instances"]
@@ -99,6 +100,8 @@ def _read_controls(
         }
     if isinstance(model, ProtocolModel):
         return {i.name: _protocol_control(described, i.name) for i in instances}
+    if isinstance(model, DesignModel):
+        return {i.name: model.control(state, i.name) for i in instances}
     return None
 
 
@@ -140,6 +143,8 @@ def _matches(row: Any, step: Mapping[str, str]) -> bool:
 def _table_of(model: Model[Any], instance: str) -> Table[Any, Any] | None:
     if isinstance(model, TwoPhase):
         return model.tm_table if instance == "tm" else model.rm_table
+    if isinstance(model, DesignModel):
+        return model.table_of(instance)
     if isinstance(model, ProtocolModel):
         hooks = model.hooks
         own = {

@@ -51,6 +51,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from quiesce.fsm import Table
 from quiesce.models._design_state import (
     AGENT,
     NAMES,
@@ -64,7 +65,13 @@ from quiesce.models._design_state import (
 from quiesce.models._design_step import DELAYABLE, Step, initial_state
 from quiesce.models._design_symmetry import canonical
 from quiesce.models._design_tables import GROUP, DesignTables, Steppers
-from quiesce.models._explorer import Action, Always, Model, always
+from quiesce.models._design_traces import (
+    design_control,
+    design_table,
+    design_table_names,
+    project_design,
+)
+from quiesce.models._explorer import Action, Always, Model, Trace, always
 from quiesce.protocol import Cause
 from quiesce.protocol.machines import CheckpointInput, GroupInput, RegistryInput
 
@@ -452,6 +459,24 @@ class DesignModel(Model[Reached]):
     def describe_state(self, state: Reached) -> Any:
         return _plain(state.state)
 
+    def tables(self) -> Sequence[str]:
+        return design_table_names(self.p)
+
+    def project(self, trace: Trace[Reached], table: str) -> list[dict[str, str]]:
+        if table not in self.tables():
+            return super().project(trace, table)
+        return project_design(trace, table, self.machines, _state_of)
+
+    def control(self, state: Reached, table: str) -> str | None:
+        """The control state of table instance `table` (one of `tables()`) in `state`
+        (None: the instance does not exist there)."""
+        return design_control(state.state, table)
+
+    def table_of(self, table: str) -> Table[Any, Any]:
+        """The table instance `table` (one of `tables()`) steps: a mutant's variant, or
+        the protocol's own."""
+        return design_table(self.machines, table)
+
     def participants(self) -> Sequence[str]:
         return ("environment", "controller", *NAMES)
 
@@ -599,6 +624,10 @@ _APPLY: dict[str, Callable[[Step, tuple[Any, ...]], bool]] = {
 
 
 # ============================================================================ helpers
+
+
+def _state_of(reached: Reached) -> DesignState:
+    return reached.state
 
 
 def _flagged(state: DesignState, prop: str) -> bool:

@@ -17,14 +17,14 @@ from quiesce.fsm import Table, label
 from quiesce.models._explorer import Action, Trace
 from quiesce.models._protocol_state import GROUP, Cast, PState, executions
 from quiesce.models._system import InFlight
-from quiesce.protocol.controller import Op
-from quiesce.protocol.machines import (
-    ADMISSION_GATE,
-    AGENT_EXECUTION,
-    CHECKPOINT,
-    CONTROL_FENCE,
-    DEADLINE_REGISTRY,
+from quiesce.models._table_projection import (
+    SPEC_TABLES,
+    execution_key,
+    instance_names,
+    project_table,
+    split_instance,
 )
+from quiesce.protocol.controller import Op
 from quiesce.protocol.wire import ErrorReply, Message
 
 __all__ = [
@@ -36,6 +36,10 @@ __all__ = [
     "table_names",
     "text",
 ]
+
+
+_CONTROLLER_TABLES = ("checkpoint", "admission_gate", "deadline_registry")
+"""The controller's tables a protocol trace projects onto (its restore is not modelled)."""
 
 
 def describe_state(cast: Cast, state: PState) -> dict[str, Any]:
@@ -88,13 +92,13 @@ def describe_state(cast: Cast, state: PState) -> dict[str, Any]:
 def table_names(cast: Cast) -> list[str]:
     """The tables a trace projects onto: the controller's, one fence per participant, one
     agent execution per possible attempt of each sibling."""
-    names = ["checkpoint", "admission_gate", "deadline_registry"]
-    names += [f"control_fence[{n}]" for n in cast.names]
-    for sibling in range(cast.params.siblings):
-        for attempt in range(cast.params.attempts + 1):
-            # `/` would not survive as a file name (`--trace-out`): g0/1#0 is g0-1#0.
-            names.append(f"agent_execution[{GROUP}-{sibling}#{attempt}]")
-    return names
+    return instance_names(
+        _CONTROLLER_TABLES,
+        cast.names,
+        GROUP,
+        cast.params.siblings,
+        range(cast.params.attempts + 1),
+    )
 
 
 def project(
@@ -103,29 +107,15 @@ def project(
     """`trace` as steps of `table` (one of `table_names(cast)`), rows the engine accepts.
 
     `machines` are the tables the model runs, by base name (a mutant's variant in place of
-    the protocol's own): a step the variant takes that the protocol's table has no row for
-    (the bug itself, often the violating step) carries `"variant": <its name>`, so
-    `quiesce diagram` can draw it as a move outside the table instead of refusing it.
+    the protocol's own): its moves the protocol's table has no row for carry `"variant"`
+    (`project_table`).
     """
-    base, _, target = table.partition("[")
-    target = target.rstrip("]")
+    base, key = split_instance(table)
     view = _VIEWS[base]
-    spec = _SPEC_TABLES[base]
-    running = machines.get(base, spec)
-    steps: list[dict[str, str]] = []
-    initial = label(spec.initial)
-    for before, _action, after in trace.transitions():
-        old, new = view(cast, before, target), view(cast, after, target)
-        if new is None or old == new:
-            continue
-        chain = _table_steps(spec, initial if old is None else old, new)
-        if not chain and running is not spec:
-            chain = _table_steps(running, initial if old is None else old, new)
-            for step in chain:
-                if not _is_move(spec, step):
-                    step["variant"] = str(running.variant)
-        steps.extend(chain)
-    return steps
+    spec = SPEC_TABLES[base]
+    return project_table(
+        trace, lambda state: view(cast, state, key), spec, machines.get(base, spec)
+    )
 
 
 def sequence_arrow(before: PState, action: Action) -> tuple[str, str, str]:
@@ -202,10 +192,9 @@ def _view_fence(cast: Cast, state: PState, target: str) -> str | None:
 
 
 def _view_execution(cast: Cast, state: PState, target: str) -> str | None:
-    rollout, _, attempt = target.rpartition("#")
-    group, _, sibling = rollout.rpartition("-")
+    group, sibling, attempt = execution_key(target)
     rollout = f"{group}/{sibling}"
-    key = (rollout, int(attempt))
+    key = (rollout, attempt)
     for agent in cast.agents:
         participant = state.system.participant(agent)
         for execution in executions(participant):
@@ -228,63 +217,3 @@ _VIEWS: dict[str, Callable[[Cast, PState, str], str | None]] = {
     "control_fence": _view_fence,
     "agent_execution": _view_execution,
 }
-
-
-_SPEC_TABLES: dict[str, Table[Any, Any]] = {
-    "checkpoint": CHECKPOINT,
-    "admission_gate": ADMISSION_GATE,
-    "deadline_registry": DEADLINE_REGISTRY,
-    "control_fence": CONTROL_FENCE,
-    "agent_execution": AGENT_EXECUTION,
-}
-"""The protocol's own table of each projection, by base name."""
-
-
-def _is_move(table: Table[Any, Any], step: Mapping[str, str]) -> bool:
-    """Whether `table` has a row taking `step` (spec names) from its state to its target."""
-    return any(
-        label(row.input) == step["input"]
-        and any(
-            label(source) == step["state"] and label(row.target or source) == step["target"]
-            for source in row.sources
-        )
-        for row in table.rows
-    )
-
-
-def _table_steps(found: Table[Any, Any], old: str, new: str) -> list[dict[str, str]]:
-    """The table steps of one model step that moved `table` from `old` to `new`.
-
-    One model step may run several transitions of a table at once (a trigger runs
-    `idle -> closing_admission -> flushing_acks -> preparing` in one controller step), so
-    the steps are the shortest chain of the table's own rows from `old` to `new`; each one
-    is a row of the table, so the engine's `--trace` accepts it. No chain: `[]`.
-    """
-    edges: dict[str, list[tuple[str, str]]] = {}
-    for row in found.rows:
-        if row.target is None:
-            continue
-        for source in row.sources:
-            edges.setdefault(label(source), []).append((label(row.input), label(row.target)))
-    previous: dict[str, tuple[str, str]] = {}
-    frontier = [old]
-    seen = {old}
-    while frontier and new not in seen:
-        following = []
-        for here in frontier:
-            for name, target in edges.get(here, ()):
-                if target not in seen:
-                    seen.add(target)
-                    previous[target] = (here, name)
-                    following.append(target)
-        frontier = following
-    if new not in previous:
-        return []
-    chain: list[dict[str, str]] = []
-    at = new
-    while at != old:
-        came_from, via = previous[at]
-        chain.append({"state": came_from, "input": via, "target": at})
-        at = came_from
-    chain.reverse()
-    return chain

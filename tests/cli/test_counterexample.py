@@ -18,7 +18,8 @@ S17 = ["check", "--walks", "200", "--mutant", "S17_retire_releases_completed"]
 
 @pytest.fixture(scope="module")
 def s17(tmp_path_factory: pytest.TempPathFactory) -> tuple[Result, Path]:
-    """The README's S17 example, run once: its result and its --trace-out directory."""
+    """Issue 14's S17 example (the default `design` model), run once: its result and its
+    --trace-out directory."""
     out = tmp_path_factory.mktemp("s17") / "traces"
     ran = CliRunner().invoke(main, [*S17, "--trace-out", str(out)])
     assert ran.exit_code == 1, ran.output
@@ -32,40 +33,42 @@ def test_the_story_numbers_the_steps_and_shows_only_what_changed(
     story = ran.stdout[ran.stdout.index("I1 violated") :]
     assert "initial state:" in story
     # The whole state is printed once (the initial state); a step shows its diff.
-    assert story.count('"triggers_left"') == 1
+    assert story.count('"triggers":') == 1
     steps = re.findall(r"^ +(\d+)\. (.+)$", story, flags=re.MULTILINE)
     assert [int(n) for n, _ in steps] == list(range(1, len(steps) + 1))
+    # The group's deadline retires s1#0 in the same atomic step, and S17's row releases
+    # its completed, un-ACKed result there: the state before it still held the result.
     last = steps[-1][1]
-    assert last.startswith("deliver retire(g0/0#0) -> agent") and "I1 violated here" in last
+    assert last.startswith("the group's deadline expires") and "I1 violated here" in last
     tail = story[story.index(last) :]
-    assert "agent_execution[g0-0#0]: completed --retire--> tombstoned (variant" in tail
-    assert 'executions.g0/0#0: ["completed",1] -> (none)' in tail
-    # The property's values at the last step, including why the judge flagged it.
-    assert "I1 is false after the last step; the values it reads:" in tail
-    assert 'env.violations = ["I1: g0/0#0 released by its agent without an ACK"]' in tail
+    assert (
+        "agent_execution[g0-1#0]: completed --retire--> tombstoned (variant S17, not in the"
+        " table)" in tail
+    )
+    assert 'parts.executions: -{"sibling":1,"attempt":0,"state":"completed","turn":1}' in tail
+    assert "I1 is false after the last step; the fields the last step changed:" in tail
 
 
 def test_the_agent_trace_keeps_the_violating_step_and_the_diagram_highlights_it(
     s17: tuple[Result, Path],
 ) -> None:
     ran, out = s17
-    trace = out / "I1.agent_execution.g0-0_0.json"
+    trace = out / "I1.agent_execution.g0-1_0.json"
     steps = json.loads(trace.read_text())
     assert steps[-1] == {
         "state": "completed",
         "input": "retire",
         "target": "tombstoned",
-        "variant": "retire_releases_completed",
+        "variant": "S17",
         "violates": "I1",
     }
     assert f"{trace} (has the violating step)" in ran.stderr
+    assert f"quiesce diagram agent_execution --trace {trace}" in ran.stderr
     plain = CliRunner().invoke(main, ["diagram", "agent_execution"])
     drawn = CliRunner().invoke(main, ["diagram", "agent_execution", "--trace", str(trace)])
     assert drawn.exit_code == 0, drawn.output
     assert drawn.stdout != plain.stdout
-    assert "completed --> tombstoned : 2. retire (variant retire_releases_completed)" in (
-        drawn.stdout
-    )
+    assert "completed --> tombstoned : 2. retire (variant S17) (violates I1)" in drawn.stdout
     assert "class completed,tombstoned violated" in drawn.stdout
 
 
@@ -77,8 +80,12 @@ def test_trace_files_have_safe_names_and_untouched_tables_are_named(
     assert "I1.sequence.mmd" in names
     assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", name) for name in names), names
     assert all(json.loads((out / n).read_text()) for n in names if n.endswith(".json"))
-    assert "I1.checkpoint.json" not in names
-    assert "no trace file for checkpoint," in ran.stderr
+    # The checkpoint moved (two triggers, two prepare deadlines) but not at the last step.
+    checkpoint = json.loads((out / "I1.checkpoint.json").read_text())
+    assert checkpoint[0] == {"state": "idle", "input": "trigger", "target": "closing_admission"}
+    assert not any("violates" in step for step in checkpoint)
+    assert "no trace file for restore, control_fence[policy]," in ran.stderr
+    assert "moves no table" not in ran.stderr
     assert "sequenceDiagram" in (out / "I1.sequence.mmd").read_text()
 
 

@@ -32,6 +32,22 @@ def test_html_with_a_mutant_opens_its_counterexample(tmp_path: Path) -> None:
     assert data["origin"] == "counterexample found by a full check"
 
 
+def test_the_default_design_model_draws_its_tables_along_the_s17_walk(tmp_path: Path) -> None:
+    out = tmp_path / "page.html"
+    args = ["explore", "--mutant", "S17_retire_releases_completed", "--walks", "200"]
+    ran = CliRunner().invoke(main, [*args, "--html", str(out)])
+    assert ran.exit_code == 0, ran.output
+    data = page_data(out)
+    assert data["model"] == "design[S17_retire_releases_completed]"
+    assert data["violation"]["property"] == "I1"
+    last = data["frames"][-1]
+    assert last["action"] == "the group's deadline expires"
+    # The violating step fires S17's own row of the retired execution, which ends it.
+    assert "agent_execution[g0-1#0]" in last["fired"]
+    assert last["controls"]["agent_execution[g0-1#0]"] == "tombstoned"
+    assert data["frames"][-2]["controls"]["agent_execution[g0-1#0]"] == "completed"
+
+
 def test_walks_that_find_nothing_open_the_initial_state(tmp_path: Path) -> None:
     out = tmp_path / "page.html"
     args = ["explore", "two-phase", "--set", "rms=1", "--walks", "3", "--html", str(out)]

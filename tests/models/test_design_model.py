@@ -4,6 +4,7 @@ design mutant killed by the property it names."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
@@ -18,6 +19,8 @@ from quiesce.models import (
     DesignParams,
     Model,
     ProtocolParams,
+    Trace,
+    UnknownProjection,
     build_model,
     check,
 )
@@ -170,6 +173,36 @@ def test_traces_keep_the_siblings_names_under_symmetry() -> None:
             was = {(e.sibling, e.attempt): e for e in before.state.parts.executions}[key]
             now = {(e.sibling, e.attempt): e for e in after.state.parts.executions}[key]
             assert (now.turn, now.state) != (was.turn, was.state), action.label
+
+
+def test_traces_project_onto_the_protocol_models_tables_and_m9() -> None:
+    model = DesignModel(DesignParams(siblings=1, attempts=2, faults=1))
+    names = model.tables()
+    assert names[:4] == ["checkpoint", "admission_gate", "deadline_registry", "restore"]
+    assert "control_fence[agent]" in names
+    # Attempts 0 and 1, and one more number a fresh start after a crash may use.
+    assert [n for n in names if n.startswith("agent_execution")] == [
+        f"agent_execution[g0-0#{a}]" for a in range(3)
+    ]
+    with pytest.raises(UnknownProjection, match="prompt_group"):
+        model.project(Trace(next(iter(model.init_states())), ()), "prompt_group")
+
+
+def test_a_restore_is_projected_from_its_first_step_to_idle() -> None:
+    # S12 restores after a crash: M9 runs from finishing_intent in the crash's step (the
+    # design keeps no M9 value at rest, a fresh start begins at the initial state).
+    mutant = DESIGN_MUTANTS["S12_restart_only_resumed"]
+    model = mutant.model()
+    violation = check(model).violation(mutant.killed_by)
+    assert violation is not None
+    steps = model.project(violation.trace, "restore")
+    assert steps[0] == {
+        "state": "finishing_intent",
+        "input": "intent_read",
+        "target": "selecting",
+    }
+    assert steps[-1]["target"] == "idle"
+    assert all(a["target"] == b["state"] for a, b in itertools.pairwise(steps))
 
 
 def test_cli_checks_the_design_model_and_its_mutants() -> None:
