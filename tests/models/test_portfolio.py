@@ -35,6 +35,9 @@ def test_every_explorer_scenario_mutant_belongs_to_its_scenarios_entry() -> None
     assert listed == explorer
 
 
+# Slow until S5's and S11's configurations are small enough (or the model fast enough, issue 12
+# item 3): the whole portfolio ran past pytest's 300 s limit on an idle 2-core machine.
+@pytest.mark.slow
 def test_the_portfolio_is_exhausted_within_the_bound_at_its_pinned_counts() -> None:
     ran = CliRunner().invoke(main, ["check", "--portfolio", "--json"])
     assert ran.exit_code == 0, ran.output
