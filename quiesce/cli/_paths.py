@@ -16,6 +16,7 @@ nothing to root, and a read-only mount or `/proc` refuses what `os.access` allow
 
 from __future__ import annotations
 
+import abc
 import os
 import tempfile
 from pathlib import Path
@@ -28,7 +29,7 @@ from quiesce.cli._output import abbreviated
 __all__ = ["InputFile", "OutputDir", "OutputFile"]
 
 
-class _PathType(click.ParamType[Path]):
+class _PathType(click.ParamType[Path], abc.ABC):
     """Common part: an empty value is refused (it would silently mean `.`), and so is a
     path the system cannot even look up (too long, a NUL byte)."""
 
@@ -51,9 +52,9 @@ class _PathType(click.ParamType[Path]):
             self.fail(f"{abbreviated(path)} {problem}", param, ctx)
         return path
 
+    @abc.abstractmethod
     def problem(self, path: Path) -> str | None:
         """Why `path` cannot serve this option, or None when it can."""
-        raise NotImplementedError
 
 
 class InputFile(_PathType):

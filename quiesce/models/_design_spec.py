@@ -8,13 +8,12 @@ PROTOCOL.md §8's reference size, fault budget 1); `--faults K` is the fault bud
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields
 from typing import Any
 
 from quiesce.models._design_model import DesignModel
 from quiesce.models._design_mutants import DESIGN_MUTANTS
 from quiesce.models._design_state import DesignParams
-from quiesce.models._registry import ModelSpec, Param, register_model
+from quiesce.models._registry import ModelSpec, params_of, register_model
 
 __all__ = ["DESIGN_SPEC"]
 
@@ -36,16 +35,6 @@ _DOCS = {
 }
 
 
-def _param(name: str, default: Any) -> Param:
-    if isinstance(default, bool):
-        return Param(name, bool, default, _DOCS[name])
-    if isinstance(default, int):
-        return Param(name, int, default, _DOCS[name], minimum=0, maximum=16)
-    return Param(
-        name, str, default, _DOCS[name], choices=("restart_only", "stateless", "export_restore")
-    )
-
-
 def _build(params: Mapping[str, Any], faults: int | None, mutant: str | None) -> DesignModel:
     values = dict(params)
     if faults is not None:
@@ -63,7 +52,7 @@ DESIGN_SPEC = register_model(
         name="design",
         factory=_build,
         doc="The design model: M1-M9's tables composed with atomic calls (§8 reference size).",
-        params=tuple(_param(f.name, getattr(_DEFAULTS, f.name)) for f in fields(DesignParams)),
+        params=params_of(_DEFAULTS, _DOCS),
         mutants={name: m.doc for name, m in DESIGN_MUTANTS.items()},
         faults=True,
     )

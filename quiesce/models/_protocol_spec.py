@@ -8,13 +8,12 @@ reference size); `--faults K` is the fault budget; `--mutant NAME` checks a cata
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import fields
 from typing import Any
 
 from quiesce.models._mutants import MUTANTS, mutant_hooks
 from quiesce.models._protocol_model import ProtocolModel
 from quiesce.models._protocol_state import ProtocolParams
-from quiesce.models._registry import ModelSpec, Param, register_model
+from quiesce.models._registry import ModelSpec, params_of, register_model
 
 __all__ = ["PROTOCOL_SPEC"]
 
@@ -37,16 +36,6 @@ _DOCS = {
 }
 
 
-def _param(name: str, default: Any) -> Param:
-    if isinstance(default, bool):
-        return Param(name, bool, default, _DOCS[name])
-    if isinstance(default, int):
-        return Param(name, int, default, _DOCS[name], minimum=0, maximum=16)
-    return Param(
-        name, str, default, _DOCS[name], choices=("restart_only", "stateless", "export_restore")
-    )
-
-
 _DEFAULTS = ProtocolParams()
 
 
@@ -65,7 +54,7 @@ PROTOCOL_SPEC = register_model(
         name="protocol",
         factory=_build,
         doc="The composed checkpoint protocol (PROTOCOL.md §8 reference size by default).",
-        params=tuple(_param(f.name, getattr(_DEFAULTS, f.name)) for f in fields(ProtocolParams)),
+        params=params_of(_DEFAULTS, _DOCS),
         mutants={name: m.doc for name, m in MUTANTS.items()},
         faults=True,
     )

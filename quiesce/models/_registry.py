@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from quiesce.fsm import QuiesceError
@@ -28,6 +28,7 @@ __all__ = [
     "build_model",
     "get_model_spec",
     "known_models",
+    "params_of",
     "register_model",
 ]
 
@@ -142,6 +143,24 @@ class ModelSpec:
                 raise BadModelParam(self.name, key, text, "unknown parameter", known)
             values[key] = param.parse(self.name, text, known)
         return values
+
+
+RECOVERY_MODES = ("restart_only", "stateless", "export_restore")
+"""The choices of a model's one text parameter, the resources server's `recovery_mode`."""
+
+
+def params_of(defaults: Any, docs: Mapping[str, str]) -> tuple[Param, ...]:
+    """The parameters of a model whose sizes are the dataclass `defaults`: booleans, counts
+    from 0 to 16, and the recovery mode; each documented by `docs[name]`."""
+
+    def param(name: str, default: Any) -> Param:
+        if isinstance(default, bool):
+            return Param(name, bool, default, docs[name])
+        if isinstance(default, int):
+            return Param(name, int, default, docs[name], minimum=0, maximum=16)
+        return Param(name, str, default, docs[name], choices=RECOVERY_MODES)
+
+    return tuple(param(f.name, getattr(defaults, f.name)) for f in fields(defaults))
 
 
 def register_model(spec: ModelSpec) -> ModelSpec:
