@@ -18,6 +18,7 @@ from typing import Any
 
 from quiesce.fsm import QuiesceError
 from quiesce.models._explorer import Model
+from quiesce.protocol import RecoveryMode
 
 __all__ = [
     "BadModelParam",
@@ -145,8 +146,9 @@ class ModelSpec:
         return values
 
 
-RECOVERY_MODES = ("restart_only", "stateless", "export_restore")
-"""The choices of a model's one text parameter, the resources server's `recovery_mode`."""
+RECOVERY_MODES = tuple(mode.value for mode in RecoveryMode)
+"""The choices of a model's one text parameter, the resources server's `recovery_mode`
+(the enum's values, so a new mode is a choice without a second list to update)."""
 
 
 def params_of(defaults: Any, docs: Mapping[str, str]) -> tuple[Param, ...]:

@@ -8,13 +8,14 @@ from quiesce.protocol import (
     DuplicateParticipant,
     OverrideRefines,
     RecoveryLevel,
+    RecoveryMode,
     UnknownRecoveryMode,
     UnknownRole,
     UnmanagedMultiProcess,
     validate_discovery,
 )
 from quiesce.protocol._errors import RemoteProtocolError
-from quiesce.protocol._messages import Capabilities
+from quiesce.protocol._messages import KNOWN_RECOVERY_MODES, Capabilities
 from quiesce.protocol.controller import (
     EffectiveLevel,
     EnvironmentTraits,
@@ -181,3 +182,9 @@ def test_fingerprint_ignores_features_incarnation_and_order() -> None:
     changed = [*base[:-1], base[-1].model_copy(update={"recovery_mode": "export_restore"})]
     assert topology_fingerprint(changed) != topology_fingerprint(base)
     assert len(topology_fingerprint(base)) == 64
+
+
+def test_the_wire_vocabulary_knows_exactly_the_recovery_modes_of_the_enum() -> None:
+    # The wire keeps recovery modes as open strings (S13 refuses an unknown one at setup,
+    # naming the server), so its list of known modes is a second spelling of the enum.
+    assert set(KNOWN_RECOVERY_MODES) == {mode.value for mode in RecoveryMode}
