@@ -157,6 +157,12 @@ class _LiveProgress:
     " ray://HOST:PORT), or where ray.init() finds one (needs `uv sync --extra ray`).",
 )
 @click.option(
+    "--wave",
+    type=click.IntRange(1, 10**6),
+    help="--swarm walkers started together, each wave steered by the rows the waves before it"
+    f" fired (a cluster's CPU count keeps it busy) [default: {SwarmSettings.wave}].",
+)
+@click.option(
     "--bitstate-bits",
     type=click.IntRange(10, 36),
     help=f"log2 of each --swarm walker's bitstate size in bits [default: {DEFAULT_BITSTATE_BITS}].",
@@ -188,6 +194,7 @@ def check(
     max_depth: int,
     walkers: int | None,
     ray_address: str | None,
+    wave: int | None,
     bitstate_bits: int | None,
     refined: bool,
     trace_out: Path | None,
@@ -215,8 +222,8 @@ def check(
     sampled = walks is not None or walkers is not None
     if sampled and (symmetry or max_states is not None):
         raise click.UsageError("--walks and --swarm take neither --symmetry nor --max-states")
-    if walkers is None and (ray_address is not None or bitstate_bits is not None):
-        raise click.UsageError("--ray and --bitstate-bits size a swarm: add --swarm N")
+    if walkers is None and (ray_address, wave, bitstate_bits) != (None, None, None):
+        raise click.UsageError("--ray, --wave and --bitstate-bits shape a swarm: add --swarm N")
     if walkers is not None and refined:
         raise click.UsageError("--swarm takes no --refine (use --walks N --refine)")
     model = _build(name, settings, faults, mutant)
@@ -232,6 +239,7 @@ def check(
             max_depth=max_depth,
             seed=seed,
             log2_bits=bitstate_bits or DEFAULT_BITSTATE_BITS,
+            wave=wave or SwarmSettings.wave,
         )
         request = SwarmRequest(name, settings, faults, mutant)
     else:

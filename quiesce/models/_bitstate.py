@@ -2,15 +2,15 @@
 
 What lives here: `Bitstate`, a bit array of `2**log2_bits` bits where each state sets
 `HASHES` bits picked from its 64-bit fingerprint, mixed (double hashing, Kirsch and
-Mitzenmacher), and the union of many of them with the estimate of how many distinct
-states they hold (Swamidass and Baldi). What it does not know: what a state is (callers
-pass `hash(state)`).
+Mitzenmacher), and `Merged`, the union of many of them (shipped packed) with the estimate
+of how many distinct states they hold (Swamidass and Baldi). What it does not know: what a
+state is (callers pass `hash(state)`).
 
 Why a bit array. A walker of the swarm meets millions of states; an exact set costs
 hundreds of bytes a state, a bitstate a few bits. The price: a state whose bits are all
 set already counts as seen (a false positive, below 1% while the array is under a third
 full), so the walker may skip checking a state it never checked: bitstate search is
-incomplete, as random walks are anyway. Two arrays of one size merge by OR: the union
+incomplete, as random walks are anyway. Arrays of one size merge by OR: the union
 holds every state either holds, and its estimate counts the states of the whole swarm
 without counting twice those two walkers met.
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import zlib
 
-__all__ = ["HASHES", "Bitstate"]
+__all__ = ["HASHES", "Bitstate", "Merged"]
 
 HASHES = 3
 """Bits set per state (SPIN's default for bitstate search)."""
@@ -43,15 +43,12 @@ class Bitstate:
 
     __slots__ = ("_bits", "_mask", "log2_bits")
 
-    def __init__(self, log2_bits: int, bits: bytes | None = None) -> None:
+    def __init__(self, log2_bits: int) -> None:
         if not 10 <= log2_bits <= 36:
             raise ValueError(f"log2_bits {log2_bits} must lie in [10, 36] (1 Kibit to 8 GiB)")
         self.log2_bits = log2_bits
         self._mask = (1 << log2_bits) - 1
-        size = 1 << (log2_bits - 3)
-        if bits is not None and len(bits) != size:
-            raise ValueError(f"a 2**{log2_bits}-bit array holds {size} bytes, not {len(bits)}")
-        self._bits = bytearray(size) if bits is None else bytearray(bits)
+        self._bits = bytearray(1 << (log2_bits - 3))
 
     @property
     def size(self) -> int:
@@ -84,33 +81,57 @@ class Bitstate:
         """How many bits are set."""
         return int.from_bytes(self._bits, "little").bit_count()
 
-    def fill(self) -> float:
-        """The fraction of bits set."""
-        return self.set_bits() / self.size
-
     def estimate(self) -> float:
-        """The estimated number of distinct fingerprints added: -(m/k) ln(1 - X/m) for X
-        bits set of m (infinite once every bit is set: use a larger array)."""
-        unset = self.size - self.set_bits()
-        if unset == 0:
-            return math.inf
-        return -(self.size / HASHES) * math.log(unset / self.size)
-
-    def union(self, other: Bitstate) -> Bitstate:
-        """Every fingerprint either holds (both arrays must have one size)."""
-        if other.log2_bits != self.log2_bits:
-            raise ValueError(
-                f"cannot merge a 2**{other.log2_bits}-bit array into a 2**{self.log2_bits}-bit"
-                " one: give every walker the same --bitstate-bits"
-            )
-        merged = int.from_bytes(self._bits, "little") | int.from_bytes(other._bits, "little")
-        return Bitstate(self.log2_bits, merged.to_bytes(len(self._bits), "little"))
+        """The estimated number of distinct fingerprints added (see `Merged.estimate`)."""
+        return _estimate(self.set_bits(), self.size)
 
     def packed(self) -> bytes:
         """The array compressed (a walker's array is sparse: it ships in little space)."""
         return zlib.compress(self._bits, 1)
 
-    @classmethod
-    def unpacked(cls, log2_bits: int, packed: bytes) -> Bitstate:
-        """The array `packed` returned."""
-        return cls(log2_bits, zlib.decompress(packed))
+
+class Merged:
+    """The union of packed `Bitstate`s of `2**log2_bits` bits, kept as one big integer:
+    a merge is one OR, with no copy of the array it grows (the swarm merges every
+    walker's array as it arrives, so this is the driver's main cost)."""
+
+    __slots__ = ("_bits", "log2_bits")
+
+    def __init__(self, log2_bits: int) -> None:
+        self.log2_bits = log2_bits
+        self._bits = 0
+
+    @property
+    def size(self) -> int:
+        """The number of bits."""
+        return 1 << self.log2_bits
+
+    def add(self, packed: bytes) -> None:
+        """Merge in the array `Bitstate.packed` returned (of the same size)."""
+        raw = zlib.decompress(packed)
+        if len(raw) * 8 != self.size:
+            raise ValueError(
+                f"cannot merge a {len(raw) * 8}-bit array into 2**{self.log2_bits} bits:"
+                " give every walker the same --bitstate-bits"
+            )
+        self._bits |= int.from_bytes(raw, "little")
+
+    def set_bits(self) -> int:
+        """How many bits are set."""
+        return self._bits.bit_count()
+
+    def fill(self) -> float:
+        """The fraction of bits set."""
+        return self.set_bits() / self.size
+
+    def estimate(self) -> float:
+        """The estimated number of distinct fingerprints merged: -(m/k) ln(1 - X/m) for X
+        bits set of m (infinite once every bit is set: use a larger array)."""
+        return _estimate(self.set_bits(), self.size)
+
+
+def _estimate(set_bits: int, size: int) -> float:
+    unset = size - set_bits
+    if unset == 0:
+        return math.inf
+    return -(size / HASHES) * math.log(unset / size)

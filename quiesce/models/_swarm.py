@@ -21,7 +21,7 @@ The rows "fired before" are those of the waves before: walkers start in waves of
 result depends on the seed alone, not on which walker finished first.
 
 Why it is sound to merge. Walkers share nothing while they run: coverage merges by union,
-counterexamples by picking one per property, bitstates by OR (`Bitstate.union`). What the
+counterexamples by picking one per property, bitstates by OR (`Merged`). What the
 swarm finds is real (every trace replays); what it misses proves nothing: `complete` is
 always false.
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from quiesce.fsm import QuiesceError, Table, label
-from quiesce.models._bitstate import Bitstate
+from quiesce.models._bitstate import Bitstate, Merged
 from quiesce.models._design_model import DesignModel
 from quiesce.models._explorer import (
     Action,
@@ -226,12 +226,16 @@ def run_walker(request: SwarmRequest, plan: WalkerPlan) -> WalkerResult:
     )
 
 
+# How a walker ranks a successor (the module doc's order, best last).
+_ANY, _NEW_STATE, _NEW_ROW = 0, 1, 2
+
+
 class _Directed(Generic[St]):
     """The chooser of a swarm walker (the ranking of the module doc).
 
     Every successor is generated and put in the bitstate; those new to it are checked.
-    `fired` is the recorder's log of row events (None: the model records none): its
-    growth during one `next_state` says the step fired an event this walker had not
+    `log` is the recorder of row events (None: the model records none): the growth of
+    `log.fired` during one `next_state` says the step fired an event this walker had not
     fired; `known` tells whether any walker had. A memoised step (the design model's
     tables) fires no event twice, so the first step to fire an event is always seen
     firing it: an event never fired cannot come from a memo.
@@ -241,19 +245,19 @@ class _Directed(Generic[St]):
         self,
         walks: Walks[St],
         seen: Bitstate,
-        fired: _Log | None,
+        log: _Log | None,
         known: set[RowEvent],
         fault_rate: float,
     ) -> None:
         self.walks = walks
         self.model = walks.model
         self.seen = seen
-        self.fired = fired
+        self.log = log
         self.known = known
         self.fault_rate = fault_rate
         self.generated = 0
         self._faults: list[tuple[int, Move[St]]] = []
-        self._rank = 0
+        self._rank = _ANY
 
     def visit(self, state: St) -> None:
         # The initial state; every later one was checked when it was generated.
@@ -263,22 +267,22 @@ class _Directed(Generic[St]):
                 self.walks.check(state)
 
     def fault_free(self, state: St, rng: random.Random) -> Move[St] | None:
-        model, fired = self.model, self.fired
+        model, log = self.model, self.log
         normal: list[tuple[int, Move[St]]] = []
         faults: list[tuple[int, Move[St]]] = []
         self._faults = faults
         for action in model.actions(state):
-            before = 0 if fired is None else len(fired.fired)
+            before = 0 if log is None else len(log.fired)
             following = model.next_state(state, action)
             if following is None:
                 continue
             self.generated += 1
-            rank = 0
+            rank = _ANY
             if self.seen.add(hash(following)):
-                rank = 1
+                rank = _NEW_STATE
                 self.walks.check(following, Step(action, following))
-            if fired is not None and len(fired.fired) > before and self._learned(fired):
-                rank = 2
+            if log is not None and len(log.fired) > before and self._learned(log):
+                rank = _NEW_ROW
             if not action.fault and not model.stutter_stalls and following == state:
                 continue
             (faults if action.fault else normal).append((rank, (action, following)))
@@ -289,13 +293,14 @@ class _Directed(Generic[St]):
         if not self._faults:
             return move
         rank = max(r for r, _ in self._faults)
-        if move is None or (rank == 2 > self._rank) or rng.random() < self.fault_rate:
+        new_row_by_fault_only = rank == _NEW_ROW and self._rank < _NEW_ROW
+        if move is None or new_row_by_fault_only or rng.random() < self.fault_rate:
             return _best(self._faults, rng)[1]
         return move
 
-    def _learned(self, fired: _Log) -> bool:
+    def _learned(self, log: _Log) -> bool:
         """Did the last step fire an event no walker had fired? (Learn the new ones.)"""
-        new = fired.fired - self.known
+        new = log.fired - self.known
         self.known |= new
         return bool(new)
 
@@ -383,7 +388,7 @@ class RowReport:
 @dataclass(frozen=True)
 class SwarmResult:
     """The merged result of a swarm (see the module doc); `walkers` keeps every walker's
-    own result, `bitstate` the union of their bitstates."""
+    own result, `bitstate` the union of their bitstates (`Merged`)."""
 
     model: Model[Any]
     settings: SwarmSettings
@@ -392,7 +397,7 @@ class SwarmResult:
     violations: tuple[Violation[Any], ...]
     coverage: RowCoverage | None
     rows: RowReport
-    bitstate: Bitstate
+    bitstate: Merged
     seconds: float
     stopped_early: bool = field(default=False)
 
@@ -449,6 +454,7 @@ class SwarmResult:
             "walks_per_walker": s.walks,
             "max_depth": s.max_depth,
             "seed": s.seed,
+            "wave": s.wave,
             "bitstate_bits": s.log2_bits,
             "bitstate_fill": round(self.bitstate.fill(), 6),
             "distinct_estimate": round(self.distinct_estimate, 1),
@@ -489,7 +495,7 @@ def swarm(
     started = time.perf_counter()
     model = request.build()
     tables = _tracked_tables(model)
-    merged = Bitstate(settings.log2_bits)
+    merged = Merged(settings.log2_bits)
     results: list[WalkerResult] = []
     known: frozenset[RowEvent] = frozenset()
     refused: frozenset[RowEvent] = frozenset()
@@ -500,7 +506,7 @@ def swarm(
         ]
         for result in runner(request, plans):
             results.append(result)
-            merged = merged.union(Bitstate.unpacked(settings.log2_bits, result.bitstate))
+            merged.add(result.bitstate)
             if progress is not None:
                 elapsed = time.perf_counter() - started
                 generated = sum(r.generated for r in results)
