@@ -408,8 +408,9 @@ class SwarmResult:
 
     @property
     def distinct_estimate(self) -> float:
-        """The estimated distinct states of the whole swarm (the merged bitstate)."""
-        return self.bitstate.estimate()
+        """The estimated distinct states of the whole swarm (the merged bitstate), at most
+        the states generated (a full bitstate estimates infinity)."""
+        return min(self.bitstate.estimate(), self.generated_states)
 
     @property
     def saturated(self) -> bool:
@@ -429,10 +430,9 @@ class SwarmResult:
 
     def check_result(self) -> CheckResult[Any]:
         """The result as `check` reports one (never complete)."""
-        estimate = self.distinct_estimate
         return CheckResult(
             model=self.model,
-            distinct_states=round(estimate) if estimate < float("inf") else -1,
+            distinct_states=round(self.distinct_estimate),
             generated_states=self.generated_states,
             depth=max((w.longest for w in self.walkers), default=0),
             seconds=self.seconds,
@@ -511,10 +511,9 @@ def swarm(
                 elapsed = time.perf_counter() - started
                 generated = sum(r.generated for r in results)
                 longest = max(r.longest for r in results)
-                estimate = merged.estimate()
-                shown = round(estimate) if estimate < float("inf") else -1
+                distinct = round(min(merged.estimate(), generated))
                 left = settings.walkers - len(results)
-                progress(Progress(shown, generated, left, elapsed, longest))
+                progress(Progress(distinct, generated, left, elapsed, longest))
         wave_coverage = [r.coverage for r in results[first:] if r.coverage is not None]
         known = known.union(*(c.fired for c in wave_coverage))
         refused = refused.union(*(c.refused for c in wave_coverage))

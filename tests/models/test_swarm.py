@@ -125,6 +125,14 @@ def test_the_estimate_counts_the_distinct_states_of_a_small_model() -> None:
     assert result.rows.tracked == frozenset()
 
 
+def test_a_bitstate_too_small_says_so_and_never_counts_past_the_states_checked() -> None:
+    # 1,024 bits for two-phase commit's 288 states, three bits each: more than half full.
+    result = swarm(SwarmRequest("two-phase"), SwarmSettings(walkers=8, walks=50, log2_bits=10))
+    assert result.saturated and result.bitstate.fill() > 0.5
+    assert result.distinct_estimate <= result.generated_states
+    assert result.to_json()["swarm"]["saturated"] is True
+
+
 def test_the_result_depends_on_the_seed_not_on_the_order_walkers_finish() -> None:
     def backwards(request: SwarmRequest, plans: Sequence[WalkerPlan]) -> Iterator[WalkerResult]:
         return run_in_process(request, list(reversed(plans)))
