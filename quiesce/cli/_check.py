@@ -1,5 +1,6 @@
 """`quiesce check`: exhaustive model checking of a registered model, or (`--walks N`)
-seeded random walks through it, for a model too big to exhaust.
+seeded random walks through it, for a model too big to exhaust, or (`--swarm N`) a swarm
+of coverage-directed bitstate walkers, here or on Ray (`--ray [ADDRESS]`, `_swarm`).
 
 Result on stdout (a one-line title, a stats table and numbered counterexample steps, or
 one JSON document with `--json`); a live progress line on stderr. Exit 0: every property
@@ -20,19 +21,23 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table as RichTable
 
 from quiesce.cli._counterexample import print_story, write_traces
-from quiesce.cli._output import fail, json_option, print_json
+from quiesce.cli._output import fail, json_option, print_json, print_stats
 from quiesce.cli._paths import OutputDir
 from quiesce.cli._portfolio import check_portfolio
 from quiesce.cli._signals import Stopped, stop_on_signals
+from quiesce.cli._swarm import print_swarm, run_swarm
 from quiesce.cli._values import Name, Setting, unknown_name
 from quiesce.fsm import QuiesceError
 from quiesce.models import (
+    DEFAULT_BITSTATE_BITS,
     CheckResult,
     Model,
     Progress,
+    SwarmRequest,
+    SwarmResult,
+    SwarmSettings,
     build_model,
     get_model_spec,
     refine,
@@ -62,8 +67,15 @@ class _LiveProgress:
     `PROGRESS_INTERVAL_S`: one line rewritten in place on a terminal, a new line each time
     otherwise (so a log keeps the history)."""
 
-    def __init__(self, walks: int | None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        walks: int | None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        unit: str = "walks",
+    ) -> None:
         self.walks = walks
+        self.unit = unit
         self.latest: Progress | None = None
         self.in_place = sys.stderr.isatty()
         self._clock = clock
@@ -72,7 +84,7 @@ class _LiveProgress:
     @property
     def frontier(self) -> str:
         """What `Progress.frontier` counts in this search."""
-        return "queue" if self.walks is None else "walks left"
+        return "queue" if self.walks is None else f"{self.unit} left"
 
     def __call__(self, report: Progress) -> None:
         self.latest = report
@@ -97,7 +109,7 @@ class _LiveProgress:
             )
         rate = report.generated_states / seconds if seconds > 0 else 0.0
         return (
-            f"check: {self.walks - report.frontier:,}/{self.walks:,} walks,"
+            f"check: {self.walks - report.frontier:,}/{self.walks:,} {self.unit},"
             f" {report.distinct_states:,} distinct states, {report.generated_states:,} steps,"
             f" depth {report.depth:,}, {rate:,.0f} steps/s, {seconds:.0f}s"
         )
@@ -120,13 +132,40 @@ class _LiveProgress:
     type=click.IntRange(1, 10**9),
     help="Take N seeded random walks instead of exploring every state (deep, not complete).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --walks.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of --walks, --swarm.")
 @click.option(
     "--max-depth",
     type=click.IntRange(1, 10**6),
     default=500,
     show_default=True,
-    help="Longest random walk (--walks).",
+    help="Longest random walk (--walks, --swarm).",
+)
+@click.option(
+    "--swarm",
+    "walkers",
+    type=click.IntRange(1, 10**6),
+    help="Run N coverage-directed bitstate walkers (each takes --walks walks, default"
+    f" {SwarmSettings.walks}) and merge what they find.",
+)
+@click.option(
+    "--ray",
+    "ray_address",
+    is_flag=False,
+    flag_value="",
+    metavar="[ADDRESS]",
+    help="Run the --swarm walkers as Ray tasks: on the cluster at ADDRESS (HOST:PORT,"
+    " ray://HOST:PORT), or where ray.init() finds one (needs `uv sync --extra ray`).",
+)
+@click.option(
+    "--wave",
+    type=click.IntRange(1, 10**6),
+    help="--swarm walkers started together, each wave steered by the rows the waves before it"
+    f" fired (a cluster's CPU count keeps it busy) [default: {SwarmSettings.wave}].",
+)
+@click.option(
+    "--bitstate-bits",
+    type=click.IntRange(10, 36),
+    help=f"log2 of each --swarm walker's bitstate size in bits [default: {DEFAULT_BITSTATE_BITS}].",
 )
 @click.option(
     "--refine",
@@ -153,6 +192,10 @@ def check(
     walks: int | None,
     seed: int,
     max_depth: int,
+    walkers: int | None,
+    ray_address: str | None,
+    wave: int | None,
+    bitstate_bits: int | None,
     refined: bool,
     trace_out: Path | None,
     portfolio: bool,
@@ -168,6 +211,7 @@ def check(
     quiesce check design --faults 2   # the longer run (minutes)
     quiesce check two-phase --mutant commit_without_message --trace-out traces/
     quiesce check protocol --walks 2000 --seed 1 --refine
+    quiesce check protocol --swarm 200 --walks 20 --ray   # README, 'Past one machine'
     quiesce check --portfolio
     """
     if portfolio:
@@ -175,16 +219,35 @@ def check(
             raise click.UsageError("--portfolio takes no MODEL, --set, --faults, --mutant, --walks")
         check_portfolio(as_json)
     name = model_name or DEFAULT_MODEL
-    if walks is not None and (symmetry or max_states is not None):
-        raise click.UsageError("--walks takes neither --symmetry nor --max-states")
+    sampled = walks is not None or walkers is not None
+    if sampled and (symmetry or max_states is not None):
+        raise click.UsageError("--walks and --swarm take neither --symmetry nor --max-states")
+    if walkers is None and (ray_address, wave, bitstate_bits) != (None, None, None):
+        raise click.UsageError("--ray, --wave and --bitstate-bits shape a swarm: add --swarm N")
+    if walkers is not None and refined:
+        raise click.UsageError("--swarm takes no --refine (use --walks N --refine)")
     model = _build(name, settings, faults, mutant)
     if refined:
         model = _refined(model)
     title = _title(name, model.params, mutant)
-    mode = "exhaustive" if walks is None else "walks"
-    progress = _LiveProgress(walks)
-    search: Callable[[], CheckResult[Any]]
-    if walks is None:
+    mode = "exhaustive" if not sampled else "walks" if walkers is None else "swarm"
+    if walkers is not None:
+        progress = _LiveProgress(walkers, unit="walkers")
+        swarm_settings = SwarmSettings(
+            walkers=walkers,
+            walks=walks or SwarmSettings.walks,
+            max_depth=max_depth,
+            seed=seed,
+            log2_bits=bitstate_bits or DEFAULT_BITSTATE_BITS,
+            wave=wave or SwarmSettings.wave,
+        )
+        request = SwarmRequest(name, settings, faults, mutant)
+    else:
+        progress = _LiveProgress(walks)
+    search: Callable[[], CheckResult[Any] | SwarmResult]
+    if walkers is not None:
+        search = partial(run_swarm, request, swarm_settings, ray_address, progress)
+    elif walks is None:
         unbounded = not settings and faults is None and max_states is None
         if name == IMPLEMENTATION_MODEL and unbounded:
             click.echo(
@@ -213,6 +276,11 @@ def check(
         _report_stopped(stop, title, progress, seconds, json_base if as_json else None)
         sys.exit(stop.exit_code)
     progress.close()
+    if isinstance(result, SwarmResult):
+        if trace_out is not None:
+            write_traces(result.model, result.violations, trace_out)
+        print_swarm(result, title, mutant, as_json=as_json)
+        sys.exit(1 if result.violations else 0)
     if walks is not None:
         click.echo(
             f"check: {walks} random walks (seed {seed}) visited {result.distinct_states} states:"
@@ -307,7 +375,7 @@ def _report_stopped(
         )
         return
     click.echo(f"{title}: STOPPED by {stop.signal.name}")
-    _print_stats(
+    print_stats(
         (
             ("distinct states", f"{report.distinct_states:,}"),
             ("generated states", f"{report.generated_states:,}"),
@@ -318,18 +386,9 @@ def _report_stopped(
     )
 
 
-def _print_stats(rows: tuple[tuple[str, str], ...]) -> None:
-    stats = RichTable()
-    stats.add_column("measure")
-    stats.add_column("value", justify="right")
-    for measure, value in rows:
-        stats.add_row(measure, value)
-    Console().print(stats)
-
-
 def _print_human(result: CheckResult[Any], title: str, *, shortest: bool) -> None:
     click.echo(title)
-    _print_stats(
+    print_stats(
         (
             ("distinct states", f"{result.distinct_states:,}"),
             ("generated states", f"{result.generated_states:,}"),

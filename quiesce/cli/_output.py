@@ -8,15 +8,27 @@ from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import click
+from rich.console import Console
+from rich.table import Table
 
 from quiesce.fsm import QuiesceError
 
-__all__ = ["abbreviated", "fail", "json_option", "log_level_option", "print_json"]
+__all__ = ["abbreviated", "fail", "json_option", "log_level_option", "print_json", "print_stats"]
 
 
 def print_json(document: Any) -> None:
     """Print one JSON document on stdout (sorted keys, so equal results print equally)."""
     click.echo(json.dumps(document, indent=2, sort_keys=True, default=str))
+
+
+def print_stats(rows: tuple[tuple[str, str], ...]) -> None:
+    """Print a two-column `measure | value` table of a run's numbers on stdout."""
+    stats = Table()
+    stats.add_column("measure")
+    stats.add_column("value", justify="right")
+    for measure, value in rows:
+        stats.add_row(measure, value)
+    Console().print(stats)
 
 
 def abbreviated(value: object, limit: int = 120) -> str:

@@ -5,7 +5,9 @@ registered by name for `quiesce check`; `walk` takes seeded random walks through
 too big to exhaust (`quiesce check --walks N`). `TwoPhase` is Lamport's two-phase commit written as
 quiesce tables, the standard yardstick (288 distinct states with 3 RMs). `DesignModel` is the
 protocol's design (M1-M9's tables composed with atomic calls), exhausted at §8's reference size.
-`refine` checks every step of the `protocol` model against it (refinement).
+`refine` checks every step of the `protocol` model against it (refinement). `swarm` runs
+many coverage-directed walkers with bitstate visited sets (here, or on Ray: `ray_runner`)
+and merges what they found.
 `SCENARIOS` scripts PROTOCOL.md §7 on the composed `System`; the mutant catalog (`MUTANTS`,
 `verify`) runs them and the explorer against known bugs.
 
@@ -67,6 +69,17 @@ from quiesce.models._scenarios import (
     ScenarioFailed,
     scenario_system,
 )
+from quiesce.models._swarm import (
+    DEFAULT_BITSTATE_BITS,
+    ReplayFailed,
+    RowReport,
+    SwarmRequest,
+    SwarmResult,
+    SwarmSettings,
+    WalkerResult,
+    swarm,
+)
+from quiesce.models._swarm_ray import SwarmRayError, ray_runner
 from quiesce.models._system import InFlight, Store, System, SystemState
 from quiesce.models._system_ledger import CallRecord, SystemViolation
 from quiesce.models._system_machine import SystemMachine, SystemRun, system_machine
@@ -89,6 +102,7 @@ from quiesce.models._two_phase import (
 )
 
 __all__ = [
+    "DEFAULT_BITSTATE_BITS",
     "DESIGN_SPEC",
     "MUTANTS",
     "NO_STALL",
@@ -119,11 +133,17 @@ __all__ = [
     "ProtocolParams",
     "RefinedModel",
     "RefinementUnsupported",
+    "ReplayFailed",
     "RmInput",
+    "RowReport",
     "Scenario",
     "ScenarioFailed",
     "Step",
     "Store",
+    "SwarmRayError",
+    "SwarmRequest",
+    "SwarmResult",
+    "SwarmSettings",
     "System",
     "SystemMachine",
     "SystemRun",
@@ -139,6 +159,7 @@ __all__ = [
     "UnsupportedOption",
     "Verdict",
     "Violation",
+    "WalkerResult",
     "always",
     "arg_examples",
     "arg_strategies",
@@ -147,12 +168,14 @@ __all__ = [
     "get_model_spec",
     "known_models",
     "mermaid_sequence",
+    "ray_runner",
     "refine",
     "register_model",
     "run_portfolio",
     "sample_generated",
     "scenario_system",
     "survivor_note",
+    "swarm",
     "system_machine",
     "table_state_machine",
     "verify",

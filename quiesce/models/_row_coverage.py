@@ -16,14 +16,15 @@ reach its row.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any
 
 from quiesce.fsm import Table, Value
+from quiesce.models._design_tables import DesignTables
 from quiesce.models._protocol_model import Hooks
 
-__all__ = ["RowCoverage", "RowEvent", "recording_hooks"]
+__all__ = ["RowCoverage", "RowEvent", "recording_design_tables", "recording_hooks"]
 
 RowEvent = tuple[str, int, str]
 """`(table, row index, source state name)`: one row firing, or one guard found false."""
@@ -126,3 +127,15 @@ def recording_hooks(hooks: Hooks) -> tuple[Hooks, _Recorder]:
         participant=participant,
     )
     return recorded, recorder
+
+
+def recording_design_tables(tables: DesignTables) -> tuple[DesignTables, _Recorder]:
+    """`tables` (the design model's ten machines) with every one recording into one fresh
+    recorder."""
+    recorder = _Recorder()
+    wrapped = {
+        f.name: _RecordingTable(getattr(tables, f.name), recorder)
+        for f in fields(tables)
+        if f.name != "variant"
+    }
+    return tables.derive(tables.variant, **wrapped), recorder
