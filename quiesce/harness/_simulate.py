@@ -36,6 +36,12 @@ full, with its reason (`_progress`). I9 is violated when a group ended untrained
 counted reason, when any group did although no fault was injected, or when an agent still
 holds an execution after the run finished.
 
+Refinement (PROTOCOL.md §8, "Two levels of model"): with `validate` (the default) every
+request a participant handled is kept in a fence log, and the run is `violated` if a
+fence moves in a way no step of the design model does (`quiesce.models`
+`validate_fence_log`); `refinement` reports the counts. `fence_log` writes that log to a
+file (docs/validate.md) for `quiesce validate`.
+
 The verdict: `violated` if any invariant was (an unfinished run within the time limit is
 one: I7), else `stopped` if the controller stopped before the data was used up (`stop`
 says why: `_stop_cause`), else `ok`. `quiesce simulate` exits 1, 3 and 0 for them.
@@ -69,10 +75,12 @@ from quiesce.adapters import (
     ControllerJournal,
     Driver,
     Faults,
+    FileFenceLog,
     FinishedGroup,
     InMemoryDataPlane,
     InMemoryFleet,
     InMemoryTrainer,
+    MemoryFenceLog,
     Observer,
     Participant,
     RestoreReport,
@@ -89,6 +97,7 @@ from quiesce.harness._progress import (
     untrained_groups,
 )
 from quiesce.harness._stop_cause import StopCause, StopWitness
+from quiesce.models import LogVerdict, memory_lines, validate_fence_log
 from quiesce.protocol import QuiesceConfig, RecoveryLevel
 from quiesce.protocol.controller import (
     ControllerEffect,
@@ -164,6 +173,10 @@ class SimulationConfig(BaseModel):
     snapshot_dir: Path | None = None
     time_limit_s: float = Field(default=20_000.0, gt=0)
     """Virtual seconds after which an unfinished run gives up (`stop_reason` says so)."""
+    validate_fences: bool = True
+    """Check every participant's fence moves against the design model (refinement)."""
+    fence_log: Path | None = None
+    """Write the run's fence log (docs/validate.md) to this file, replacing it."""
 
     @model_validator(mode="after")
     def _crash_within_the_run(self) -> SimulationConfig:
@@ -237,6 +250,9 @@ class SimulationResult(BaseModel):
     stop_reason: str | None
     stop: StopCause | None
     """Why the controller stopped (None: it did not)."""
+    refinement: dict[str, Any] | None
+    """The fence log judged against the design model (`LogVerdict.describe()`; None when
+    not validated)."""
     verdict: Literal["ok", "violated", "stopped"]
     """`violated` if an invariant was, else `stopped` if the controller stopped before the
     data was used up, else `ok`."""
@@ -578,6 +594,9 @@ class _Run(_World):
         coordinator_factory: CoordinatorFactory = Coordinator,
         observers: Sequence[Observer] = (),
     ) -> None:
+        self.fence_log = (
+            MemoryFenceLog() if config.validate_fences or config.fence_log is not None else None
+        )
         self.fleet = InMemoryFleet(
             clock,
             policies=config.policies,
@@ -589,6 +608,7 @@ class _Run(_World):
             latency_s=(0.001, 0.004),
             faults=Faults(rate=config.fault_rate),
             work=WorkConfig(retry_backoff_s=0.05, max_service_retries=10_000),
+            fence_log=self.fence_log,
         )
         trainer = InMemoryTrainer()
         super().__init__(
@@ -709,6 +729,9 @@ class _Run(_World):
             ended_early=self._ended_early(),
         )
         violations.extend(progress_violations(untrained, faults=faults_injected > 0))
+        refinement = self._refinement()
+        if refinement is not None and refinement.unmapped is not None:
+            violations.append(f"refinement: {refinement.unmapped.explain()}")
         closed = self.tally.admission_closed
         tally = self.tally
         restores = [
@@ -762,8 +785,25 @@ class _Run(_World):
             stopped=stopped,
             stop_reason=self.stop_reason,
             stop=self.witness.cause if stopped else None,
+            refinement=None if refinement is None else refinement.describe(),
             verdict="violated" if violations else "stopped" if stopped else "ok",
         )
+
+    def _refinement(self) -> LogVerdict | None:
+        """The run's fence log judged against the design (None: not asked for)."""
+        if self.fence_log is None or not self.cfg.validate_fences:
+            return None
+        return validate_fence_log(memory_lines(self.fence_log.lines))
+
+    def write_fence_log(self) -> None:
+        """Write the run's fence log to `fence_log` (if asked for), replacing the file."""
+        path = self.cfg.fence_log
+        if path is None or self.fence_log is None:
+            return
+        path.unlink(missing_ok=True)
+        with FileFenceLog(path) as log:
+            for line in self.fence_log.lines:
+                log.record(line)
 
     def _ended_early(self) -> str | None:
         """Why work may still be in flight at the end (None: the run used up its data)."""
@@ -807,6 +847,7 @@ async def _run_in(
 ) -> SimulationResult:
     run = _Run(config, clock, root, progress, coordinator_factory=factory, observers=observers)
     await clock.run(run.main)
+    run.write_fence_log()
     return run.result(clock.now())
 
 

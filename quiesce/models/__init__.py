@@ -5,7 +5,8 @@ registered by name for `quiesce check`; `walk` takes seeded random walks through
 too big to exhaust (`quiesce check --walks N`). `TwoPhase` is Lamport's two-phase commit written as
 quiesce tables, the standard yardstick (288 distinct states with 3 RMs). `DesignModel` is the
 protocol's design (M1-M9's tables composed with atomic calls), exhausted at §8's reference size.
-`refine` checks every step of the `protocol` model against it (refinement).
+`refine` checks every step of the `protocol` model against it (refinement);
+`validate_fence_log` checks a recorded run's fence log against it (`quiesce validate`).
 `SCENARIOS` scripts PROTOCOL.md §7 on the composed `System`; the mutant catalog (`MUTANTS`,
 `verify`) runs them and the explorer against known bugs.
 
@@ -32,6 +33,18 @@ from quiesce.models._explorer import (
     always,
     check,
     mermaid_sequence,
+)
+from quiesce.models._log_validation import (
+    MAX_FAULTS,
+    DesignTooLarge,
+    LoggedLine,
+    LogVerdict,
+    MalformedFenceLog,
+    Unmapped,
+    design_size,
+    memory_lines,
+    read_fence_logs,
+    validate_fence_log,
 )
 from quiesce.models._mutant_notes import survivor_note
 from quiesce.models._mutant_pool import verify_many
@@ -90,6 +103,7 @@ from quiesce.models._two_phase import (
 
 __all__ = [
     "DESIGN_SPEC",
+    "MAX_FAULTS",
     "MUTANTS",
     "NO_STALL",
     "PORTFOLIO",
@@ -106,8 +120,12 @@ __all__ = [
     "CheckResult",
     "DesignModel",
     "DesignParams",
+    "DesignTooLarge",
     "Hooks",
     "InFlight",
+    "LogVerdict",
+    "LoggedLine",
+    "MalformedFenceLog",
     "Model",
     "ModelSpec",
     "Mutant",
@@ -136,6 +154,7 @@ __all__ = [
     "TwoPhaseState",
     "UnknownModel",
     "UnknownProjection",
+    "Unmapped",
     "UnsupportedOption",
     "Verdict",
     "Violation",
@@ -144,9 +163,12 @@ __all__ = [
     "arg_strategies",
     "build_model",
     "check",
+    "design_size",
     "get_model_spec",
     "known_models",
+    "memory_lines",
     "mermaid_sequence",
+    "read_fence_logs",
     "refine",
     "register_model",
     "run_portfolio",
@@ -155,6 +177,7 @@ __all__ = [
     "survivor_note",
     "system_machine",
     "table_state_machine",
+    "validate_fence_log",
     "verify",
     "verify_many",
     "walk",

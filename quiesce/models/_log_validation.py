@@ -1,0 +1,404 @@
+"""Refinement of a recorded run: a fence log checked against the design (`quiesce validate`).
+
+What lives here: reading fence logs (`read_fence_logs`: a header line, then one line per
+request a participant handled; anything else is `MalformedFenceLog`, naming the file and
+the line), the design sizes a log is judged at (`design_size`), and the check itself
+(`validate_fence_log`, which returns a `LogVerdict`). What it does not know: how a line is
+written (`quiesce.adapters` `_fence_log`), or how one fence move is judged against the
+design (`_refinement`: the view, the renaming of ids by rank, `DesignSteps.check_move`).
+
+How a log maps onto the design. Fences are judged one at a time, so any number of
+participants map onto the design's three; each is judged against the moves the design
+makes of any participant's fence, not only of its role's (`DesignSteps.check_fence_move`
+says why: a real policy is busy at a prepare, the design's never is). A participant's
+lines are taken in the order they were written (a file top to bottom, the files in the
+order given), and:
+- its first fence (the `before` of its first line) must be an initial fence of the design:
+  a log starts when the participant first starts;
+- each line's move (`before` -> `after`) must be a move the design makes of that fence, or
+  stutter (`before == after`: most requests, and every refusal, leave the fence alone);
+- between two lines the fence may have moved with no line written: a restart rebuilds the
+  fence from the journal (a commit caught in flight comes back failed), and a process
+  killed between writing its journal and its line leaves the journal's move unlogged. So
+  the gap (`after` of one line -> `before` of the next) is judged like a line, and
+  counted apart (`unlogged`).
+
+How the design's size is chosen. Every move a fence can make mentions at most two op ids
+(a fence holds an active id and a high-watermark, and records results under those only;
+a start activates one new id, a resume makes one id the watermark), so a design that mints
+two ids names every move, whatever the log's length: `triggers=2`. One sibling, turn and
+attempt, since the fence never reads the rollouts. What grows with the size is the fault
+budget: some fence moves need several faults in one run (a restore needs a controller
+crash first; a failed restore on top of it is a second fault). So the design is exhausted
+at budget 1 first, and at the next budget only when a step maps to no move of the current
+one, up to `MAX_FAULTS` (measured: 42, 48 and 51 moves; 0.4, 3.3 and 18 s CPU; at the full
+§8 reference size, budget 1 gives the same 42 moves as budget 1 here, in 45 s). A step
+that maps to no move at `MAX_FAULTS` is the first unmapped step. A budget above
+`MAX_FAULTS` is refused (`DesignTooLarge`): the next budget is too costly to exhaust here.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+from pydantic import ValidationError
+
+from quiesce.adapters import FENCE_LOG_VERSION, FenceLogHeader, FenceLogLine, FenceView
+from quiesce.fsm import QuiesceError
+from quiesce.models._design_state import DesignParams
+from quiesce.models._refinement import DesignSteps, Fence, fence_view
+
+__all__ = [
+    "MAX_FAULTS",
+    "DesignTooLarge",
+    "LogVerdict",
+    "LoggedLine",
+    "MalformedFenceLog",
+    "Unmapped",
+    "design_size",
+    "memory_lines",
+    "read_fence_logs",
+    "validate_fence_log",
+]
+
+MAX_FAULTS = 3
+"""The largest fault budget the design is exhausted at to judge a log (18 s CPU)."""
+
+
+class MalformedFenceLog(QuiesceError):
+    """Line `line` of the fence log `where` is not what the format allows (`problem`)."""
+
+    def __init__(self, where: str, line: int, problem: str) -> None:
+        self.where = where
+        self.line = line
+        self.problem = problem
+        super().__init__(
+            f"{where} line {line}: {problem}; a fence log is a header line, then one JSON "
+            "object per request (docs/validate.md)"
+        )
+
+
+class DesignTooLarge(QuiesceError):
+    """A fault budget of `faults` was asked for; the design is exhausted up to MAX_FAULTS."""
+
+    def __init__(self, faults: int) -> None:
+        self.faults = faults
+        super().__init__(
+            f"the design at fault budget {faults} is too large to exhaust for validation "
+            f"(budget {MAX_FAULTS} takes about 18 s CPU); give a budget from 1 to {MAX_FAULTS}"
+        )
+
+
+class LoggedLine(NamedTuple):
+    """One request line and where it was read (`line` counts from 1, the header included)."""
+
+    where: str
+    line: int
+    record: FenceLogLine
+
+
+def design_size(faults: int) -> DesignParams:
+    """The design size a log is judged at with fault budget `faults` (see the module doc).
+
+    >>> design_size(1).triggers, design_size(1).siblings, design_size(2).faults
+    (2, 1, 2)
+    """
+    return DesignParams(
+        siblings=1,
+        turns=1,
+        attempts=1,
+        triggers=2,
+        optimizer_steps=0,
+        weight_sync=0,
+        train_switch=0,
+        faults=faults,
+    )
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def read_fence_logs(paths: Sequence[Path]) -> tuple[LoggedLine, ...]:
+    """Every request line of the fence logs at `paths`, in order. Raises
+    `MalformedFenceLog` for the first line that is not a header or a request line (a
+    file must start with a header), and `OSError` if a file cannot be read."""
+    lines: list[LoggedLine] = []
+    for path in paths:
+        lines.extend(_read(path))
+    return tuple(lines)
+
+
+def _read(path: Path) -> Iterable[LoggedLine]:
+    where = str(path)
+    with path.open("rb") as file:
+        number = 0
+        for number, raw in enumerate(file, 1):
+            document = _json_object(where, number, raw)
+            if "format" in document:
+                _check_header(where, number, document)
+            elif number == 1:
+                raise MalformedFenceLog(where, 1, "no header line (a fence log starts with one)")
+            else:
+                yield LoggedLine(where, number, _parsed(FenceLogLine, where, number, document))
+        if number == 0:
+            raise MalformedFenceLog(where, 1, "the file is empty (no header line)")
+
+
+def _json_object(where: str, number: int, raw: bytes) -> dict[str, Any]:
+    try:
+        document = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise MalformedFenceLog(where, number, "not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise MalformedFenceLog(where, number, f"not JSON ({error.msg})") from None
+    if not isinstance(document, dict):
+        raise MalformedFenceLog(where, number, f"a JSON {type(document).__name__}, not an object")
+    return document
+
+
+def _check_header(where: str, number: int, document: dict[str, Any]) -> None:
+    header = _parsed(FenceLogHeader, where, number, document)
+    if header.version != FENCE_LOG_VERSION:
+        raise MalformedFenceLog(
+            where,
+            number,
+            f"format version {header.version}; this quiesce reads version {FENCE_LOG_VERSION}",
+        )
+
+
+_Model = TypeVar("_Model", FenceLogHeader, FenceLogLine)
+
+
+def _parsed(model: type[_Model], where: str, number: int, document: dict[str, Any]) -> _Model:
+    try:
+        return model.model_validate(document)
+    except ValidationError as error:
+        first = error.errors()[0]
+        at = ".".join(str(part) for part in first["loc"]) or "the line"
+        raise MalformedFenceLog(where, number, f"{at}: {first['msg']}") from None
+
+
+# ---------------------------------------------------------------------------- judging
+
+
+@dataclass(frozen=True, slots=True)
+class Unmapped:
+    """The first step of a log that maps to no design step: the request line (`kind`
+    `request`), the gap before it (`unlogged`), or the participant's first fence
+    (`start`, which is no initial fence of the design); `reason` names the renamed move."""
+
+    where: str
+    line: int
+    participant: str
+    op: str
+    op_id: str | None
+    kind: str
+    before: FenceView
+    after: FenceView
+    reason: str
+
+    def describe(self) -> dict[str, Any]:
+        """The step as a JSON-ready mapping (both fences in the log's own form)."""
+        return {
+            "where": self.where,
+            "line": self.line,
+            "participant": self.participant,
+            "op": self.op,
+            "op_id": self.op_id,
+            "kind": self.kind,
+            "before": self.before.model_dump(mode="json"),
+            "after": self.after.model_dump(mode="json"),
+            "reason": self.reason,
+        }
+
+    def explain(self) -> str:
+        """Several lines for a person: where, what, and both fences."""
+        what = {
+            "request": f"{self.op}({self.op_id or ''})",
+            "unlogged": f"an unlogged move before {self.op}({self.op_id or ''})",
+            "start": "the participant's first fence",
+        }[self.kind]
+        return (
+            f"{self.where} line {self.line}: {self.participant}, {what}: {self.reason}\n"
+            f"  before: {_shown(self.before)}\n  after:  {_shown(self.after)}"
+        )
+
+
+def _shown(view: FenceView) -> str:
+    return json.dumps(view.model_dump(mode="json"), sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True)
+class LogVerdict:
+    """What `validate_fence_log` found: `lines` request lines of `participants`
+    participants; `moves` lines that moved a fence as a design step does, `stutters` lines
+    that left it alone, `unlogged` moves between lines (restarts) that map too, `restarts`
+    incarnation changes; the design judged at `design` (`design_states` states); and the
+    first `unmapped` step (None: the log refines the design)."""
+
+    lines: int
+    participants: int
+    moves: int
+    stutters: int
+    unlogged: int
+    restarts: int
+    design: DesignParams
+    design_states: int
+    unmapped: Unmapped | None = field(default=None)
+
+    @property
+    def ok(self) -> bool:
+        """Whether every step maps to a design step or stutters."""
+        return self.unmapped is None
+
+    def describe(self) -> dict[str, Any]:
+        """The verdict as a JSON-ready mapping (`quiesce validate --json`)."""
+        return {
+            "ok": self.ok,
+            "lines": self.lines,
+            "participants": self.participants,
+            "moves": self.moves,
+            "stutters": self.stutters,
+            "unlogged": self.unlogged,
+            "restarts": self.restarts,
+            "design": self.design.describe(),
+            "design_states": self.design_states,
+            "unmapped": None if self.unmapped is None else self.unmapped.describe(),
+        }
+
+
+@dataclass(slots=True)
+class _Counts:
+    participants: int = 0
+    moves: int = 0
+    unlogged: int = 0
+    restarts: int = 0
+
+
+class _Step(NamedTuple):
+    logged: LoggedLine
+    kind: str
+    was: FenceView
+    now: FenceView
+
+
+@dataclass(slots=True)
+class _Participant:
+    role: str
+    incarnation: str
+    fence: FenceView
+
+
+def _fence(view: FenceView) -> Fence:
+    return fence_view(view.state, view.active, view.high_watermark, view.recorded)
+
+
+def validate_fence_log(lines: Sequence[LoggedLine], *, max_faults: int = MAX_FAULTS) -> LogVerdict:
+    """Judge `lines` (from `read_fence_logs`, or a run's in-memory log) against the design,
+    exhausted at the smallest fault budget up to `max_faults` whose moves include the
+    log's (see the module doc). Raises `MalformedFenceLog` if a participant's role
+    changes between lines, `DesignTooLarge` if `max_faults` exceeds `MAX_FAULTS`."""
+    if not 1 <= max_faults <= MAX_FAULTS:
+        raise DesignTooLarge(max_faults)
+    steps, counts = _steps(lines)
+    faults = 1
+    design = _design(faults)
+    unmapped: Unmapped | None = None
+    for step in steps:
+        reason = _judged(design, step)
+        while reason and faults < max_faults:
+            # Moves only grow with the budget: every step judged so far still maps.
+            faults += 1
+            design = _design(faults)
+            reason = _judged(design, step)
+        if reason:
+            unmapped = _unmapped(step, reason)
+            break
+    return LogVerdict(
+        lines=len(lines),
+        participants=counts.participants,
+        moves=counts.moves,
+        stutters=len(lines) - counts.moves,
+        unlogged=counts.unlogged,
+        restarts=counts.restarts,
+        design=design.params,
+        design_states=design.design_states,
+        unmapped=unmapped,
+    )
+
+
+@functools.cache
+def _design(faults: int) -> DesignSteps:
+    # The design's moves at a size are a constant of this quiesce (its tables, which no
+    # caller replaces: a planted bug is built into a model of its own), so a process
+    # exhausts each budget once, not once per validated run.
+    return DesignSteps(design_size(faults))
+
+
+def _steps(lines: Sequence[LoggedLine]) -> tuple[list[_Step], _Counts]:
+    """The steps to judge, in log order (every fence move, logged or not, and each
+    participant's start), and the counts of the log."""
+    seen: dict[str, _Participant] = {}
+    steps: list[_Step] = []
+    counts = _Counts()
+    for logged in lines:
+        record = logged.record
+        known = seen.get(record.participant)
+        if known is None:
+            steps.append(_Step(logged, "start", record.before, record.before))
+            known = seen[record.participant] = _Participant(
+                record.role.value, record.incarnation, record.before
+            )
+        elif known.role != record.role.value:
+            raise MalformedFenceLog(
+                logged.where,
+                logged.line,
+                f"participant {record.participant!r} is a {record.role.value} here and a "
+                f"{known.role} on earlier lines (one name, one role)",
+            )
+        if known.incarnation != record.incarnation:
+            counts.restarts += 1
+            known.incarnation = record.incarnation
+        if known.fence != record.before:
+            counts.unlogged += 1
+            steps.append(_Step(logged, "unlogged", known.fence, record.before))
+        if record.before != record.after:
+            counts.moves += 1
+            steps.append(_Step(logged, "request", record.before, record.after))
+        known.fence = record.after
+    counts.participants = len(seen)
+    return steps, counts
+
+
+def _judged(design: DesignSteps, step: _Step) -> str:
+    if step.kind == "start":
+        if _fence(step.was) in design.initial_fences():
+            return ""
+        return "its first fence is no initial fence of the design (a log starts at the first start)"
+    return design.check_fence_move(_fence(step.was), _fence(step.now))
+
+
+def _unmapped(step: _Step, reason: str) -> Unmapped:
+    record = step.logged.record
+    return Unmapped(
+        where=step.logged.where,
+        line=step.logged.line,
+        participant=record.participant,
+        op=record.op,
+        op_id=record.op_id,
+        kind=step.kind,
+        before=step.was,
+        after=step.now,
+        reason=reason,
+    )
+
+
+def memory_lines(records: Sequence[FenceLogLine], where: str = "fence log") -> list[LoggedLine]:
+    """`records` (a `MemoryFenceLog`'s) numbered as `FileFenceLog` would write them (the
+    header is line 1)."""
+    return [LoggedLine(where, number, record) for number, record in enumerate(records, 2)]
