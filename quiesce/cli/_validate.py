@@ -22,7 +22,6 @@ from quiesce.cli._output import fail, json_option, print_json
 from quiesce.cli._paths import InputFile
 from quiesce.models import (
     MAX_FAULTS,
-    DesignTooLarge,
     LogVerdict,
     MalformedFenceLog,
     read_fence_logs,
@@ -45,11 +44,11 @@ def _summary(verdict: LogVerdict) -> str:
 @click.argument("logs", nargs=-1, required=True, type=InputFile())
 @click.option(
     "--max-faults",
-    type=int,
+    type=click.IntRange(1, MAX_FAULTS),
     default=MAX_FAULTS,
     show_default=True,
     help="The largest fault budget the design is exhausted at before a step counts as "
-    f"unmapped (1 to {MAX_FAULTS}; each budget is tried only if the one below misses a step).",
+    "unmapped (each budget is tried only if the one below misses a step).",
 )
 @json_option
 def validate(logs: tuple[Path, ...], max_faults: int, as_json: bool) -> None:
@@ -67,7 +66,7 @@ def validate(logs: tuple[Path, ...], max_faults: int, as_json: bool) -> None:
     """
     try:
         verdict = validate_fence_log(read_fence_logs(logs), max_faults=max_faults)
-    except (MalformedFenceLog, DesignTooLarge) as error:
+    except MalformedFenceLog as error:
         fail(error)
     if as_json:
         print_json(verdict.describe())
