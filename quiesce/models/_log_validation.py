@@ -31,8 +31,8 @@ attempt, since the fence never reads the rollouts. What grows with the size is t
 budget: some fence moves need several faults in one run (a restore needs a controller
 crash first; a failed restore on top of it is a second fault). So the design is exhausted
 at budget 1 first, and at the next budget only when a step maps to no move of the current
-one, up to `MAX_FAULTS` (measured: 42, 48 and 51 moves; 0.4, 3.3 and 18 s CPU; at the full
-§8 reference size, budget 1 gives the same 42 moves as budget 1 here, in 45 s). A step
+one, up to `MAX_FAULTS` (measured: 18, 20 and 21 distinct fence moves; 0.4, 3.3 and 18 s
+CPU; the full §8 reference size at budget 1 makes the same 18, in 45 s). A step
 that maps to no move at `MAX_FAULTS` is the first unmapped step. A budget above
 `MAX_FAULTS` is refused (`DesignTooLarge`): the next budget is too costly to exhaust here.
 """

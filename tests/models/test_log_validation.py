@@ -16,6 +16,7 @@ from quiesce.cli import main
 from quiesce.harness import simulate
 from quiesce.models import (
     MAX_FAULTS,
+    DesignParams,
     DesignTooLarge,
     LoggedLine,
     MalformedFenceLog,
@@ -23,6 +24,7 @@ from quiesce.models import (
     read_fence_logs,
     validate_fence_log,
 )
+from quiesce.models._refinement import DesignSteps
 from quiesce.protocol import OpId
 from quiesce.protocol.machines import FenceOp, FenceState
 from quiesce.protocol.wire import Role
@@ -227,3 +229,15 @@ def test_simulate_writes_a_log_that_validate_accepts(tmp_path: Path) -> None:
     assert json.loads(checked.stdout) == refinement
     skipped = CliRunner().invoke(main, ["simulate", *options, "--no-validate", "--json"])
     assert json.loads(skipped.stdout)["refinement"] is None
+
+
+@pytest.mark.slow
+def test_the_design_sizes_validate_uses_are_as_docs_validate_md_says() -> None:
+    """The ladder's moves only grow with the budget (the escalation relies on it: a step
+    judged at a smaller budget still maps at a larger one), with the counts the docs quote,
+    and §8's full reference size makes no fence move the small size at budget 1 misses."""
+    ladder = [DesignSteps(design_size(faults)) for faults in range(1, MAX_FAULTS + 1)]
+    assert [len(d.fence_moves) for d in ladder] == [18, 20, 21]
+    assert [d.design_states for d in ladder] == [2_910, 19_581, 92_330]
+    assert ladder[0].fence_moves <= ladder[1].fence_moves <= ladder[2].fence_moves
+    assert DesignSteps(DesignParams()).fence_moves == ladder[0].fence_moves
