@@ -43,6 +43,7 @@ import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -52,6 +53,7 @@ from quiesce.adapters import FENCE_LOG_VERSION, FenceLogHeader, FenceLogLine, Fe
 from quiesce.fsm import QuiesceError
 from quiesce.models._design_state import DesignParams
 from quiesce.models._refinement import DesignSteps, Fence, fence_view
+from quiesce.protocol.wire import Role
 
 __all__ = [
     "MAX_FAULTS",
@@ -59,6 +61,7 @@ __all__ = [
     "LogVerdict",
     "LoggedLine",
     "MalformedFenceLog",
+    "StepKind",
     "Unmapped",
     "design_size",
     "memory_lines",
@@ -186,18 +189,26 @@ def _parsed(model: type[_Model], where: str, number: int, document: dict[str, An
 # ---------------------------------------------------------------------------- judging
 
 
+class StepKind(Enum):
+    """What a judged step of a log is."""
+
+    REQUEST = "request"  # a line's own move, before -> after
+    UNLOGGED = "unlogged"  # a move between two lines (a restart, a line that died)
+    START = "start"  # a participant's first fence
+
+
 @dataclass(frozen=True, slots=True)
 class Unmapped:
-    """The first step of a log that maps to no design step: the request line (`kind`
-    `request`), the gap before it (`unlogged`), or the participant's first fence
-    (`start`, which is no initial fence of the design); `reason` names the renamed move."""
+    """The first step of a log that maps to no design step (`kind`), on line `line`
+    (for an unlogged move: the line after it; for a start: the participant's first line);
+    `reason` names the move with its ids renamed."""
 
     where: str
     line: int
     participant: str
     op: str
     op_id: str | None
-    kind: str
+    kind: StepKind
     before: FenceView
     after: FenceView
     reason: str
@@ -210,7 +221,7 @@ class Unmapped:
             "participant": self.participant,
             "op": self.op,
             "op_id": self.op_id,
-            "kind": self.kind,
+            "kind": self.kind.value,
             "before": self.before.model_dump(mode="json"),
             "after": self.after.model_dump(mode="json"),
             "reason": self.reason,
@@ -218,10 +229,11 @@ class Unmapped:
 
     def explain(self) -> str:
         """Several lines for a person: where, what, and both fences."""
+        request = f"{self.op}({self.op_id or ''})"
         what = {
-            "request": f"{self.op}({self.op_id or ''})",
-            "unlogged": f"an unlogged move before {self.op}({self.op_id or ''})",
-            "start": "the participant's first fence",
+            StepKind.REQUEST: request,
+            StepKind.UNLOGGED: f"an unlogged move before {request}",
+            StepKind.START: "the participant's first fence",
         }[self.kind]
         return (
             f"{self.where} line {self.line}: {self.participant}, {what}: {self.reason}\n"
@@ -282,14 +294,14 @@ class _Counts:
 
 class _Step(NamedTuple):
     logged: LoggedLine
-    kind: str
+    kind: StepKind
     was: FenceView
     now: FenceView
 
 
 @dataclass(slots=True)
 class _Participant:
-    role: str
+    role: Role
     incarnation: str
     fence: FenceView
 
@@ -303,7 +315,9 @@ def validate_fence_log(lines: Sequence[LoggedLine], *, max_faults: int = MAX_FAU
     exhausted at the smallest fault budget up to `max_faults` whose moves include the
     log's (see the module doc). Raises `MalformedFenceLog` if a participant's role
     changes between lines, `DesignTooLarge` if `max_faults` exceeds `MAX_FAULTS`."""
-    if not 1 <= max_faults <= MAX_FAULTS:
+    if max_faults < 1:
+        raise ValueError(f"max_faults must be at least 1, not {max_faults}")
+    if max_faults > MAX_FAULTS:
         raise DesignTooLarge(max_faults)
     steps, counts = _steps(lines)
     faults = 1
@@ -350,33 +364,33 @@ def _steps(lines: Sequence[LoggedLine]) -> tuple[list[_Step], _Counts]:
         record = logged.record
         known = seen.get(record.participant)
         if known is None:
-            steps.append(_Step(logged, "start", record.before, record.before))
+            steps.append(_Step(logged, StepKind.START, record.before, record.before))
             known = seen[record.participant] = _Participant(
-                record.role.value, record.incarnation, record.before
+                record.role, record.incarnation, record.before
             )
-        elif known.role != record.role.value:
+        elif known.role is not record.role:
             raise MalformedFenceLog(
                 logged.where,
                 logged.line,
                 f"participant {record.participant!r} is a {record.role.value} here and a "
-                f"{known.role} on earlier lines (one name, one role)",
+                f"{known.role.value} on earlier lines (one name, one role)",
             )
         if known.incarnation != record.incarnation:
             counts.restarts += 1
             known.incarnation = record.incarnation
         if known.fence != record.before:
             counts.unlogged += 1
-            steps.append(_Step(logged, "unlogged", known.fence, record.before))
+            steps.append(_Step(logged, StepKind.UNLOGGED, known.fence, record.before))
         if record.before != record.after:
             counts.moves += 1
-            steps.append(_Step(logged, "request", record.before, record.after))
+            steps.append(_Step(logged, StepKind.REQUEST, record.before, record.after))
         known.fence = record.after
     counts.participants = len(seen)
     return steps, counts
 
 
 def _judged(design: DesignSteps, step: _Step) -> str:
-    if step.kind == "start":
+    if step.kind is StepKind.START:
         if _fence(step.was) in design.initial_fences():
             return ""
         return "its first fence is no initial fence of the design (a log starts at the first start)"

@@ -20,6 +20,7 @@ from quiesce.models import (
     DesignTooLarge,
     LoggedLine,
     MalformedFenceLog,
+    StepKind,
     design_size,
     read_fence_logs,
     validate_fence_log,
@@ -110,7 +111,7 @@ def test_a_lowered_watermark_is_the_first_unmapped_step_with_its_line(tmp_path: 
     verdict = validate_fence_log(read_fence_logs([log]), max_faults=1)
     unmapped = verdict.unmapped
     assert unmapped is not None and not verdict.ok
-    assert (unmapped.where, unmapped.line, unmapped.kind) == (str(log), 8, "request")
+    assert (unmapped.where, unmapped.line, unmapped.kind) == (str(log), 8, StepKind.REQUEST)
     assert (unmapped.before, unmapped.after) == (RETIRED, lowered)
     assert "which no step of the design does" in unmapped.reason
     assert "line 8: agent-0, resume" in unmapped.explain()
@@ -123,7 +124,7 @@ def test_an_unlogged_move_between_lines_is_judged_too(tmp_path: Path) -> None:
     after_restart = _line("status", forgotten, forgotten, inc="inc-2")
     log = _written(tmp_path / "gap.jsonl", *CHECKPOINT, after_restart)
     verdict = validate_fence_log(read_fence_logs([log]), max_faults=1)
-    assert verdict.unmapped is not None and verdict.unmapped.kind == "unlogged"
+    assert verdict.unmapped is not None and verdict.unmapped.kind is StepKind.UNLOGGED
     assert (verdict.unmapped.line, verdict.restarts) == (8, 1)
     # A request whose line died with its process (prepare ready at once) is a design move.
     skipped = [CHECKPOINT[0], _line("commit", PREPARED, COMMITTED)]
@@ -135,7 +136,7 @@ def test_an_unlogged_move_between_lines_is_judged_too(tmp_path: Path) -> None:
 def test_a_log_must_start_at_the_first_start() -> None:
     lines = [LoggedLine("log", 2, _line("commit", PREPARED, COMMITTED))]
     verdict = validate_fence_log(lines, max_faults=1)
-    assert verdict.unmapped is not None and verdict.unmapped.kind == "start"
+    assert verdict.unmapped is not None and verdict.unmapped.kind is StepKind.START
     assert "no initial fence of the design" in verdict.unmapped.reason
 
 
