@@ -41,6 +41,7 @@ from quiesce.adapters._fence_log import (
     FenceView,
     FileFenceLog,
     MemoryFenceLog,
+    TeeFenceLog,
 )
 from quiesce.adapters._host_journal import (
     FileJournal,
@@ -249,6 +250,7 @@ __all__ = [
     "StoreUnreadable",
     "StoredIntent",
     "TaskGroup",
+    "TeeFenceLog",
     "TrainedBatch",
     "Trainer",
     "TrainerCheckpoint",

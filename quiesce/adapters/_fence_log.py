@@ -4,8 +4,9 @@ What lives here: the log's format -- `FenceLogHeader`, the versioned first line 
 file a writer opens, then one `FenceLogLine` per request, each carrying the participant's
 fence (`FenceView`, PROTOCOL.md M2) before and after it -- and where the lines go:
 `FenceLogSink`, which a `ParticipantHost` hands each line to, written to a file
-(`FileFenceLog`) or kept in memory (`MemoryFenceLog`). What it does not know: whether a
-line is a step the design allows (`quiesce validate`, in `quiesce.models`, judges a log).
+(`FileFenceLog`), kept in memory (`MemoryFenceLog`) or handed to several (`TeeFenceLog`).
+What it does not know: whether a line is a step the design allows (`quiesce validate`, in
+`quiesce.models`, judges a log).
 
 Why the fence and nothing else: the fence is what a participant and the design model hold
 alike and move at the same grain (one request at a time), so a recorded run is judged by
@@ -40,6 +41,7 @@ __all__ = [
     "FenceView",
     "FileFenceLog",
     "MemoryFenceLog",
+    "TeeFenceLog",
 ]
 
 FENCE_LOG_FORMAT: Literal["quiesce-fence-log"] = "quiesce-fence-log"
@@ -142,18 +144,29 @@ class MemoryFenceLog(FenceLogSink):
         self.lines.append(line)
 
 
+class TeeFenceLog(FenceLogSink):
+    """Hands each line to every one of `sinks`, in order."""
+
+    def __init__(self, *sinks: FenceLogSink) -> None:
+        self.sinks = sinks
+
+    def record(self, line: FenceLogLine) -> None:
+        for sink in self.sinks:
+            sink.record(line)
+
+
 class FileFenceLog(FenceLogSink):
-    """Appends lines to the file at `path` (created if missing), after a header line.
+    """Writes lines to the file at `path` (created if missing), after a header line.
 
     Each line is flushed as it is written, so a process killed with SIGKILL leaves every
-    line it recorded (the journal, not this log, is what is fsynced). Appending lets a
-    restarted server continue the same log; one sink may serve a whole fleet. Use it as a
-    context manager, or `close()` it.
+    line it recorded (the journal, not this log, is what is fsynced). By default it
+    appends, so a restarted server continues the same log; `append=False` replaces the
+    file. One sink may serve a whole fleet. Use it as a context manager, or `close()` it.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, append: bool = True) -> None:
         self.path = path
-        self._file: IO[str] = path.open("a", encoding="utf-8")
+        self._file: IO[str] = path.open("a" if append else "w", encoding="utf-8")
         self._write(FenceLogHeader().model_dump_json())
 
     def record(self, line: FenceLogLine) -> None:

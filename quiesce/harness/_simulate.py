@@ -36,11 +36,11 @@ full, with its reason (`_progress`). I9 is violated when a group ended untrained
 counted reason, when any group did although no fault was injected, or when an agent still
 holds an execution after the run finished.
 
-Refinement (PROTOCOL.md §8, "Two levels of model"): with `validate` (the default) every
-request a participant handled is kept in a fence log, and the run is `violated` if a
-fence moves in a way no step of the design model does (`quiesce.models`
-`validate_fence_log`); `refinement` reports the counts. `fence_log` writes that log to a
-file (docs/validate.md) for `quiesce validate`.
+Refinement (PROTOCOL.md §8, "Two levels of model"): with `validate_fences` (the default)
+every request a participant handles is judged as it is logged (`quiesce.models`
+`JudgingFenceLog`), and the run is `violated` if a fence moved in a way no step of the
+design model does; `refinement` reports the counts. `fence_log` writes the log to a file
+(docs/validate.md) for `quiesce validate`.
 
 The verdict: `violated` if any invariant was (an unfinished run within the time limit is
 one: I7), else `stopped` if the controller stopped before the data was used up (`stop`
@@ -56,6 +56,7 @@ time only: no wall-clock figure is in it).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import statistics
 import tempfile
@@ -80,11 +81,11 @@ from quiesce.adapters import (
     InMemoryDataPlane,
     InMemoryFleet,
     InMemoryTrainer,
-    MemoryFenceLog,
     Observer,
     Participant,
     RestoreReport,
     SnapshotStore,
+    TeeFenceLog,
     VirtualClock,
     WorkConfig,
 )
@@ -97,7 +98,7 @@ from quiesce.harness._progress import (
     untrained_groups,
 )
 from quiesce.harness._stop_cause import StopCause, StopWitness
-from quiesce.models import LogVerdict, memory_lines, validate_fence_log
+from quiesce.models import JudgingFenceLog, LogVerdict
 from quiesce.protocol import QuiesceConfig, RecoveryLevel
 from quiesce.protocol.controller import (
     ControllerEffect,
@@ -593,10 +594,11 @@ class _Run(_World):
         *,
         coordinator_factory: CoordinatorFactory = Coordinator,
         observers: Sequence[Observer] = (),
+        fence_file: FileFenceLog | None = None,
     ) -> None:
-        self.fence_log = (
-            MemoryFenceLog() if config.validate_fences or config.fence_log is not None else None
-        )
+        where = "fence log" if config.fence_log is None else str(config.fence_log)
+        self.judging = JudgingFenceLog(where) if config.validate_fences else None
+        sinks = tuple(sink for sink in (fence_file, self.judging) if sink is not None)
         self.fleet = InMemoryFleet(
             clock,
             policies=config.policies,
@@ -608,7 +610,7 @@ class _Run(_World):
             latency_s=(0.001, 0.004),
             faults=Faults(rate=config.fault_rate),
             work=WorkConfig(retry_backoff_s=0.05, max_service_retries=10_000),
-            fence_log=self.fence_log,
+            fence_log=TeeFenceLog(*sinks) if sinks else None,
         )
         trainer = InMemoryTrainer()
         super().__init__(
@@ -791,19 +793,7 @@ class _Run(_World):
 
     def _refinement(self) -> LogVerdict | None:
         """The run's fence log judged against the design (None: not asked for)."""
-        if self.fence_log is None or not self.cfg.validate_fences:
-            return None
-        return validate_fence_log(memory_lines(self.fence_log.lines))
-
-    def write_fence_log(self) -> None:
-        """Write the run's fence log to `fence_log` (if asked for), replacing the file."""
-        path = self.cfg.fence_log
-        if path is None or self.fence_log is None:
-            return
-        path.unlink(missing_ok=True)
-        with FileFenceLog(path) as log:
-            for line in self.fence_log.lines:
-                log.record(line)
+        return None if self.judging is None else self.judging.judge.verdict()
 
     def _ended_early(self) -> str | None:
         """Why work may still be in flight at the end (None: the run used up its data)."""
@@ -845,9 +835,22 @@ async def _run_in(
     factory: CoordinatorFactory,
     observers: Sequence[Observer],
 ) -> SimulationResult:
-    run = _Run(config, clock, root, progress, coordinator_factory=factory, observers=observers)
-    await clock.run(run.main)
-    run.write_fence_log()
+    with contextlib.ExitStack() as closing:
+        fence_file = (
+            None
+            if config.fence_log is None
+            else closing.enter_context(FileFenceLog(config.fence_log, append=False))
+        )
+        run = _Run(
+            config,
+            clock,
+            root,
+            progress,
+            coordinator_factory=factory,
+            observers=observers,
+            fence_file=fence_file,
+        )
+        await clock.run(run.main)
     return run.result(clock.now())
 
 

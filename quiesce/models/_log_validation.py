@@ -2,10 +2,12 @@
 
 What lives here: reading fence logs (`read_fence_logs`: a header line, then one line per
 request a participant handled; anything else is `MalformedFenceLog`, naming the file and
-the line), the design sizes a log is judged at (`design_size`), and the check itself
-(`validate_fence_log`, which returns a `LogVerdict`). What it does not know: how a line is
-written (`quiesce.adapters` `_fence_log`), or how one fence move is judged against the
-design (`_refinement`: the view, the renaming of ids by rank, `DesignSteps.check_move`).
+the line), the design sizes a log is judged at (`design_size`), and the check itself:
+`FenceLogJudge`, line by line in constant memory, for a file (`validate_fence_log`, which
+returns a `LogVerdict`) or for a run as it logs (`JudgingFenceLog`, a sink). What it does
+not know: how a line is written (`quiesce.adapters` `_fence_log`), or how one fence move is
+judged against the design (`_refinement`: the view, the renaming of ids by rank,
+`DesignSteps.check_fence_move`).
 
 How a log maps onto the design. Fences are judged one at a time, so any number of
 participants map onto the design's three; each is judged against the moves the design
@@ -41,7 +43,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -49,7 +51,13 @@ from typing import Any, NamedTuple, TypeVar
 
 from pydantic import ValidationError
 
-from quiesce.adapters import FENCE_LOG_VERSION, FenceLogHeader, FenceLogLine, FenceView
+from quiesce.adapters import (
+    FENCE_LOG_VERSION,
+    FenceLogHeader,
+    FenceLogLine,
+    FenceLogSink,
+    FenceView,
+)
 from quiesce.fsm import QuiesceError
 from quiesce.models._design_state import DesignParams
 from quiesce.models._refinement import DesignSteps, Fence, fence_view
@@ -58,13 +66,14 @@ from quiesce.protocol.wire import Role
 __all__ = [
     "MAX_FAULTS",
     "DesignTooLarge",
+    "FenceLogJudge",
+    "JudgingFenceLog",
     "LogVerdict",
     "LoggedLine",
     "MalformedFenceLog",
     "StepKind",
     "Unmapped",
     "design_size",
-    "memory_lines",
     "read_fence_logs",
     "validate_fence_log",
 ]
@@ -126,17 +135,16 @@ def design_size(faults: int) -> DesignParams:
 # ---------------------------------------------------------------------------- reading
 
 
-def read_fence_logs(paths: Sequence[Path]) -> tuple[LoggedLine, ...]:
-    """Every request line of the fence logs at `paths`, in order. Raises
-    `MalformedFenceLog` for the first line that is not a header or a request line (a
-    file must start with a header), and `OSError` if a file cannot be read."""
-    lines: list[LoggedLine] = []
+def read_fence_logs(paths: Sequence[Path]) -> Iterator[LoggedLine]:
+    """Every request line of the fence logs at `paths`, in order, read lazily (a log of any
+    length is judged in constant memory). Raises `MalformedFenceLog`, when it is reached,
+    for the first line that is not a header or a request line (a file must start with a
+    header), and `OSError` if a file cannot be read."""
     for path in paths:
-        lines.extend(_read(path))
-    return tuple(lines)
+        yield from _read(path)
 
 
-def _read(path: Path) -> Iterable[LoggedLine]:
+def _read(path: Path) -> Iterator[LoggedLine]:
     where = str(path)
     with path.open("rb") as file:
         number = 0
@@ -284,14 +292,6 @@ class LogVerdict:
         }
 
 
-@dataclass(slots=True)
-class _Counts:
-    participants: int = 0
-    moves: int = 0
-    unlogged: int = 0
-    restarts: int = 0
-
-
 class _Step(NamedTuple):
     logged: LoggedLine
     kind: StepKind
@@ -310,62 +310,34 @@ def _fence(view: FenceView) -> Fence:
     return fence_view(view.state, view.active, view.high_watermark, view.recorded)
 
 
-def validate_fence_log(lines: Sequence[LoggedLine], *, max_faults: int = MAX_FAULTS) -> LogVerdict:
-    """Judge `lines` (from `read_fence_logs`, or a run's in-memory log) against the design,
-    exhausted at the smallest fault budget up to `max_faults` whose moves include the
-    log's (see the module doc). Raises `MalformedFenceLog` if a participant's role
-    changes between lines, `DesignTooLarge` if `max_faults` exceeds `MAX_FAULTS`."""
-    if max_faults < 1:
-        raise ValueError(f"max_faults must be at least 1, not {max_faults}")
-    if max_faults > MAX_FAULTS:
-        raise DesignTooLarge(max_faults)
-    steps, counts = _steps(lines)
-    faults = 1
-    design = _design(faults)
-    unmapped: Unmapped | None = None
-    for step in steps:
-        reason = _judged(design, step)
-        while reason and faults < max_faults:
-            # Moves only grow with the budget: every step judged so far still maps.
-            faults += 1
-            design = _design(faults)
-            reason = _judged(design, step)
-        if reason:
-            unmapped = _unmapped(step, reason)
-            break
-    return LogVerdict(
-        lines=len(lines),
-        participants=counts.participants,
-        moves=counts.moves,
-        stutters=len(lines) - counts.moves,
-        unlogged=counts.unlogged,
-        restarts=counts.restarts,
-        design=design.params,
-        design_states=design.design_states,
-        unmapped=unmapped,
-    )
+class FenceLogJudge:
+    """Judges a fence log line by line, as it is read or as a run writes it: it keeps one
+    fence per participant, never the lines. `judge` each line in order, then `verdict()`.
+    Lines after the first unmapped step are counted, no longer judged.
 
+    Raises `DesignTooLarge` if `max_faults` exceeds `MAX_FAULTS`."""
 
-@functools.cache
-def _design(faults: int) -> DesignSteps:
-    # The design's moves at a size are a constant of this quiesce (its tables, which no
-    # caller replaces: a planted bug is built into a model of its own), so a process
-    # exhausts each budget once, not once per validated run.
-    return DesignSteps(design_size(faults))
+    def __init__(self, *, max_faults: int = MAX_FAULTS) -> None:
+        if max_faults < 1:
+            raise ValueError(f"max_faults must be at least 1, not {max_faults}")
+        if max_faults > MAX_FAULTS:
+            raise DesignTooLarge(max_faults)
+        self.max_faults = max_faults
+        self._design = _design(1)
+        self._seen: dict[str, _Participant] = {}
+        self._lines = self._moves = self._unlogged = self._restarts = 0
+        self._unmapped: Unmapped | None = None
 
-
-def _steps(lines: Sequence[LoggedLine]) -> tuple[list[_Step], _Counts]:
-    """The steps to judge, in log order (every fence move, logged or not, and each
-    participant's start), and the counts of the log."""
-    seen: dict[str, _Participant] = {}
-    steps: list[_Step] = []
-    counts = _Counts()
-    for logged in lines:
+    def judge(self, logged: LoggedLine) -> None:
+        """Take the next line: its participant's steps (its start, an unlogged move before
+        it, its own move) are judged now. Raises `MalformedFenceLog` if the participant's
+        role differs from its earlier lines'."""
         record = logged.record
-        known = seen.get(record.participant)
+        self._lines += 1
+        known = self._seen.get(record.participant)
         if known is None:
-            steps.append(_Step(logged, StepKind.START, record.before, record.before))
-            known = seen[record.participant] = _Participant(
+            self._judged(_Step(logged, StepKind.START, record.before, record.before))
+            known = self._seen[record.participant] = _Participant(
                 record.role, record.incarnation, record.before
             )
         elif known.role is not record.role:
@@ -376,20 +348,76 @@ def _steps(lines: Sequence[LoggedLine]) -> tuple[list[_Step], _Counts]:
                 f"{known.role.value} on earlier lines (one name, one role)",
             )
         if known.incarnation != record.incarnation:
-            counts.restarts += 1
+            self._restarts += 1
             known.incarnation = record.incarnation
         if known.fence != record.before:
-            counts.unlogged += 1
-            steps.append(_Step(logged, StepKind.UNLOGGED, known.fence, record.before))
+            self._unlogged += 1
+            self._judged(_Step(logged, StepKind.UNLOGGED, known.fence, record.before))
         if record.before != record.after:
-            counts.moves += 1
-            steps.append(_Step(logged, StepKind.REQUEST, record.before, record.after))
+            self._moves += 1
+            self._judged(_Step(logged, StepKind.REQUEST, record.before, record.after))
         known.fence = record.after
-    counts.participants = len(seen)
-    return steps, counts
+
+    def _judged(self, step: _Step) -> None:
+        if self._unmapped is not None:
+            return
+        reason = _reason(self._design, step)
+        while reason and self._design.params.faults < self.max_faults:
+            # Moves only grow with the budget: every step judged so far still maps.
+            self._design = _design(self._design.params.faults + 1)
+            reason = _reason(self._design, step)
+        if reason:
+            self._unmapped = _unmapped(step, reason)
+
+    def verdict(self) -> LogVerdict:
+        """What the lines judged so far come to."""
+        return LogVerdict(
+            lines=self._lines,
+            participants=len(self._seen),
+            moves=self._moves,
+            stutters=self._lines - self._moves,
+            unlogged=self._unlogged,
+            restarts=self._restarts,
+            design=self._design.params,
+            design_states=self._design.design_states,
+            unmapped=self._unmapped,
+        )
 
 
-def _judged(design: DesignSteps, step: _Step) -> str:
+class JudgingFenceLog(FenceLogSink):
+    """A `FenceLogSink` that judges each line as a run records it (`FenceLogJudge`), its
+    lines numbered as `FileFenceLog` writes them (the header is line 1) in `where`."""
+
+    def __init__(self, where: str = "fence log", *, max_faults: int = MAX_FAULTS) -> None:
+        self.where = where
+        self.judge = FenceLogJudge(max_faults=max_faults)
+        self._next_line = 2
+
+    def record(self, line: FenceLogLine) -> None:
+        self.judge.judge(LoggedLine(self.where, self._next_line, line))
+        self._next_line += 1
+
+
+def validate_fence_log(lines: Iterable[LoggedLine], *, max_faults: int = MAX_FAULTS) -> LogVerdict:
+    """Judge `lines` (from `read_fence_logs`) against the design, exhausted at the
+    smallest fault budget up to `max_faults` whose moves include the log's (see the module
+    doc). Raises `MalformedFenceLog` if a participant's role changes between lines,
+    `DesignTooLarge` if `max_faults` exceeds `MAX_FAULTS`."""
+    judge = FenceLogJudge(max_faults=max_faults)
+    for logged in lines:
+        judge.judge(logged)
+    return judge.verdict()
+
+
+@functools.cache
+def _design(faults: int) -> DesignSteps:
+    # The design's moves at a size are a constant of this quiesce (its tables, which no
+    # caller replaces: a planted bug is built into a model of its own), so a process
+    # exhausts each budget once, not once per validated run.
+    return DesignSteps(design_size(faults))
+
+
+def _reason(design: DesignSteps, step: _Step) -> str:
     if step.kind is StepKind.START:
         if _fence(step.was) in design.initial_fences():
             return ""
@@ -410,9 +438,3 @@ def _unmapped(step: _Step, reason: str) -> Unmapped:
         after=step.now,
         reason=reason,
     )
-
-
-def memory_lines(records: Sequence[FenceLogLine], where: str = "fence log") -> list[LoggedLine]:
-    """`records` (a `MemoryFenceLog`'s) numbered as `FileFenceLog` would write them (the
-    header is line 1)."""
-    return [LoggedLine(where, number, record) for number, record in enumerate(records, 2)]

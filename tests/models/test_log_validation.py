@@ -18,6 +18,7 @@ from quiesce.models import (
     MAX_FAULTS,
     DesignParams,
     DesignTooLarge,
+    JudgingFenceLog,
     LoggedLine,
     MalformedFenceLog,
     StepKind,
@@ -117,6 +118,18 @@ def test_a_lowered_watermark_is_the_first_unmapped_step_with_its_line(tmp_path: 
     assert "line 8: agent-0, resume" in unmapped.explain()
 
 
+def test_a_run_judged_as_it_logs_names_the_line_its_file_would_have(tmp_path: Path) -> None:
+    lowered = _line("resume", RETIRED, _fence(FenceState.IDLE, None, None))
+    online = JudgingFenceLog("run.jsonl", max_faults=1)
+    for line in (*CHECKPOINT, lowered, CHECKPOINT[0]):
+        online.record(line)
+    verdict = online.judge.verdict()
+    assert verdict.unmapped is not None and verdict.lines == 8  # counted past the first
+    log = _written(tmp_path / "run.jsonl", *CHECKPOINT, lowered)
+    from_file = validate_fence_log(read_fence_logs([log]), max_faults=1).unmapped
+    assert from_file is not None and verdict.unmapped.line == from_file.line == 8
+
+
 def test_an_unlogged_move_between_lines_is_judged_too(tmp_path: Path) -> None:
     # The next line starts from a fence whose watermark went back: nothing logged it,
     # and no design step does it.
@@ -167,7 +180,7 @@ def test_a_malformed_log_is_a_typed_error_naming_the_line(
     log = tmp_path / "log.jsonl"
     log.write_bytes(content)
     with pytest.raises(MalformedFenceLog) as caught:
-        read_fence_logs([log])
+        list(read_fence_logs([log]))
     assert (caught.value.where, caught.value.line) == (str(log), line)
     assert problem in caught.value.problem and f"line {line}:" in str(caught.value)
 
@@ -180,7 +193,7 @@ def test_a_bad_op_id_in_a_fence_and_a_changed_role_are_malformed(tmp_path: Path)
     with log.open("a") as file:
         file.write(json.dumps(document) + "\n")
     with pytest.raises(MalformedFenceLog) as caught:
-        read_fence_logs([log])
+        list(read_fence_logs([log]))
     assert caught.value.line == 3 and caught.value.problem.startswith("after.active")
     as_policy = CHECKPOINT[1].model_copy(update={"role": Role.POLICY})
     lines = [LoggedLine("log", 2, CHECKPOINT[0]), LoggedLine("log", 3, as_policy)]
