@@ -246,6 +246,7 @@ def test_simulate_writes_a_log_that_validate_accepts(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # about 70 s CPU in all; the wall time grows on a loaded machine
 def test_the_design_sizes_validate_uses_are_as_docs_validate_md_says() -> None:
     """The ladder's moves only grow with the budget (the escalation relies on it: a step
     judged at a smaller budget still maps at a larger one), with the counts the docs quote,
