@@ -54,6 +54,7 @@ import anyio
 import structlog
 
 from quiesce.adapters._clock import Clock, ClockEvent, TaskGroup
+from quiesce.adapters._fence_log import FenceLogSink
 from quiesce.adapters._host_journal import MemoryJournal
 from quiesce.adapters._participant_api import CallFailedError, CompletionsReply, Participant
 from quiesce.adapters._participant_host import (
@@ -272,6 +273,7 @@ class InMemoryFleet:
     resources server, cycled (`export_restore`, `stateless`, `restart_only`);
     `group_scored` marks every agent's environment group-scored with `group_size` G.
     `run_work=False`: hosts run no executions (a test reports `boundary`/`finish` itself).
+    `fence_log`: every host, restarted ones included, records its requests there.
 
     Run it in a clock task group (`tg.start_soon(fleet.run)`) until `stop()`; completions
     of agent executions go to `on_completed(participant, receipt)` (set it with
@@ -293,6 +295,7 @@ class InMemoryFleet:
         work: WorkConfig | None = None,
         run_work: bool = True,
         extra: Sequence[ParticipantConfig | Mapping[str, Any]] = (),
+        fence_log: FenceLogSink | None = None,
     ) -> None:
         if policies < 0 or agents < 0 or resources < 0:
             raise ValueError("participant counts must be >= 0")
@@ -301,6 +304,7 @@ class InMemoryFleet:
         self.clock = clock
         self.work = work or WorkConfig()
         self.run_work = run_work
+        self.fence_log = fence_log
         self.on_completed: Callable[[str, Receipt], None] | None = None
         self.restarts: dict[str, int] = {}
         configs: list[ParticipantConfig] = []
@@ -333,7 +337,12 @@ class InMemoryFleet:
         self.refs: dict[str, HostRef] = {}
         for name, cfg in self.configs.items():
             host = ParticipantHost.start(
-                cfg, clock=clock, journal=self.journals[name], work=self.work, run_work=run_work
+                cfg,
+                clock=clock,
+                journal=self.journals[name],
+                work=self.work,
+                run_work=run_work,
+                fence_log=fence_log,
             )
             self.hosts[name] = host
             self.refs[name] = HostRef(host)
@@ -416,6 +425,7 @@ class InMemoryFleet:
                 journal=journal,
                 work=self.work,
                 run_work=self.run_work,
+                fence_log=self.fence_log,
             )
         else:
             host = ParticipantHost.recover(
@@ -424,6 +434,7 @@ class InMemoryFleet:
                 clock=self.clock,
                 work=self.work,
                 run_work=self.run_work,
+                fence_log=self.fence_log,
             )
         self.hosts[name] = host
         self.refs[name].host = host

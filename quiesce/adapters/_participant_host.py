@@ -33,6 +33,9 @@ API (stable; the in-memory client and the driver build on it):
   exactly the last journal written: what would be on disk). The incarnation is picked at
   start by `incarnation_factory` (default: 64 bits from `clock.rng`, so a seeded virtual
   run is reproducible; `quiesce serve` passes `secrets.token_hex`).
+- Fence log (`_fence_log`): with `fence_log=` a `FenceLogSink`, every request `handle`
+  applied is recorded as one `FenceLogLine` (the fence before and after it), in the order
+  requests are applied; `quiesce validate` checks such a log against the design model.
 - Role effects: `ReleaseWaiters` wakes the held policy calls / resources mutations,
   `WakeExecutions` wakes parked executions, `CancelExecution` stops a tombstoned one.
 
@@ -75,6 +78,7 @@ import anyio
 import structlog
 
 from quiesce.adapters._clock import Clock, ClockEvent, Lock, TaskGroup
+from quiesce.adapters._fence_log import FenceLogLine, FenceLogSink
 from quiesce.adapters._host_journal import ForeignJournal, JournalSink, MemoryJournal
 from quiesce.adapters._participant_api import CompletionsReply
 from quiesce.fsm import QuiesceError, TransitionNotAllowed
@@ -250,9 +254,11 @@ class ParticipantHost:
         work: WorkConfig | None = None,
         run_work: bool = True,
         on_completed: Callable[[str, Receipt], None] | None = None,
+        fence_log: FenceLogSink | None = None,
     ) -> None:
         self.clock = clock
         self.journal = journal
+        self.fence_log = fence_log
         self.work = work or WorkConfig()
         self.run_work = run_work
         self._state = state
@@ -456,6 +462,12 @@ class ParticipantHost:
             self._check_alive()  # died while writing: the reply is never released
             self._state = after
             self._carry(effects)
+            if self.fence_log is not None:
+                self.fence_log.record(
+                    FenceLogLine.of(
+                        _op_name(op), _op_id(request), before, self._state, self.clock.now()
+                    )
+                )
             if before.fence.state is not FenceState.IDLE and after.fence.state is FenceState.IDLE:
                 self._wake_all()  # an execution waiting for the fence may go on
             if isinstance(reply, ExecutionReply) and _op_name(op) == "begin":
@@ -721,17 +733,21 @@ def _op_name(op: ParticipantOp | str) -> str:
     return op.value if isinstance(op, ParticipantOp) else str(op)
 
 
-def dedupe_key(op: ParticipantOp | None, request: Any) -> tuple[str, str] | None:
-    """`(op, op_id)` for a fenced control request (M2: a concurrent duplicate waits for the
-    first and gets its reply), None for any other request."""
-    if op not in DEDUPED_OPS or op is None:
-        return None
+def _op_id(request: Any) -> str | None:
+    """The op id a request carries, as sent (None: it has none)."""
     op_id = getattr(request, "op_id", None)
     if op_id is None and isinstance(request, Mapping):
         op_id = request.get("op_id")
-    if op_id is None:
+    return None if op_id is None else str(op_id)
+
+
+def dedupe_key(op: ParticipantOp | None, request: Any) -> tuple[str, str] | None:
+    """`(op, op_id)` for a fenced control request (M2: a concurrent duplicate waits for the
+    first and gets its reply), None for any other request."""
+    op_id = _op_id(request)
+    if op not in DEDUPED_OPS or op is None or op_id is None:
         return None
-    return op.value, str(op_id)
+    return op.value, op_id
 
 
 class HostRef:

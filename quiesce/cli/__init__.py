@@ -31,6 +31,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("quiesce.cli._serve", "serve"),
     "conform": ("quiesce.cli._conform", "conform"),
     "chaos": ("quiesce.cli._chaos", "chaos"),
+    "validate": ("quiesce.cli._validate", "validate"),
 }
 
 

@@ -5,8 +5,10 @@ every reply. The server locks its state dir for its whole life (`StateDirLock`),
 second server on the same dir exits instead of sharing the journal. Started on a state dir
 that already holds a journal, the server recovers from it under a new incarnation (the
 controller sees the restart), provided it is the same participant (`--name`, `--role`).
-Logs go to stderr with structlog (JSON when stderr is not a TTY); the bearer token is read
-from `QUIESCE_TOKEN` or `--token-file` and never logged.
+With `--fence-log FILE` every request is also appended to FILE as one JSON line with the
+fence before and after it (docs/validate.md), for `quiesce validate`. Logs go to stderr
+with structlog (JSON when stderr is not a TTY); the bearer token is read from
+`QUIESCE_TOKEN` or `--token-file` and never logged.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import click
 import structlog
 
 from quiesce.adapters import (
+    FileFenceLog,
     FileJournal,
     ForeignJournal,
     JournalCorrupt,
@@ -34,7 +37,7 @@ from quiesce.adapters import (
     secret_incarnation,
 )
 from quiesce.cli._output import abbreviated, fail, log_level_option
-from quiesce.cli._paths import InputFile, OutputDir
+from quiesce.cli._paths import InputFile, OutputDir, OutputFile
 from quiesce.cli._values import FiniteFloatRange, HttpUrl, Name, visible
 from quiesce.protocol.wire import InstanceRole, Role
 
@@ -195,6 +198,13 @@ def _foreign_journal_message(error: ForeignJournal, state_dir: Path, name_given:
     metavar="SECONDS",
     help="How long an agent waits for its --policy / --resources servers to come up.",
 )
+@click.option(
+    "--fence-log",
+    type=OutputFile(),
+    default=None,
+    help="Append one JSON line per request handled, with the fence before and after "
+    "(docs/validate.md), to this file; check it with quiesce validate.",
+)
 @log_level_option("info")
 def serve(
     role: str,
@@ -210,6 +220,7 @@ def serve(
     policies: tuple[str, ...],
     resources: tuple[str, ...],
     wait_services: float,
+    fence_log: Path | None,
     log_level: str,
 ) -> None:
     """Serve one participant over HTTP (routes in docs/wire.md).
@@ -231,7 +242,7 @@ def serve(
     token = read_token(token_file)
     listener = _bind(bind, port)
     # Held as long as the server runs; closed (dropped) on every way out of this block.
-    with _lock_state_dir(state_dir):
+    with _lock_state_dir(state_dir), contextlib.ExitStack() as closing:
         configure_server_logging(log_level)
         try:
             services = connect_services(
@@ -246,6 +257,7 @@ def serve(
             "instance_role": instance_role,
         }
         journal = FileJournal(state_dir)
+        fence_sink = None if fence_log is None else closing.enter_context(FileFenceLog(fence_log))
         try:
             host = ParticipantHost.open(
                 config,
@@ -253,6 +265,7 @@ def serve(
                 clock=RealClock(),
                 incarnation_factory=secret_incarnation,
                 run_work=work,
+                fence_log=fence_sink,
             )
         except JournalCorrupt as error:
             fail(error)

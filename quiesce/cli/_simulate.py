@@ -8,7 +8,8 @@ result document instead (`verdict`, `stop`, `untrained` included).
 Exit codes (`EXIT_CODES`):
 - 0: the run finished and every invariant held;
 - 1: an invariant was violated (`violations` says which; an unfinished run is one: I7,
-  and so is work left untrained without a counted reason: I9);
+  and so is work left untrained without a counted reason: I9, and a fence move no step of
+  the design model makes: refinement, checked unless `--no-validate`);
 - 2: a usage error (an option out of range, `--crash-at-step` beyond `--steps`): one line;
 - 3: the controller stopped before the run ended (a fatal cause, or more than
   `max_consecutive_failures` failed checkpoints): `stop` says which participant, which
@@ -28,7 +29,7 @@ from rich.table import Table as RichTable
 
 from quiesce.adapters import configure_logging
 from quiesce.cli._output import fail, json_option, log_level_option, print_json
-from quiesce.cli._paths import OutputDir
+from quiesce.cli._paths import OutputDir, OutputFile
 from quiesce.cli._values import FiniteFloatRange
 from quiesce.fsm import QuiesceError
 from quiesce.harness import SimulationConfig, SimulationResult
@@ -73,6 +74,7 @@ def _summary(result: SimulationResult) -> RichTable:
         ),
         ("controller crash at step", result.crashed_at_step if result.crashed_at_step else "-"),
         ("virtual seconds", f"{result.virtual_seconds:.2f}"),
+        ("fence moves / stutters vs the design", _refinement(result)),
         ("stopped", f"yes ({result.stop_reason})" if result.stopped else "no"),
         ("invariants", "ok" if result.invariants_ok else "VIOLATED"),
         ("verdict", f"{result.verdict} (exit {EXIT_CODES[result.verdict]})"),
@@ -80,6 +82,14 @@ def _summary(result: SimulationResult) -> RichTable:
     for name, value in rows:
         table.add_row(name, str(value))
     return table
+
+
+def _refinement(result: SimulationResult) -> str:
+    found = result.refinement
+    if found is None:
+        return "not validated"
+    verdict = "ok" if found["ok"] else "UNMAPPED"
+    return f"{found['moves']} / {found['stutters']} ({verdict})"
 
 
 def _explanations(result: SimulationResult, steps: int) -> list[str]:
@@ -174,6 +184,19 @@ def _one_line(error: ValidationError) -> str:
     default=None,
     help="Keep snapshots and controller state here (default: a fresh temp dir).",
 )
+@click.option(
+    "--validate/--no-validate",
+    default=True,
+    show_default=True,
+    help="Check every participant's fence move against the design model (refinement; "
+    "an unmapped move is a violation).",
+)
+@click.option(
+    "--fence-log",
+    type=OutputFile(),
+    default=None,
+    help="Write the run's fence log here (replaced; docs/validate.md), for quiesce validate.",
+)
 @log_level_option("error")
 @json_option
 def simulate(
@@ -190,6 +213,8 @@ def simulate(
     group_scored: bool,
     seed: int,
     snapshot_dir: Path | None,
+    validate: bool,
+    fence_log: Path | None,
     log_level: str,
     as_json: bool,
 ) -> None:
@@ -227,6 +252,8 @@ def simulate(
             group_scored=group_scored,
             seed=seed,
             snapshot_dir=snapshot_dir,
+            validate_fences=validate,
+            fence_log=fence_log,
         )
     except ValidationError as error:
         fail(_one_line(error))

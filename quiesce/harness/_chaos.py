@@ -24,7 +24,9 @@ The checks, all independent of the controller's own view:
   the run finished (`recoveries` counts the kills followed by progress);
 - at the end the controller finished its data (not stopped), its intent record is clear,
   every participant's fence is `idle` and no agent holds a completed result nobody ACKed
-  (a leaked completion keeps that agent from ever being ready for a prepare again).
+  (a leaked completion keeps that agent from ever being ready for a prepare again);
+- refinement: every participant's fence log (`serve --fence-log`, appended to across its
+  restarts) maps onto the design model step by step (docs/validate.md).
 
 Every child is stopped on the way out, also on SIGINT/SIGTERM (`ChaosInterrupted`): SIGTERM
 to its process group, then SIGKILL.
@@ -62,6 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from quiesce.adapters import ControllerJournal, CorruptIntent, SnapshotStore, SnapshotStoreError
 from quiesce.fsm import QuiesceError
 from quiesce.harness._chaos_controller import ChaosControllerConfig, read_consumed, read_trained
+from quiesce.models import MalformedFenceLog, read_fence_logs, validate_fence_log
 from quiesce.protocol.wire import Role
 
 __all__ = [
@@ -364,12 +367,16 @@ class _Chaos:
         argv = [sys.executable, "-m", "quiesce", "serve", "--role", role, "--port", str(port)]
         argv += ["--state-dir", str(self.root / "participants" / name)]
         argv += ["--token-file", str(self.token_file), "--name", name]
+        argv += ["--fence-log", str(self._fence_log(name))]
         argv += ["--log-level", self.cfg.log_level]
         if role is Role.RESOURCES:
             argv += ["--recovery-mode", "export_restore"]
         if role is Role.AGENT:  # executions call the real services, and freeze on a fenced policy
             argv += ["--policy", self.urls["policy-0"], "--resources", self.urls["resources-0"]]
         return argv
+
+    def _fence_log(self, name: str) -> Path:
+        return self.logs / f"{name}.fence.jsonl"
 
     def start_deployment(self) -> None:
         names = [("policy-0", Role.POLICY), ("resources-0", Role.RESOURCES)]
@@ -636,7 +643,18 @@ class _Chaos:
                 f"raise --steps (now {self.steps})"
             )
         self._verify_published("at the end")
+        self._check_refinement()
         return self._ledger()
+
+    def _check_refinement(self) -> None:
+        """Every participant's fence log maps onto the design model, or stutters."""
+        try:
+            verdict = validate_fence_log(read_fence_logs([self._fence_log(n) for n in self.urls]))
+        except MalformedFenceLog as error:
+            self.violations.append(f"a participant's fence log is malformed: {error}")
+            return
+        if verdict.unmapped is not None:
+            self.violations.append(f"refinement: {verdict.unmapped.explain()}")
 
     def _check_quiet_end(self) -> None:
         try:

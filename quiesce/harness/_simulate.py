@@ -36,6 +36,12 @@ full, with its reason (`_progress`). I9 is violated when a group ended untrained
 counted reason, when any group did although no fault was injected, or when an agent still
 holds an execution after the run finished.
 
+Refinement (PROTOCOL.md §8, "Two levels of model"): with `validate_fences` (the default)
+every request a participant handles is judged as it is logged (`quiesce.models`
+`JudgingFenceLog`), and the run is `violated` if a fence moved in a way no step of the
+design model does; `refinement` reports the counts. `fence_log` writes the log to a file
+(docs/validate.md) for `quiesce validate`.
+
 The verdict: `violated` if any invariant was (an unfinished run within the time limit is
 one: I7), else `stopped` if the controller stopped before the data was used up (`stop`
 says why: `_stop_cause`), else `ok`. `quiesce simulate` exits 1, 3 and 0 for them.
@@ -50,6 +56,7 @@ time only: no wall-clock figure is in it).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import statistics
 import tempfile
@@ -69,6 +76,7 @@ from quiesce.adapters import (
     ControllerJournal,
     Driver,
     Faults,
+    FileFenceLog,
     FinishedGroup,
     InMemoryDataPlane,
     InMemoryFleet,
@@ -77,6 +85,7 @@ from quiesce.adapters import (
     Participant,
     RestoreReport,
     SnapshotStore,
+    TeeFenceLog,
     VirtualClock,
     WorkConfig,
 )
@@ -89,6 +98,7 @@ from quiesce.harness._progress import (
     untrained_groups,
 )
 from quiesce.harness._stop_cause import StopCause, StopWitness
+from quiesce.models import JudgingFenceLog, LogVerdict
 from quiesce.protocol import QuiesceConfig, RecoveryLevel
 from quiesce.protocol.controller import (
     ControllerEffect,
@@ -164,6 +174,10 @@ class SimulationConfig(BaseModel):
     snapshot_dir: Path | None = None
     time_limit_s: float = Field(default=20_000.0, gt=0)
     """Virtual seconds after which an unfinished run gives up (`stop_reason` says so)."""
+    validate_fences: bool = True
+    """Check every participant's fence moves against the design model (refinement)."""
+    fence_log: Path | None = None
+    """Write the run's fence log (docs/validate.md) to this file, replacing it."""
 
     @model_validator(mode="after")
     def _crash_within_the_run(self) -> SimulationConfig:
@@ -237,6 +251,9 @@ class SimulationResult(BaseModel):
     stop_reason: str | None
     stop: StopCause | None
     """Why the controller stopped (None: it did not)."""
+    refinement: dict[str, Any] | None
+    """The fence log judged against the design model (`LogVerdict.describe()`; None when
+    not validated)."""
     verdict: Literal["ok", "violated", "stopped"]
     """`violated` if an invariant was, else `stopped` if the controller stopped before the
     data was used up, else `ok`."""
@@ -577,7 +594,11 @@ class _Run(_World):
         *,
         coordinator_factory: CoordinatorFactory = Coordinator,
         observers: Sequence[Observer] = (),
+        fence_file: FileFenceLog | None = None,
     ) -> None:
+        where = "fence log" if config.fence_log is None else str(config.fence_log)
+        self.judging = JudgingFenceLog(where) if config.validate_fences else None
+        sinks = tuple(sink for sink in (fence_file, self.judging) if sink is not None)
         self.fleet = InMemoryFleet(
             clock,
             policies=config.policies,
@@ -589,6 +610,7 @@ class _Run(_World):
             latency_s=(0.001, 0.004),
             faults=Faults(rate=config.fault_rate),
             work=WorkConfig(retry_backoff_s=0.05, max_service_retries=10_000),
+            fence_log=TeeFenceLog(*sinks) if sinks else None,
         )
         trainer = InMemoryTrainer()
         super().__init__(
@@ -709,6 +731,9 @@ class _Run(_World):
             ended_early=self._ended_early(),
         )
         violations.extend(progress_violations(untrained, faults=faults_injected > 0))
+        refinement = self._refinement()
+        if refinement is not None and refinement.unmapped is not None:
+            violations.append(f"refinement: {refinement.unmapped.explain()}")
         closed = self.tally.admission_closed
         tally = self.tally
         restores = [
@@ -762,8 +787,13 @@ class _Run(_World):
             stopped=stopped,
             stop_reason=self.stop_reason,
             stop=self.witness.cause if stopped else None,
+            refinement=None if refinement is None else refinement.describe(),
             verdict="violated" if violations else "stopped" if stopped else "ok",
         )
+
+    def _refinement(self) -> LogVerdict | None:
+        """The run's fence log judged against the design (None: not asked for)."""
+        return None if self.judging is None else self.judging.judge.verdict()
 
     def _ended_early(self) -> str | None:
         """Why work may still be in flight at the end (None: the run used up its data)."""
@@ -805,8 +835,22 @@ async def _run_in(
     factory: CoordinatorFactory,
     observers: Sequence[Observer],
 ) -> SimulationResult:
-    run = _Run(config, clock, root, progress, coordinator_factory=factory, observers=observers)
-    await clock.run(run.main)
+    with contextlib.ExitStack() as closing:
+        fence_file = (
+            None
+            if config.fence_log is None
+            else closing.enter_context(FileFenceLog(config.fence_log, append=False))
+        )
+        run = _Run(
+            config,
+            clock,
+            root,
+            progress,
+            coordinator_factory=factory,
+            observers=observers,
+            fence_file=fence_file,
+        )
+        await clock.run(run.main)
     return run.result(clock.now())
 
 

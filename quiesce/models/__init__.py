@@ -5,9 +5,10 @@ registered by name for `quiesce check`; `walk` takes seeded random walks through
 too big to exhaust (`quiesce check --walks N`). `TwoPhase` is Lamport's two-phase commit written as
 quiesce tables, the standard yardstick (288 distinct states with 3 RMs). `DesignModel` is the
 protocol's design (M1-M9's tables composed with atomic calls), exhausted at §8's reference size.
-`refine` checks every step of the `protocol` model against it (refinement). `swarm` runs
-many coverage-directed walkers with bitstate visited sets (here, or on Ray: `ray_runner`)
-and merges what they found.
+`refine` checks every step of the `protocol` model against it (refinement);
+`validate_fence_log` checks a recorded run's fence log against it (`quiesce validate`).
+`swarm` runs many coverage-directed walkers with bitstate visited sets (here, or on Ray:
+`ray_runner`) and merges what they found.
 `SCENARIOS` scripts PROTOCOL.md §7 on the composed `System`; the mutant catalog (`MUTANTS`,
 `verify`) runs them and the explorer against known bugs.
 
@@ -34,6 +35,20 @@ from quiesce.models._explorer import (
     always,
     check,
     mermaid_sequence,
+)
+from quiesce.models._log_validation import (
+    MAX_FAULTS,
+    DesignTooLarge,
+    FenceLogJudge,
+    JudgingFenceLog,
+    LoggedLine,
+    LogVerdict,
+    MalformedFenceLog,
+    StepKind,
+    Unmapped,
+    design_size,
+    read_fence_logs,
+    validate_fence_log,
 )
 from quiesce.models._mutant_notes import survivor_note
 from quiesce.models._mutant_pool import verify_many
@@ -104,6 +119,7 @@ from quiesce.models._two_phase import (
 __all__ = [
     "DEFAULT_BITSTATE_BITS",
     "DESIGN_SPEC",
+    "MAX_FAULTS",
     "MUTANTS",
     "NO_STALL",
     "PORTFOLIO",
@@ -120,8 +136,14 @@ __all__ = [
     "CheckResult",
     "DesignModel",
     "DesignParams",
+    "DesignTooLarge",
+    "FenceLogJudge",
     "Hooks",
     "InFlight",
+    "JudgingFenceLog",
+    "LogVerdict",
+    "LoggedLine",
+    "MalformedFenceLog",
     "Model",
     "ModelSpec",
     "Mutant",
@@ -139,6 +161,7 @@ __all__ = [
     "Scenario",
     "ScenarioFailed",
     "Step",
+    "StepKind",
     "Store",
     "SwarmRayError",
     "SwarmRequest",
@@ -156,6 +179,7 @@ __all__ = [
     "TwoPhaseState",
     "UnknownModel",
     "UnknownProjection",
+    "Unmapped",
     "UnsupportedOption",
     "Verdict",
     "Violation",
@@ -165,10 +189,12 @@ __all__ = [
     "arg_strategies",
     "build_model",
     "check",
+    "design_size",
     "get_model_spec",
     "known_models",
     "mermaid_sequence",
     "ray_runner",
+    "read_fence_logs",
     "refine",
     "register_model",
     "run_portfolio",
@@ -178,6 +204,7 @@ __all__ = [
     "swarm",
     "system_machine",
     "table_state_machine",
+    "validate_fence_log",
     "verify",
     "verify_many",
     "walk",

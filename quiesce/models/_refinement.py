@@ -2,9 +2,10 @@
 
 What lives here: the *view* both levels of model are projected onto (PROTOCOL.md §8, "Two
 levels of model"), `DesignSteps` (the views' transitions the design model takes, collected
-by exhausting it at the implementation's size) and its `check` of one implementation step.
-What it does not know: how a run is produced (`_refined_model` wraps the protocol model's
-steps for the explorer and the random walks).
+by exhausting it at the implementation's size) and its `check` of one implementation step
+(`check_move`: of one participant's fence). What it does not know: how a run is produced
+(`_refined_model` wraps the protocol model's steps for the explorer and the random walks;
+`_log_validation` reads a recorded fence log).
 
 The view is what both levels hold alike and move at the same grain: each participant's
 fence (M2: its state, active id, high-watermark and which results it recorded). Ids are
@@ -36,6 +37,8 @@ from quiesce.fsm import QuiesceError
 from quiesce.models._design_model import DesignModel
 from quiesce.models._design_state import NAMES, DesignParams, DesignState
 from quiesce.models._protocol_state import ProtocolParams, PState
+from quiesce.protocol import OpId
+from quiesce.protocol.machines import FenceOp, FenceState
 
 __all__ = [
     "DesignSteps",
@@ -43,6 +46,7 @@ __all__ = [
     "View",
     "design_params",
     "design_view",
+    "fence_view",
     "implementation_view",
 ]
 
@@ -113,16 +117,23 @@ def design_view(state: DesignState) -> View:
     )
 
 
+def fence_view(
+    state: FenceState,
+    active: OpId | None,
+    high_watermark: OpId | None,
+    recorded: Iterable[tuple[OpId, FenceOp]],
+) -> Fence:
+    """The view of one implementation fence (a model's participant or a logged one)."""
+    return (state.value, active, high_watermark, tuple(sorted((r, o.value) for r, o in recorded)))
+
+
 def implementation_view(state: PState) -> View:
     """The view of an implementation-model state."""
     fences = (state.system.participant(name).fence for name in NAMES)
     return View(
         tuple(
-            (
-                f.state.value,
-                f.data.active,
-                f.data.high_watermark,
-                tuple(sorted((r, o.value) for r, o, _ in f.data.recorded)),
+            fence_view(
+                f.state, f.data.active, f.data.high_watermark, (r[:2] for r in f.data.recorded)
             )
             for f in fences
         )
@@ -137,7 +148,11 @@ def changes(before: View, after: View) -> Iterable[Change]:
     """The moves of the components a step changed (none: the step stutters)."""
     for index, (was, now) in enumerate(zip(before.fences, after.fences, strict=True)):
         if was != now:
-            yield (f"fence of {NAMES[index]}", *_renamed(was, now))
+            yield _change(NAMES[index], was, now)
+
+
+def _change(participant: str, was: Fence, now: Fence) -> Change:
+    return (f"fence of {participant}", *_renamed(was, now))
 
 
 def _renamed(was: Fence, now: Fence) -> tuple[Fence, Fence]:
@@ -173,6 +188,8 @@ class DesignSteps:
                     seen.add(following)
                     frontier.append(following)
         self.moves = frozenset(moves)
+        self.fence_moves = frozenset((was, now) for _, was, now in moves)
+        """The moves the design makes of any participant's fence (ids renamed)."""
         self.design_states = len(seen)
 
     def check_initial(self, view: View) -> str:
@@ -186,9 +203,32 @@ class DesignSteps:
         when it maps to one (or stutters)."""
         for change in changes(before, after):
             if change not in self.moves:
-                name, was, now = change
-                return f"{name} moves {was} -> {now}, which no step of the design does"
+                return _unmapped(change)
         return ""
+
+    def initial_fences(self) -> frozenset[Fence]:
+        """The fences the design's participants start with."""
+        return frozenset(fence for view in self.initial for fence in view.fences)
+
+    def check_fence_move(self, was: Fence, now: Fence) -> str:
+        """Why a fence moving from `was` to `now` is no move the design makes of any
+        participant's fence, or "" when it is one (or the fence did not move).
+
+        Any participant's, unlike `check`: a real policy or resources server is busy when
+        a prepare arrives (generation calls and mutations take time) and answers
+        `not_ready`, while the design's never is (a turn, its policy call and its
+        mutations are one atomic step), so only the design's agent fence ever holds
+        `preparing`. M2 is one table for every role; which outcome comes when is the
+        role's, and that is what the design abstracts."""
+        if was == now:
+            return ""
+        change = _change("a participant", was, now)
+        return "" if change[1:] in self.fence_moves else _unmapped(change)
+
+
+def _unmapped(change: Change) -> str:
+    name, was, now = change
+    return f"{name} moves {was} -> {now}, which no step of the design does"
 
 
 def _show(view: View) -> str:

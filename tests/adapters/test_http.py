@@ -536,6 +536,7 @@ async def test_killed_server_mid_prepare_leads_to_abort_then_a_successful_checkp
         InMemoryTrainer,
         SnapshotStore,
     )
+    from quiesce.models import read_fence_logs, validate_fence_log
     from quiesce.protocol import Coordinator, QuiesceConfig
     from quiesce.protocol.controller import PeriodElapsed
 
@@ -543,9 +544,11 @@ async def test_killed_server_mid_prepare_leads_to_abort_then_a_successful_checkp
     token_file.write_text(TOKEN)
     port = free_port()
     agent_dir = tmp_path / "agent"
+    fence_log = tmp_path / "agent.fence.jsonl"  # appended to across the kill
     command = [
         sys.executable, "-m", "quiesce", "serve", "--role", "agent", "--port", str(port),
         "--state-dir", str(agent_dir), "--token-file", str(token_file), "--name", "agent-k",
+        "--fence-log", str(fence_log),
     ]  # fmt: skip
 
     def spawn() -> subprocess.Popen[bytes]:
@@ -613,6 +616,11 @@ async def test_killed_server_mid_prepare_leads_to_abort_then_a_successful_checkp
             assert str(failed.checkpoint_id) not in store.published()
             store.verify(str(completed.checkpoint_id))  # complete and verifiable
             driver.stop()
+        # Refinement of the HTTP run: every fence move the agent made, before and after its
+        # SIGKILL, is a move of the design (the restart is one more incarnation).
+        verdict = validate_fence_log(read_fence_logs([fence_log]))
+        assert verdict.ok, verdict.unmapped and verdict.unmapped.explain()
+        assert verdict.restarts == 1 and verdict.moves >= 4, verdict.describe()
     finally:
         for client in clients.values():
             await client.aclose()

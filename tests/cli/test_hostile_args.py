@@ -36,6 +36,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from quiesce.adapters import FileFenceLog
 from quiesce.cli import _chaos, _conform, _explore, main
 from quiesce.cli._paths import InputFile, OutputDir, OutputFile
 from quiesce.cli._values import FiniteFloatRange, HttpUrl, Name, Setting, ShellCommand
@@ -140,6 +141,7 @@ class _Files:
     non_utf8: Path
     empty: Path
     token: Path
+    fence_log: Path
 
 
 @pytest.fixture(scope="module")
@@ -152,12 +154,14 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> _Files:
         non_utf8=root / "latin1.json",
         empty=root / "empty.json",
         token=root / "token",
+        fence_log=root / "fence.jsonl",
     )
     made.file.write_text("not a directory\n")
     made.directory.mkdir()
     made.non_utf8.write_bytes(b"\xff\xfe caf\xe9 \x00")
     made.empty.write_bytes(b"")
     made.token.write_text("hostile-test-token\n")
+    FileFenceLog(made.fence_log).close()  # a header and no request: a valid, empty log
     return made
 
 
@@ -276,6 +280,7 @@ def _baselines(files: _Files, port: int) -> dict[str, _Baseline]:
         ),
         "chaos": _Baseline((f"--workdir={files.root / 'chaos'}",), late_failure=STUB),
         "explore": _Baseline((), ("two-phase",), late_failure=STUB),
+        "validate": _Baseline((), (str(files.fence_log),)),
     }
 
 

@@ -43,6 +43,7 @@ from quiesce.harness._chaos_controller import (
     read_consumed,
     read_trained,
 )
+from quiesce.models import read_fence_logs, validate_fence_log
 
 pytestmark = pytest.mark.skipif(
     not Path("/proc/self/cmdline").exists(), reason="needs /proc to find leftover children"
@@ -107,6 +108,12 @@ def test_three_kills_keep_every_promise(tmp_path: Path) -> None:
     assert len(trained) == len(set(trained)) == budget * 2  # x group size
     assert set(read_consumed(workdir)) == {prompt for prompt, _ in trained}
     assert processes_naming(workdir) == []
+    # Refinement of the real run: every participant's fence log (appended to across its
+    # restarts) maps onto the design; a killed participant comes back a new incarnation.
+    logs = sorted((workdir / "logs").glob("*.fence.jsonl"))
+    verdict = validate_fence_log(read_fence_logs(logs))
+    assert len(logs) == verdict.participants == 4 and verdict.ok, verdict.describe()
+    assert verdict.restarts <= result["participant_kills"] and verdict.moves > 0
 
 
 def test_sigint_stops_every_child(tmp_path: Path) -> None:
