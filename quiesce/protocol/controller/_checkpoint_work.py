@@ -56,7 +56,6 @@ from quiesce.protocol.machines import (
     PhaseCalls,
     Slot,
     Trigger,
-    stops_the_run,
 )
 
 __all__ = [
@@ -171,11 +170,8 @@ class AttemptCalls:
         self.h.set_attempt(replace(attempt, conflicts=attempt.conflicts | {(key[0], active_id)}))
 
     def call_failed(self, key: CallKey, cause: Cause, *, refused: bool) -> None:
-        # §4: the attempt fails with the call's cause (after the call's own retries); if that
-        # stops the run, the stop names the participant.
-        if stops_the_run(self.h.state.checkpoint.data, self.h.policy.classify(cause)):
-            self.h.set_attempt(replace(self.h.attempt, failed_by=key[0]))
-        self.h.fail(cause)
+        # §4: the attempt fails with the call's cause (after the call's own retries).
+        self.h.fail(cause, key[0])
 
     def role_settled(self, failed: frozenset[CallKey]) -> bool:
         # A failed call already failed the attempt: nothing moves on.

@@ -63,6 +63,7 @@ __all__ = [
     "call_retry_timer",
     "prepare_retry_timer",
     "read_reply",
+    "try_deadline",
 ]
 
 PHASE_OPS: Mapping[Phase, Op] = MappingProxyType(
@@ -117,6 +118,30 @@ def backoff_s(config: QuiesceConfig, op_id: OpId, participant: str, retry: int) 
     digest = hashlib.blake2b(f"{op_id}|{participant}|{retry}".encode(), digest_size=8).digest()
     fraction: float = int.from_bytes(digest, "big") / 2**64
     return cap * fraction
+
+
+def try_deadline(config: QuiesceConfig, now: float, call: CallData) -> float:
+    """How long one try of `call`, sent at `now`, may wait: an equal share of what is left
+    of the call's deadline among the tries it may still make (this one and its unspent
+    retries), and never more than `control_timeout_s`. A try that times out then leaves its
+    retries time to run before the deadline (§4). A call never retried (no budget) waits
+    until its deadline.
+
+    >>> config = QuiesceConfig(control_timeout_s=2.0)
+    >>> try_deadline(config, 10.0, CallData(deadline_at=12.0, budget=3))
+    10.5
+    >>> try_deadline(config, 11.0, CallData(deadline_at=12.0, budget=3, retries=3))
+    12.0
+    >>> try_deadline(config, 0.0, CallData(deadline_at=5.0))
+    5.0
+    >>> try_deadline(config, 0.0, CallData(deadline_at=5.0, budget=1))
+    2.0
+    """
+    if not call.budget:
+        return call.deadline_at
+    tries_left = call.budget - call.retries + 1
+    share = (call.deadline_at - now) / tries_left
+    return min(call.deadline_at, now + min(share, config.control_timeout_s))
 
 
 def read_reply(op: Op, op_id: OpId, result: Any) -> tuple[CallInput, CallEvent]:
@@ -343,12 +368,7 @@ def _w_send_call(run: PhaseRunner, key: CallKey, _input: CallInput, _arg: Any) -
     name, op_id = key
     sent_as = run.h.policy.retry_op_id(op_id, value.data.retries)  # §4: the same id
     payload = run.owner.payload(calls.phase, key)
-    deadline = value.data.deadline_at
-    if value.data.budget:
-        # One try of a call that may be retried waits at most `control_timeout_s`: a try
-        # that times out then leaves the rest of a longer deadline (the shared prepare
-        # deadline) to its retries instead of spending all of it (§3, §4).
-        deadline = min(deadline, run.h.now + run.h.config.control_timeout_s)
+    deadline = try_deadline(run.h.config, run.h.now, value.data)
     run.h.emit(Call(name, PHASE_OPS[calls.phase], sent_as, deadline, payload))
 
 
