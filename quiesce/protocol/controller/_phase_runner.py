@@ -6,7 +6,8 @@ rejected snapshot). It walks the phase's slots (`CoordinatorPolicy.phase_order`,
 every call of one role at once, feeds each reply, failure and timer to that call's `call`
 table value and does the work the row names (`CALL_WORK`), and moves to the next role when
 every call of this one settled. Also here: how a reply is read as a call input
-(`read_reply`), the backoff of a retried call (`backoff_s`) and the timers the runner arms.
+(`read_reply`), the backoff of a retried call (`backoff_s`), how long one try of it waits
+(`try_deadline`) and the timers the runner arms.
 
 What it does not know: who is called for a slot, what a call carries, or what a settled
 call means for the phase. Its `PhaseOwner` says: M1 fails the attempt at the first failed
