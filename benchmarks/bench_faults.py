@@ -167,38 +167,59 @@ def summarise(runs: Iterable[RunFigures]) -> Row:
     }
 
 
-def completion(figures: dict[str, dict[str, Row]], mode: str) -> dict[str, bool]:
-    """The completion targets, met or not by `mode`'s rows."""
+Figures = dict[str, dict[str, Row]]
+"""Rate (as text) -> mode -> its row: only the rates and modes that were measured."""
+
+
+def completion(figures: Figures, mode: str) -> dict[str, bool]:
+    """The completion targets, met or not by `mode`'s rows (of the rates measured)."""
     met: dict[str, bool] = {}
     for rate, least in TARGETS.items():
-        row = figures[str(rate)][mode]
-        met[f"{rate}: 0 stopped, >= {least:g}% completed"] = (
-            row["stopped"] == 0 and row["completed_pct"] >= least
-        )
+        row = figures.get(str(rate), {}).get(mode)
+        if row is not None:
+            met[f"{rate}: 0 stopped, >= {least:g}% completed"] = (
+                row["stopped"] == 0 and row["completed_pct"] >= least
+            )
     return met
 
 
-def verdicts(figures: dict[str, dict[str, Row]]) -> dict[str, bool]:
-    """Each target, met or not (the per-call rows')."""
+def verdicts(figures: Figures) -> dict[str, bool]:
+    """Each target, met or not (the per-call rows'), of the rates and modes measured."""
     met = completion(figures, "retries")
-    for rate in RATES:
-        on, off = figures[str(rate)]["retries"], figures[str(rate)]["no_retries"]
-        met[f"{rate}: p99 closed with retries <= {P99_RATIO_MAX}x without"] = (
-            on["closed_p99_s"] <= P99_RATIO_MAX * off["closed_p99_s"]
-        )
-    for rate in RATES:
-        met[f"{rate}: no invariant violated"] = all(
-            figures[str(rate)][mode]["violated"] == 0 for mode in MODES
-        )
+    for rate, rows in figures.items():
+        if "retries" in rows and "no_retries" in rows:
+            on, off = rows["retries"], rows["no_retries"]
+            met[f"{rate}: p99 closed with retries <= {P99_RATIO_MAX}x without"] = (
+                on["closed_p99_s"] <= P99_RATIO_MAX * off["closed_p99_s"]
+            )
+    for rate, rows in figures.items():
+        met[f"{rate}: no invariant violated"] = all(row["violated"] == 0 for row in rows.values())
     return met
 
 
-def measure(seeds: int, steps: int, workers: int) -> dict[str, object]:
+def tabulate(jobs: Sequence[Job], runs: Sequence[RunFigures]) -> Figures:
+    """The rows of every rate and mode among `jobs` (each job's run at the same index)."""
+    keys = dict.fromkeys((job.rate, job.mode) for job in jobs)
+    figures: Figures = {}
+    for rate, mode in keys:
+        figures.setdefault(str(rate), {})[mode] = summarise(
+            run for job, run in zip(jobs, runs, strict=True) if (job.rate, job.mode) == (rate, mode)
+        )
+    return figures
+
+
+def measure(
+    seeds: int,
+    steps: int,
+    workers: int,
+    rates: Sequence[float] = RATES,
+    modes: Sequence[str] = MODES,
+) -> dict[str, object]:
     """Every run, over `workers` processes; the figures per rate and mode, and the verdicts."""
     jobs = [
         Job(rate, mode, seed, steps)
-        for rate in RATES
-        for mode in MODES
+        for rate in rates
+        for mode in modes
         for seed in range(1, seeds + 1)
     ]
     start = time.perf_counter()
@@ -206,17 +227,7 @@ def measure(seeds: int, steps: int, workers: int) -> dict[str, object]:
         runs = list(pool.map(run_one, jobs, chunksize=4))
     wall_s = time.perf_counter() - start
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    figures = {
-        str(rate): {
-            mode: summarise(
-                run
-                for job, run in zip(jobs, runs, strict=True)
-                if (job.rate, job.mode) == (rate, mode)
-            )
-            for mode in MODES
-        }
-        for rate in RATES
-    }
+    figures = tabulate(jobs, runs)
     return {
         "seeds": seeds,
         "steps": steps,
@@ -239,34 +250,56 @@ _LABELS = {
 
 def markdown(result: dict[str, object]) -> str:
     """The README's table."""
-    figures: dict[str, dict[str, Row]] = result["figures"]  # type: ignore[assignment]
+    figures: Figures = result["figures"]  # type: ignore[assignment]
     lines = [
         "| fault rate | faults | retries | runs stopped | attempts completed | attempts failed "
         "| completed % | admission closed median (s) | p99 (s) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for rate in RATES:
-        for mode in MODES:
-            row = figures[str(rate)][mode]
+    for rate, rows in figures.items():
+        for mode, row in rows.items():
             faults, retries = _LABELS[mode]
             lines.append(
-                f"| {rate:.2f} | {faults} | {retries} | {row['stopped']} "
+                f"| {float(rate):.2f} | {faults} | {retries} | {row['stopped']} "
                 f"| {row['completed']} | {row['failed']} | {row['completed_pct']:.1f} "
                 f"| {row['closed_median_s']:.3f} | {row['closed_p99_s']:.3f} |"
             )
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the table and the targets (or one JSON document with `--json`); exit 1 if a
-    target is missed."""
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(part) for part in text.split(","))
+
+
+def _modes(text: str) -> tuple[str, ...]:
+    modes = tuple(text.split(","))
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown modes {unknown}; choose among {list(MODES)}")
+    return modes
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line's options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--seeds", type=int, default=50, help="seeds per rate and mode")
     parser.add_argument("--steps", type=int, default=30, help="training steps per run")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
-    args = parser.parse_args(argv)
-    result = measure(args.seeds, args.steps, args.workers)
+    parser.add_argument(
+        "--rates", type=_floats, default=RATES, help="comma-separated fault rates (all three)"
+    )
+    parser.add_argument(
+        "--modes", type=_modes, default=MODES, help=f"comma-separated modes of {','.join(MODES)}"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table and the targets (or one JSON document with `--json`); exit 1 if a
+    target is missed."""
+    args = parse(argv)
+    result = measure(args.seeds, args.steps, args.workers, args.rates, args.modes)
     targets: dict[str, bool] = result["targets"]  # type: ignore[assignment]
     if args.json:
         print(json.dumps(result, sort_keys=True))
@@ -279,9 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, met in with_restarts.items():
             print(f"{'met   ' if met else 'MISSED'} {name}, with restarts (not a target)")
         print(
-            f"\n{args.seeds} seeds x {args.steps} steps x {len(RATES)} rates x {len(MODES)} "
-            f"modes in {result['wall_s']:.1f} s wall, {result['cpu_s']:.1f} s CPU "
-            f"({args.workers} workers)"
+            f"\n{args.seeds} seeds x {args.steps} steps x {len(args.rates)} rates x "
+            f"{len(args.modes)} modes in {result['wall_s']:.1f} s wall, "
+            f"{result['cpu_s']:.1f} s CPU ({args.workers} workers)"
         )
     return 0 if all(targets.values()) else 1
 

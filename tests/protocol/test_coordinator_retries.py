@@ -229,7 +229,10 @@ def test_the_model_with_retries_on_is_exhausted_without_violation() -> None:
     assert result.complete and not result.truncated
     assert result.violations == ()
     # 55,829 while release and abort calls went straight to their pending state and one
-    # try of a prepare could wait out the whole prepare deadline; now release and abort are
-    # retried inside the attempt first and a try waits at most control_timeout_s, so paths
-    # that differed only in which of those waits ran merge.
-    assert result.distinct_states == 52_199
+    # try of a prepare could wait out the whole prepare deadline; then release and abort were
+    # retried inside the attempt first and a try waited at most control_timeout_s, so paths
+    # that differed only in which of those waits ran merged (52,199). Now a try waits an
+    # equal share of what is left of its call's deadline (`try_deadline`): the model keeps
+    # each call in flight with its try's deadline (I6), and a retry's differs from a first
+    # try's, so states that shared `now + control_timeout_s` are told apart.
+    assert result.distinct_states == 55_059
