@@ -612,6 +612,9 @@ class _Run(_World):
                 rollout_timeout_s=120.0,
                 prepare_timeout_s=5.0,
                 control_timeout_s=2.0,
+                # Round trips take milliseconds here: a try that waits half a second has
+                # timed out, and its retries still fit the 2 s deadline (§4).
+                call_try_timeout_s=0.5,
                 prepare_retry_interval_s=0.2,
                 snapshot_attempt_interval_s=4.0,
                 save_period=1,

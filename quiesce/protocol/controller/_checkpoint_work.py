@@ -14,8 +14,8 @@ deadline, now + control_timeout_s)`. Prepare and commit calls are retried inside
 attempt (`call_retries`, §4), and so are release and abort calls: a resume of the same id
 is idempotent (M2), so a transient fault there is retried before the attempt waits on its
 own timer (`release_pending`, `abort_pending`) with admission closed. One try of a call
-waits only its share of the call's deadline (`try_deadline`), so a try that times out
-leaves its retries time to run.
+waits at most `call_try_timeout_s` of the call's deadline (`try_deadline`), so a try that
+times out leaves its retries time to run.
 """
 
 from __future__ import annotations

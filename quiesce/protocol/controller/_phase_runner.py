@@ -122,27 +122,27 @@ def backoff_s(config: QuiesceConfig, op_id: OpId, participant: str, retry: int) 
 
 
 def try_deadline(config: QuiesceConfig, now: float, call: CallData) -> float:
-    """How long one try of `call`, sent at `now`, may wait: an equal share of what is left
-    of the call's deadline among the tries it may still make (this one and its unspent
-    retries), and never more than `control_timeout_s`. A try that times out then leaves its
-    retries time to run before the deadline (§4). A call never retried (no budget) waits
-    until its deadline.
+    """How long one try of `call`, sent at `now`, may wait: `call_try_timeout_s` (at most
+    `control_timeout_s`; that when unset) if the call may be retried, never past the call's
+    deadline. A try that times out then leaves its retries time to run before the deadline
+    (§4). A call never retried (no budget) waits until its deadline.
 
-    >>> config = QuiesceConfig(control_timeout_s=2.0)
+    >>> config = QuiesceConfig(control_timeout_s=2.0, call_try_timeout_s=0.5)
     >>> try_deadline(config, 10.0, CallData(deadline_at=12.0, budget=3))
     10.5
-    >>> try_deadline(config, 11.0, CallData(deadline_at=12.0, budget=3, retries=3))
+    >>> try_deadline(config, 11.8, CallData(deadline_at=12.0, budget=3, retries=3))
     12.0
-    >>> try_deadline(config, 0.0, CallData(deadline_at=5.0))
-    5.0
-    >>> try_deadline(config, 0.0, CallData(deadline_at=5.0, budget=1))
+    >>> try_deadline(config, 10.0, CallData(deadline_at=12.0))
+    12.0
+    >>> try_deadline(QuiesceConfig(control_timeout_s=2.0), 0.0, CallData(deadline_at=5.0, budget=1))
     2.0
     """
     if not call.budget:
         return call.deadline_at
-    tries_left = call.budget - call.retries + 1
-    share = (call.deadline_at - now) / tries_left
-    return min(call.deadline_at, now + min(share, config.control_timeout_s))
+    patience = config.control_timeout_s
+    if config.call_try_timeout_s is not None:
+        patience = min(patience, config.call_try_timeout_s)
+    return min(call.deadline_at, now + patience)
 
 
 def read_reply(op: Op, op_id: OpId, result: Any) -> tuple[CallInput, CallEvent]:
