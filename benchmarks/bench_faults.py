@@ -1,23 +1,37 @@
-"""Goodput under faults: what per-call faults cost the training run, with and without retries.
+"""Goodput under faults: what per-call faults cost the training run, with and without retries,
+and apart from them what participant restarts cost.
 
 Run: `uv run python benchmarks/bench_faults.py [--json] [--seeds 50] [--steps 30] [--workers 2]`.
 
-For each per-call fault rate (0.01, 0.05, 0.10) and `--seeds` seeds, one `quiesce simulate`
-run of `--steps` training steps on the default fleet (2 agents; `quiesce.harness.simulate`,
-nothing of it re-implemented here), once with the default retries inside an attempt and once
-with them off (`call_retries=0`), in the same run of this script. Per rate and mode:
+For each fault rate (0.01, 0.05, 0.10) and `--seeds` seeds, one `quiesce simulate` run of
+`--steps` training steps on the default fleet (2 agents; `quiesce.harness.simulate`, nothing
+of it re-implemented here) in each of three modes, in the same run of this script:
+- `retries`: per-call faults (request or reply lost, 5xx, timed out, redelivered;
+  `simulate --fault-rate p --restart-rate 0`) with the default retries inside an attempt;
+- `no_retries`: the same faults with the retries off (`call_retries=0`);
+- `retries_restarts`: the same rate with a participant restart among the fault kinds (1 in
+  6; `simulate --fault-rate p`, its default), retries on. A restart is no fault of one call:
+  §4 never retries it inside an attempt, and the agent's running executions die with it.
+  This row shows what restarts cost; the targets are the per-call rows'.
+
+Per rate and mode:
 - `stopped`: runs whose controller stopped (verdict `stopped`); `violated`: runs whose
-  oracle found a broken invariant (must be 0 in either mode);
+  oracle found a broken invariant (must be 0 in every mode);
 - `completed` / `failed`: the training's checkpoint attempts (up to the attempt of the
   last step: the harness's settle tail after it runs without faults) by final outcome, one
   per checkpoint id (a published attempt whose release was retried counts once, completed);
   `skipped` attempts (a precondition, not a fault) are apart; `completed_pct` is
   completed / (completed + failed);
 - `closed_median_s` / `closed_p99_s`: admission-closed seconds of every attempt of every
-  run, pooled (virtual time).
+  run, pooled (virtual time);
+- `failed_by`: the failed attempts by `<cause> at <op>` (`StopWitness`: the §4 cause of the
+  attempt's first failure and the call that had it -- `participant_restarted at prepare`
+  is a restart seen in a prepare's reply; an op-less cause failed on a timer or the store).
 
-Targets: at 0.05, 0 runs stopped and completed_pct >= 90; at 0.10, 0 stopped and
-completed_pct >= 70; at every rate, closed_p99_s with retries <= 1.5 x without. Runs are
+Targets (per-call faults): at 0.05, 0 runs stopped and completed_pct >= 90; at 0.10, 0
+stopped and completed_pct >= 70; at every rate, closed_p99_s with retries <= 1.5 x without.
+The same completion figures of the `retries_restarts` rows are reported beside them
+(`with_restarts`), never hidden, but do not decide the exit code. Runs are
 spread over `--workers` processes; the wall time is reported (the figures are virtual-time
 only, so they are the same on any machine).
 """
@@ -26,15 +40,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from quiesce.adapters import configure_logging
-from quiesce.harness import simulate
+from quiesce.harness import StopWitness, simulate
 from quiesce.protocol import QuiesceConfig
 from quiesce.protocol.controller import (
     ControllerEffect,
@@ -47,7 +64,7 @@ from quiesce.protocol.controller import (
 from quiesce.protocol.machines import CheckpointState
 
 RATES = (0.01, 0.05, 0.10)
-MODES = ("retries", "no_retries")
+MODES = ("retries", "no_retries", "retries_restarts")
 # rate -> the least completed_pct it must reach, with retries and 0 runs stopped.
 TARGETS = {0.05: 90.0, 0.10: 70.0}
 P99_RATIO_MAX = 1.5
@@ -71,6 +88,7 @@ class RunFigures:
     verdict: str = ""
     outcomes: dict[str, str] = field(default_factory=dict)  # checkpoint id -> final result
     closed_s: list[float] = field(default_factory=list)
+    failed_by: dict[str, str] = field(default_factory=dict)  # failed id -> its failure label
     over: bool = False
 
     def observe(
@@ -99,15 +117,23 @@ def run_one(job: Job) -> RunFigures:
     """One `quiesce simulate` run (in a worker process)."""
     configure_logging("error")
     figures = RunFigures(job.steps)
-    factory = Coordinator if job.mode == "retries" else _without_retries
+    witness = StopWitness()
+    factory = _without_retries if job.mode == "no_retries" else Coordinator
     result = simulate(
         steps=job.steps,
         fault_rate=job.rate,
+        # None: a restart is one of the fault kinds (simulate's default); 0: none at all.
+        restart_rate=None if job.mode == "retries_restarts" else 0.0,
         seed=job.seed,
         coordinator_factory=factory,
-        observers=[figures.observe],
+        observers=[figures.observe, witness],
     )
     figures.verdict = result.verdict
+    figures.failed_by = {
+        checkpoint_id: witness.failures[checkpoint_id].label
+        for checkpoint_id, outcome in figures.outcomes.items()
+        if outcome == "failed"
+    }
     return figures
 
 
@@ -116,12 +142,17 @@ def _p99(sample: Sequence[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else 0.0
 
 
-def summarise(runs: Iterable[RunFigures]) -> dict[str, float | int]:
+Row = dict[str, Any]
+"""One rate and mode's figures (numbers, and `failed_by`: counts by failure label)."""
+
+
+def summarise(runs: Iterable[RunFigures]) -> Row:
     """The figures of one rate and mode, over its runs."""
     runs = list(runs)
     results = [r for run in runs for r in run.outcomes.values()]
     closed = [s for run in runs for s in run.closed_s]
     completed, failed = results.count("completed"), results.count("failed")
+    failed_by = Counter(label for run in runs for label in run.failed_by.values())
     return {
         "runs": len(runs),
         "stopped": sum(run.verdict == "stopped" for run in runs),
@@ -132,91 +163,143 @@ def summarise(runs: Iterable[RunFigures]) -> dict[str, float | int]:
         "completed_pct": round(100.0 * completed / max(completed + failed, 1), 1),
         "closed_median_s": round(statistics.median(closed), 3) if closed else 0.0,
         "closed_p99_s": round(_p99(closed), 3),
+        "failed_by": dict(failed_by.most_common()),
     }
 
 
-def verdicts(figures: dict[str, dict[str, dict[str, float | int]]]) -> dict[str, bool]:
-    """Each target, met or not."""
+Figures = dict[str, dict[str, Row]]
+"""Rate (as text) -> mode -> its row: only the rates and modes that were measured."""
+
+
+def completion(figures: Figures, mode: str) -> dict[str, bool]:
+    """The completion targets, met or not by `mode`'s rows (of the rates measured)."""
     met: dict[str, bool] = {}
     for rate, least in TARGETS.items():
-        row = figures[str(rate)]["retries"]
-        met[f"{rate}: 0 stopped, >= {least:g}% completed"] = (
-            row["stopped"] == 0 and row["completed_pct"] >= least
-        )
-    for rate in RATES:
-        on, off = figures[str(rate)]["retries"], figures[str(rate)]["no_retries"]
-        met[f"{rate}: p99 closed with retries <= {P99_RATIO_MAX}x without"] = (
-            on["closed_p99_s"] <= P99_RATIO_MAX * off["closed_p99_s"]
-        )
-    for rate in RATES:
-        met[f"{rate}: no invariant violated"] = all(
-            figures[str(rate)][mode]["violated"] == 0 for mode in MODES
-        )
+        row = figures.get(str(rate), {}).get(mode)
+        if row is not None:
+            met[f"{rate}: 0 stopped, >= {least:g}% completed"] = (
+                row["stopped"] == 0 and row["completed_pct"] >= least
+            )
     return met
 
 
-def measure(seeds: int, steps: int, workers: int) -> dict[str, object]:
+def verdicts(figures: Figures) -> dict[str, bool]:
+    """Each target, met or not (the per-call rows'), of the rates and modes measured."""
+    met = completion(figures, "retries")
+    for rate, rows in figures.items():
+        if "retries" in rows and "no_retries" in rows:
+            on, off = rows["retries"], rows["no_retries"]
+            met[f"{rate}: p99 closed with retries <= {P99_RATIO_MAX}x without"] = (
+                on["closed_p99_s"] <= P99_RATIO_MAX * off["closed_p99_s"]
+            )
+    for rate, rows in figures.items():
+        met[f"{rate}: no invariant violated"] = all(row["violated"] == 0 for row in rows.values())
+    return met
+
+
+def tabulate(jobs: Sequence[Job], runs: Sequence[RunFigures]) -> Figures:
+    """The rows of every rate and mode among `jobs` (each job's run at the same index)."""
+    keys = dict.fromkeys((job.rate, job.mode) for job in jobs)
+    figures: Figures = {}
+    for rate, mode in keys:
+        figures.setdefault(str(rate), {})[mode] = summarise(
+            run for job, run in zip(jobs, runs, strict=True) if (job.rate, job.mode) == (rate, mode)
+        )
+    return figures
+
+
+def measure(
+    seeds: int,
+    steps: int,
+    workers: int,
+    rates: Sequence[float] = RATES,
+    modes: Sequence[str] = MODES,
+) -> dict[str, object]:
     """Every run, over `workers` processes; the figures per rate and mode, and the verdicts."""
     jobs = [
         Job(rate, mode, seed, steps)
-        for rate in RATES
-        for mode in MODES
+        for rate in rates
+        for mode in modes
         for seed in range(1, seeds + 1)
     ]
     start = time.perf_counter()
     with ProcessPoolExecutor(max_workers=workers) as pool:
         runs = list(pool.map(run_one, jobs, chunksize=4))
     wall_s = time.perf_counter() - start
-    figures = {
-        str(rate): {
-            mode: summarise(
-                run
-                for job, run in zip(jobs, runs, strict=True)
-                if (job.rate, job.mode) == (rate, mode)
-            )
-            for mode in MODES
-        }
-        for rate in RATES
-    }
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    figures = tabulate(jobs, runs)
     return {
         "seeds": seeds,
         "steps": steps,
         "workers": workers,
         "wall_s": round(wall_s, 1),
+        "cpu_s": round(children.ru_utime + children.ru_stime, 1),
         "figures": figures,
         "targets": verdicts(figures),
+        "with_restarts": completion(figures, "retries_restarts"),
     }
+
+
+# mode -> the table's `faults` and `retries` cells.
+_LABELS = {
+    "retries": ("per call", "on"),
+    "no_retries": ("per call", "off"),
+    "retries_restarts": ("per call, 1 in 6 a restart", "on"),
+}
 
 
 def markdown(result: dict[str, object]) -> str:
     """The README's table."""
-    figures: dict[str, dict[str, dict[str, float | int]]] = result["figures"]  # type: ignore[assignment]
+    figures: Figures = result["figures"]  # type: ignore[assignment]
     lines = [
-        "| fault rate | retries | runs stopped | attempts completed | attempts failed "
+        "| fault rate | faults | retries | runs stopped | attempts completed | attempts failed "
         "| completed % | admission closed median (s) | p99 (s) |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for rate in RATES:
-        for mode in MODES:
-            row = figures[str(rate)][mode]
+    for rate, rows in figures.items():
+        for mode, row in rows.items():
+            faults, retries = _LABELS[mode]
             lines.append(
-                f"| {rate:.2f} | {'on' if mode == 'retries' else 'off'} | {row['stopped']} "
+                f"| {float(rate):.2f} | {faults} | {retries} | {row['stopped']} "
                 f"| {row['completed']} | {row['failed']} | {row['completed_pct']:.1f} "
                 f"| {row['closed_median_s']:.3f} | {row['closed_p99_s']:.3f} |"
             )
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Print the table and the targets (or one JSON document with `--json`); exit 1 if a
-    target is missed."""
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(part) for part in text.split(","))
+
+
+def _modes(text: str) -> tuple[str, ...]:
+    modes = tuple(text.split(","))
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown modes {unknown}; choose among {list(MODES)}")
+    return modes
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line's options."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--seeds", type=int, default=50, help="seeds per rate and mode")
     parser.add_argument("--steps", type=int, default=30, help="training steps per run")
     parser.add_argument("--workers", type=int, default=2, help="worker processes")
-    args = parser.parse_args(argv)
-    result = measure(args.seeds, args.steps, args.workers)
+    parser.add_argument(
+        "--rates", type=_floats, default=RATES, help="comma-separated fault rates (all three)"
+    )
+    parser.add_argument(
+        "--modes", type=_modes, default=MODES, help=f"comma-separated modes of {','.join(MODES)}"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the table and the targets (or one JSON document with `--json`); exit 1 if a
+    target is missed."""
+    args = parse(argv)
+    result = measure(args.seeds, args.steps, args.workers, args.rates, args.modes)
     targets: dict[str, bool] = result["targets"]  # type: ignore[assignment]
     if args.json:
         print(json.dumps(result, sort_keys=True))
@@ -225,9 +308,13 @@ def main(argv: list[str] | None = None) -> int:
         print()
         for name, met in targets.items():
             print(f"{'met   ' if met else 'MISSED'} {name}")
+        with_restarts: dict[str, bool] = result["with_restarts"]  # type: ignore[assignment]
+        for name, met in with_restarts.items():
+            print(f"{'met   ' if met else 'MISSED'} {name}, with restarts (not a target)")
         print(
-            f"\n{args.seeds} seeds x {args.steps} steps x {len(RATES)} rates x {len(MODES)} "
-            f"modes in {result['wall_s']:.1f} s wall ({args.workers} workers)"
+            f"\n{args.seeds} seeds x {args.steps} steps x {len(args.rates)} rates x "
+            f"{len(args.modes)} modes in {result['wall_s']:.1f} s wall, "
+            f"{result['cpu_s']:.1f} s CPU ({args.workers} workers)"
         )
     return 0 if all(targets.values()) else 1
 

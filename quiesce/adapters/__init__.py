@@ -72,6 +72,7 @@ from quiesce.adapters._http_server import (
     status_of,
 )
 from quiesce.adapters._in_memory import (
+    CALL_FAULTS,
     CONTROL_OPS,
     FaultKind,
     Faults,
@@ -156,6 +157,7 @@ from quiesce.adapters._trainer import (
 
 __all__ = [
     "API_PREFIX",
+    "CALL_FAULTS",
     "CONTROL_OPS",
     "CUT_ARTIFACT",
     "DATA_PREFIX",

@@ -508,7 +508,7 @@ class Driver:
             self._log.error(
                 "controller_stopped",
                 reason=effect.reason,
-                checkpoint_id=str(effect.checkpoint_id),
+                checkpoint_id=_text(effect.checkpoint_id),
                 participant=effect.participant,
                 cause=effect.cause,
             )

@@ -10,7 +10,10 @@ protocol. Hosts answer with the pure participant; the driver decides nothing eit
 Faults come from two places:
 - `Faults(rate=p)`: every control call (prepare, commit, resume, restore, discard, ack,
   retire) suffers a fault with probability `p`, its kind drawn from `kinds`, both from
-  `clock.rng`; so a seeded virtual run is reproducible;
+  `clock.rng`; so a seeded virtual run is reproducible. `Faults(rate=p, kinds=CALL_FAULTS,
+  restart_rate=r)` keeps process restarts apart: a call's faults are transient ones, and
+  each call also restarts its participant with probability `r` (a restart is no property
+  of one call, and §4 never retries it inside an attempt: measured apart, its cost shows);
 - `client.inject(kind, op=..., times=n)`: the next `n` matching calls suffer `kind` (the
   scenario tests script faults this way).
 
@@ -70,6 +73,7 @@ from quiesce.protocol.participant import ParticipantConfig, ParticipantOp
 from quiesce.protocol.wire import Message, Receipt, Role
 
 __all__ = [
+    "CALL_FAULTS",
     "CONTROL_OPS",
     "FaultKind",
     "Faults",
@@ -107,23 +111,32 @@ class FaultKind(Enum):
     CRASH_RESTART = "crash_restart"
 
 
+CALL_FAULTS: tuple[FaultKind, ...] = tuple(k for k in FaultKind if k is not FaultKind.CRASH_RESTART)
+"""The faults of one call (lost, 5xx, timed out, redelivered): every kind but a restart."""
+
+
 @dataclass(frozen=True, slots=True)
 class Faults:
-    """Random faults: each call of `ops` suffers one with probability `rate`, of a kind
-    drawn uniformly from `kinds` (all from `clock.rng`).
+    """Random faults: each call of `ops` restarts its participant with probability
+    `restart_rate`, else suffers a fault with probability `rate`, of a kind drawn uniformly
+    from `kinds` (all from `clock.rng`).
 
     >>> Faults(rate=0.1).rate
     0.1
+    >>> Faults(rate=0.1, kinds=CALL_FAULTS, restart_rate=0.01).restart_rate
+    0.01
     """
 
     rate: float = 0.0
     kinds: tuple[FaultKind, ...] = tuple(FaultKind)
     ops: frozenset[ParticipantOp] = CONTROL_OPS
     redelivery_delay_s: tuple[float, float] = (0.5, 5.0)
+    restart_rate: float = 0.0
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.rate <= 1.0:
-            raise ValueError(f"fault rate must be within [0, 1], got {self.rate}")
+        for what, value in (("fault rate", self.rate), ("restart rate", self.restart_rate)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{what} must be within [0, 1], got {value}")
         if self.rate > 0 and not self.kinds:
             raise ValueError("a positive fault rate needs at least one fault kind")
 
@@ -184,10 +197,14 @@ class InMemoryParticipant(Participant):
                     self._scripted.remove(scripted)
                 return scripted.kind
         faults = self.faults
-        if faults.rate > 0 and op in faults.ops:
-            rng = self._fleet.clock.rng
-            if rng.random() < faults.rate:
-                return faults.kinds[rng.randrange(len(faults.kinds))]
+        if op not in faults.ops:
+            return None
+        rng = self._fleet.clock.rng
+        # Drawn only when asked for: a run without restarts draws what it always drew.
+        if faults.restart_rate > 0 and rng.random() < faults.restart_rate:
+            return FaultKind.CRASH_RESTART
+        if faults.rate > 0 and rng.random() < faults.rate:
+            return faults.kinds[rng.randrange(len(faults.kinds))]
         return None
 
     async def _leg(self) -> None:

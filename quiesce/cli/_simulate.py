@@ -161,7 +161,15 @@ def _one_line(error: ValidationError) -> str:
     type=FiniteFloatRange(0.0, 1.0),
     default=0.0,
     show_default=True,
-    help="Probability, in [0, 1], that any one control call suffers a fault.",
+    help="Probability, in [0, 1], that any one control call suffers a fault (a participant "
+    "restart among them, unless --restart-rate is given).",
+)
+@click.option(
+    "--restart-rate",
+    type=FiniteFloatRange(0.0, 1.0),
+    default=None,
+    help="Give participant restarts their own rate: the probability, in [0, 1], that a control "
+    "call restarts its participant; --fault-rate then draws only per-call faults.",
 )
 @click.option(
     "--crash-at-step",
@@ -208,6 +216,7 @@ def simulate(
     resources: int,
     resources_mode: str,
     fault_rate: float,
+    restart_rate: float | None,
     crash_at_step: int | None,
     target_level: str,
     group_scored: bool,
@@ -247,6 +256,7 @@ def simulate(
             resources=resources,
             resources_mode=resources_mode,
             fault_rate=fault_rate,
+            restart_rate=restart_rate,
             crash_at_step=crash_at_step,
             target_level=target_level,
             group_scored=group_scored,

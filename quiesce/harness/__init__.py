@@ -25,9 +25,10 @@ from quiesce.harness._simulate import (
     run_simulation,
     simulate,
 )
-from quiesce.harness._stop_cause import StopCause
+from quiesce.harness._stop_cause import AttemptFailure, StopCause, StopWitness
 
 __all__ = [
+    "AttemptFailure",
     "ChaosConfig",
     "ChaosError",
     "ChaosInterrupted",
@@ -40,6 +41,7 @@ __all__ = [
     "SimulationConfig",
     "SimulationResult",
     "StopCause",
+    "StopWitness",
     "Untrained",
     "UntrainedGroup",
     "read_consumed",

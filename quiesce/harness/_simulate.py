@@ -10,7 +10,9 @@ clock over HTTP; `_Run` plays it on the in-memory fleet and the virtual clock.
 
 The run:
 1. a fleet of P policies, A agents and R resources servers (`InMemoryFleet`), every control
-   call faulted with probability `fault_rate` (kind drawn from the seeded RNG);
+   call faulted with probability `fault_rate` (kind drawn from the seeded RNG; a restart of
+   the participant is one of the kinds unless `restart_rate` gives restarts a rate of their
+   own);
 2. the dataloader keeps `3 * groups_per_step` groups in flight while admission is open;
    each rollout runs 1..`max_turns` turns through policy and resources on its agent;
 3. the trainer takes `groups_per_step` finished groups per optimizer step (and any
@@ -71,6 +73,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from quiesce.adapters import (
+    CALL_FAULTS,
     Clock,
     ClockEvent,
     ControllerJournal,
@@ -166,6 +169,10 @@ class SimulationConfig(BaseModel):
     resources: int = Field(default=1, ge=0)
     resources_mode: Literal["export_restore", "stateless", "restart_only"] = "export_restore"
     fault_rate: float = Field(default=0.0, ge=0.0, le=1.0, allow_inf_nan=False)
+    restart_rate: float | None = Field(default=None, ge=0.0, le=1.0, allow_inf_nan=False)
+    """Process restarts apart from `fault_rate`: each control call restarts its participant
+    with this probability, and `fault_rate` draws only the faults of one call (lost, 5xx,
+    timed out, redelivered). None: a restart is one of the kinds `fault_rate` draws."""
     crash_at_step: int | None = Field(default=None, ge=1)
     target_level: RecoveryLevel = RecoveryLevel.TURN
     group_scored: bool = False
@@ -581,6 +588,12 @@ class _World:
                 return
 
 
+def _faults(config: SimulationConfig) -> Faults:
+    if config.restart_rate is None:
+        return Faults(rate=config.fault_rate)
+    return Faults(rate=config.fault_rate, kinds=CALL_FAULTS, restart_rate=config.restart_rate)
+
+
 class _Run(_World):
     """One simulated run: the world around one controller (and its successor) on the
     in-memory fleet, and the oracle that judges it."""
@@ -608,7 +621,7 @@ class _Run(_World):
             group_scored=config.group_scored,
             group_size=config.group_size,
             latency_s=(0.001, 0.004),
-            faults=Faults(rate=config.fault_rate),
+            faults=_faults(config),
             work=WorkConfig(retry_backoff_s=0.05, max_service_retries=10_000),
             fence_log=TeeFenceLog(*sinks) if sinks else None,
         )
@@ -621,6 +634,9 @@ class _Run(_World):
                 rollout_timeout_s=120.0,
                 prepare_timeout_s=5.0,
                 control_timeout_s=2.0,
+                # Round trips take milliseconds here: a try that waits half a second has
+                # timed out, and its retries still fit the 2 s deadline (§4).
+                call_try_timeout_s=0.5,
                 prepare_retry_interval_s=0.2,
                 snapshot_attempt_interval_s=4.0,
                 save_period=1,

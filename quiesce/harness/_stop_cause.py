@@ -3,7 +3,9 @@ and the cause of the last failure, after how many consecutive failures.
 
 What lives here: `StopCause` (that account, as JSON) and `StopWitness`, an observer of one
 controller's steps that remembers, for the checkpoint attempt in flight, the input that made
-it fail (whose call, which call) and, when `Stopped` is emitted, writes the account.
+it fail (whose call, which call), keeps that account of every failed attempt (`failures`:
+what a goodput benchmark breaks its failures down by) and, when `Stopped` is emitted, writes
+the account.
 What it does not know: anything the coordinator does not show. It reads the inputs, effects
 and states as the driver passes them by, and never decides.
 """
@@ -27,7 +29,7 @@ from quiesce.protocol.controller import (
 )
 from quiesce.protocol.wire import OpId
 
-__all__ = ["StopCause", "StopWitness"]
+__all__ = ["AttemptFailure", "StopCause", "StopWitness"]
 
 
 class StopCause(BaseModel):
@@ -83,14 +85,37 @@ class _Blame:
     op: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptFailure:
+    """Why one checkpoint attempt failed: its first failure's §4 `cause`, whose call it was
+    (`participants`) and which call or phase (`op`: `prepare`, `commit`, `ack`, ...; None
+    when no call was to blame).
+
+    >>> AttemptFailure("participant_restarted", ("agent-0",), "prepare").label
+    'participant_restarted at prepare'
+    """
+
+    cause: str
+    participants: tuple[str, ...]
+    op: str | None
+
+    @property
+    def label(self) -> str:
+        """`<cause> at <op>`: what a breakdown of failures counts."""
+        return self.cause if self.op is None else f"{self.cause} at {self.op}"
+
+
 class StopWitness:
     """A driver observer (`Observer`): after the controller stopped, `cause` says why.
 
     One witness per controller process; `cause` stays None while the controller runs.
+    `failures` holds, by checkpoint id, why each failed attempt failed (the latest failed
+    outcome of an id: a release retried after a failure may still complete it).
     """
 
     def __init__(self) -> None:
         self.cause: StopCause | None = None
+        self.failures: dict[str, AttemptFailure] = {}
         self._before: ControllerState | None = None
         self._blame: _Blame | None = None  # the current attempt's first failure
         self._failed: tuple[Outcome, _Blame] | None = None  # the last failed attempt
@@ -113,6 +138,9 @@ class StopWitness:
                     # It failed and ended within this one step: this input is the failure.
                     blame = self._blame_of(event, effect.checkpoint_id, None)
                 self._failed = (effect, blame)
+                self.failures[str(effect.checkpoint_id)] = AttemptFailure(
+                    blame.cause or effect.reason, blame.participants, blame.op
+                )
             elif isinstance(effect, Stopped):
                 self.cause = self._account(effect, state)
         self._before = state

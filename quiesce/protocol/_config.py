@@ -120,6 +120,10 @@ class QuiesceConfig(_Strict):
     call_retries: int = Field(default=3, ge=0)
     """How many more times a prepare or commit call that failed transiently (timeout, lost,
     I/O error, 5xx) is sent again, same op id, before the attempt fails (§4)."""
+    call_try_timeout_s: float | None = Field(default=None, gt=0)
+    """How long one try of a call that may be retried waits for its reply, within the call's
+    deadline (§4). None: up to `control_timeout_s`, so a commit or release try that times
+    out leaves its retries no time; a few round trips lets a lost reply be retried in time."""
     call_backoff_s: float = Field(default=0.5, gt=0)
     """The first retry's backoff; it doubles per retry, with full jitter (§4)."""
     call_backoff_max_s: float = Field(default=10.0, gt=0)

@@ -395,3 +395,14 @@ def test_a_failed_retire_after_a_restore_is_sent_again() -> None:
     )
     assert result.crashed_at_step == 2
     assert result.violations == []
+
+
+def test_restarts_are_a_fault_of_their_own_when_given_a_rate() -> None:
+    # `restart_rate` keeps process restarts apart: `fault_rate` then draws per-call faults
+    # only, and restarts come at their own rate (None: one fault kind among the others).
+    per_call = simulate(**SMALL, fault_rate=0.3, restart_rate=0.0, seed=5)
+    assert per_call.faults_injected > 0 and per_call.participant_restarts == 0
+    restarts = simulate(**SMALL, fault_rate=0.0, restart_rate=0.1, seed=5)
+    assert restarts.participant_restarts == restarts.faults_injected > 0
+    for result in (per_call, restarts):
+        assert (result.rollouts.lost, result.rollouts.duplicated) == (0, 0)

@@ -12,6 +12,7 @@ from quiesce.protocol import CAUSES, Cause, Coordinator, Disposition
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import (
+    AckReply,
     Capabilities,
     CommitReply,
     ErrorReply,
@@ -289,6 +290,32 @@ def test_incarnation_change_mid_checkpoint_is_participant_restarted() -> None:
     assert h.s.phase is S.ABORTING
     assert h.s.attempt.cause.cause is Cause.PARTICIPANT_RESTARTED
     assert any(c.op is Op.RESUME for c in of(effects, Call))
+
+
+def test_a_restart_seen_before_the_attempt_touched_the_participant_does_not_fail_it() -> None:
+    # The agent restarted before this attempt sent it anything (a background ACK's reply
+    # says so while the policy is still preparing): it never held the id, so the attempt
+    # goes on, and the agent is prepared in its turn.
+    h = Harness()
+    h.start()
+    assert "ag" not in h.s.attempt.attempted
+    h.incarnation["ag"] = "i2"
+    ack = AckReply(participant="ag", incarnation="i2", acknowledged=(), unknown=())
+    effects = h.step(Reply("ag", Op.ACK, None, ack))
+    assert h.s.phase is S.PREPARING and h.s.attempt.cause is None
+    assert [e.event for e in of(effects, Log)] == ["participant_restarted"]
+    h.answer_all(Op.PREPARE)
+    assert h.s.phase is S.COMMITTING
+
+
+def test_a_restart_that_stops_the_run_names_the_participant() -> None:
+    h = Harness(max_consecutive_failures=0)
+    h.start()
+    h.incarnation["pol"] = "i2"
+    h.answer("pol", Op.PREPARE)
+    _, effects = h.answer_all(Op.RESUME)
+    [stopped] = of(effects, Stopped)
+    assert (stopped.participant, stopped.cause) == ("pol", "participant_restarted")
 
 
 def test_not_ready_is_asked_again_until_the_prepare_deadline() -> None:

@@ -13,7 +13,9 @@ release calls get `now + control_timeout_s`; an abort gets `max(the attempt's la
 deadline, now + control_timeout_s)`. Prepare and commit calls are retried inside the
 attempt (`call_retries`, §4), and so are release and abort calls: a resume of the same id
 is idempotent (M2), so a transient fault there is retried before the attempt waits on its
-own timer (`release_pending`, `abort_pending`) with admission closed.
+own timer (`release_pending`, `abort_pending`) with admission closed. One try of a call
+waits at most `call_try_timeout_s` of the call's deadline (`try_deadline`), so a try that
+times out leaves its retries time to run.
 """
 
 from __future__ import annotations
@@ -56,7 +58,6 @@ from quiesce.protocol.machines import (
     PhaseCalls,
     Slot,
     Trigger,
-    stops_the_run,
 )
 
 __all__ = [
@@ -171,11 +172,8 @@ class AttemptCalls:
         self.h.set_attempt(replace(attempt, conflicts=attempt.conflicts | {(key[0], active_id)}))
 
     def call_failed(self, key: CallKey, cause: Cause, *, refused: bool) -> None:
-        # §4: the attempt fails with the call's cause (after the call's own retries); if that
-        # stops the run, the stop names the participant.
-        if stops_the_run(self.h.state.checkpoint.data, self.h.policy.classify(cause)):
-            self.h.set_attempt(replace(self.h.attempt, failed_by=key[0]))
-        self.h.fail(cause)
+        # §4: the attempt fails with the call's cause (after the call's own retries).
+        self.h.fail(cause, key[0])
 
     def role_settled(self, failed: frozenset[CallKey]) -> bool:
         # A failed call already failed the attempt: nothing moves on.

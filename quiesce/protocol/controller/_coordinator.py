@@ -126,6 +126,7 @@ from quiesce.protocol.machines import (
     RestoreInput,
     RestoreState,
     Trigger,
+    stops_the_run,
 )
 
 __all__ = ["Coordinator"]
@@ -274,8 +275,13 @@ class _Run:
             else:  # a derived table may bind its own effect values
                 self.emit(effect)
 
-    def fail(self, cause: Cause) -> None:
-        self.fire(CheckpointInput.FAILED, self.policy.classify(cause))
+    def fail(self, cause: Cause, participant: str | None = None) -> None:
+        classification = self.policy.classify(cause)
+        if participant is not None and stops_the_run(self.state.checkpoint.data, classification):
+            # §4: a stop names the participant of the last failure (maybe only once the
+            # attempt's abort ended, so the attempt keeps it).
+            self.set_attempt(replace(self.attempt, failed_by=participant))
+        self.fire(CheckpointInput.FAILED, classification)
 
     def mint_id(self, kind: OpKind) -> OpId:
         """A fresh op id of `kind`; checkpoint and restore ids share one ordered counter."""
@@ -567,9 +573,15 @@ class _Run:
             for group in self.state.ledger.unfinished_groups():
                 if group.environment == participant:
                     self.rollouts.expire_group(group.group_id, retire=False)
-        if self.state.phase in _TOUCHED:
-            self.fail(Cause.PARTICIPANT_RESTARTED)
+        attempt = self.state.attempt
+        touched = attempt is not None and participant in attempt.attempted
+        if self.state.phase in _TOUCHED and touched:
+            # §4, S19: it may have lost the attempt's id mid-checkpoint: never retried.
+            self.fail(Cause.PARTICIPANT_RESTARTED, participant)
             return True
+        # Restarted before this attempt sent it anything (the reply of a background ACK
+        # or retire says so): it never held the id, so the attempt goes on; what it lost is
+        # retried above, as between attempts.
         return False
 
     # ------------------------------------------------------------------ rollouts

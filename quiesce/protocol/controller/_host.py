@@ -76,8 +76,9 @@ class StepHost(Protocol):
         """Feed M1 an input; its named work runs in row order."""
         ...
 
-    def fail(self, cause: Cause) -> None:
-        """Feed M1 `FAILED` with `cause`, classified by the policy."""
+    def fail(self, cause: Cause, participant: str | None = None) -> None:
+        """Feed M1 `FAILED` with `cause`, classified by the policy; `participant` is whose
+        call or restart it was (a stop names it)."""
         ...
 
     def mint_id(self, kind: OpKind) -> OpId:

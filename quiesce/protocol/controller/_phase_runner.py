@@ -6,7 +6,8 @@ rejected snapshot). It walks the phase's slots (`CoordinatorPolicy.phase_order`,
 every call of one role at once, feeds each reply, failure and timer to that call's `call`
 table value and does the work the row names (`CALL_WORK`), and moves to the next role when
 every call of this one settled. Also here: how a reply is read as a call input
-(`read_reply`), the backoff of a retried call (`backoff_s`) and the timers the runner arms.
+(`read_reply`), the backoff of a retried call (`backoff_s`), how long one try of it waits
+(`try_deadline`) and the timers the runner arms.
 
 What it does not know: who is called for a slot, what a call carries, or what a settled
 call means for the phase. Its `PhaseOwner` says: M1 fails the attempt at the first failed
@@ -63,6 +64,7 @@ __all__ = [
     "call_retry_timer",
     "prepare_retry_timer",
     "read_reply",
+    "try_deadline",
 ]
 
 PHASE_OPS: Mapping[Phase, Op] = MappingProxyType(
@@ -117,6 +119,30 @@ def backoff_s(config: QuiesceConfig, op_id: OpId, participant: str, retry: int) 
     digest = hashlib.blake2b(f"{op_id}|{participant}|{retry}".encode(), digest_size=8).digest()
     fraction: float = int.from_bytes(digest, "big") / 2**64
     return cap * fraction
+
+
+def try_deadline(config: QuiesceConfig, now: float, call: CallData) -> float:
+    """How long one try of `call`, sent at `now`, may wait: `call_try_timeout_s` (at most
+    `control_timeout_s`; that when unset) if the call may be retried, never past the call's
+    deadline. A try that times out then leaves its retries time to run before the deadline
+    (§4). A call never retried (no budget) waits until its deadline.
+
+    >>> config = QuiesceConfig(control_timeout_s=2.0, call_try_timeout_s=0.5)
+    >>> try_deadline(config, 10.0, CallData(deadline_at=12.0, budget=3))
+    10.5
+    >>> try_deadline(config, 11.8, CallData(deadline_at=12.0, budget=3, retries=3))
+    12.0
+    >>> try_deadline(config, 10.0, CallData(deadline_at=12.0))
+    12.0
+    >>> try_deadline(QuiesceConfig(control_timeout_s=2.0), 0.0, CallData(deadline_at=5.0, budget=1))
+    2.0
+    """
+    if not call.budget:
+        return call.deadline_at
+    patience = config.control_timeout_s
+    if config.call_try_timeout_s is not None:
+        patience = min(patience, config.call_try_timeout_s)
+    return min(call.deadline_at, now + patience)
 
 
 def read_reply(op: Op, op_id: OpId, result: Any) -> tuple[CallInput, CallEvent]:
@@ -343,12 +369,7 @@ def _w_send_call(run: PhaseRunner, key: CallKey, _input: CallInput, _arg: Any) -
     name, op_id = key
     sent_as = run.h.policy.retry_op_id(op_id, value.data.retries)  # §4: the same id
     payload = run.owner.payload(calls.phase, key)
-    deadline = value.data.deadline_at
-    if value.data.budget:
-        # One try of a call that may be retried waits at most `control_timeout_s`: a try
-        # that times out then leaves the rest of a longer deadline (the shared prepare
-        # deadline) to its retries instead of spending all of it (§3, §4).
-        deadline = min(deadline, run.h.now + run.h.config.control_timeout_s)
+    deadline = try_deadline(run.h.config, run.h.now, value.data)
     run.h.emit(Call(name, PHASE_OPS[calls.phase], sent_as, deadline, payload))
 
 
