@@ -52,8 +52,8 @@ class StepMemo:
 
 
 class RecordingModel(ProtocolModel):
-    """The unmutated protocol model at `params`, noting in `memo` every step it computes
-    and the rows each touched (`recorded()` returns the memo once the search is over)."""
+    """The unmutated protocol model at `params`, noting in a `StepMemo` every step it
+    computes and the rows each touched (`recorded()` returns it once the search is over)."""
 
     def __init__(self, params: ProtocolParams) -> None:
         hooks, self._recorder = recording_hooks(Hooks())

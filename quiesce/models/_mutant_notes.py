@@ -60,7 +60,6 @@ _CHECKPOINT: Mapping[str, str] = {
     "checkpoint.retarget[25]->releasing": _ENDS_AS_RELEASE,
     "checkpoint.retarget[26]->releasing": _ENDS_AS_RELEASE,
     "checkpoint.retarget[27]->aborting": _ENDS_AS_ABORT,
-    "checkpoint.retarget[28]->aborting": _ENDS_AS_ABORT,
 }
 
 # ------------------------------------------------------------------ control fence (M2)
@@ -108,6 +107,17 @@ _DONE_EARLY = (
     " rollout, and no property compares a completion with the turns it ran"
 )
 
+_PARKS_UNASKED = (
+    "blind spot (properties): the execution parks with no park request; only the next"
+    " checkpoint's resume wakes it, so the rollout stalls in between" + _NO_PROGRESS_SEEN
+)
+_FINISH_UNSEEN = (
+    "blind spot (properties): a finished rollout's execution never becomes completed, so"
+    " its result is never ACKed nor trained, and the model's ledger never counts it as"
+    " completed (it records a completion when an execution enters `completed`): nothing"
+    " it checks is lost. A property tying every `run_finished` to a completion would kill it"
+)
+
 
 def _row(table: str, row: int, notes: Mapping[str, str], targets: Iterable[str]) -> dict[str, str]:
     """The note of each retarget of `row` of `table` to one of `targets`."""
@@ -149,6 +159,49 @@ _AGENT: Mapping[str, str] = {
         6,
         _AGENT_TARGETS,
         ("new", "running", "park_requested", "parked", "frozen", "completed", "acked"),
+    ),
+    # Row 7: a running execution ends a turn (the protocol stays running).
+    **_row(
+        "agent_execution",
+        7,
+        {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
+        ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
+    ),
+    # Row 8: a park-requested execution reaches its turn boundary and parks.
+    **_row(
+        "agent_execution",
+        8,
+        {**_AGENT_TARGETS, "park_requested": _IGNORES_PARK},
+        ("new", "running", "park_requested", "frozen", "completed", "acked", "tombstoned"),
+    ),
+    # Rows 15 and 16: a resume wakes a parked execution, and leaves any other as it is.
+    **_row(
+        "agent_execution",
+        15,
+        {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
+        ("new", "park_requested", "parked", "frozen"),
+    ),
+    **_row(
+        "agent_execution",
+        16,
+        {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
+        ("park_requested", "parked", "frozen", "completed", "acked"),
+    ),
+    # Row 17: the rollout finishes and its execution holds the result.
+    **_row(
+        "agent_execution",
+        17,
+        {
+            **_AGENT_TARGETS,
+            "new": _FINISH_UNSEEN,
+            "parked": _FINISH_UNSEEN,
+            "frozen": _FINISH_UNSEEN,
+            "tombstoned": _FINISH_UNSEEN,
+            "acked": "blind spot (properties): a finished rollout's result is released at"
+            " once, without an ACK (S17's bug by another row); I1 judges a release only"
+            " for an execution that was `completed`, and this one never was",
+        },
+        ("new", "parked", "frozen", "acked", "tombstoned"),
     ),
 }
 
