@@ -179,13 +179,21 @@ _AGENT: Mapping[str, str] = {
         "agent_execution",
         15,
         {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
-        ("new", "park_requested", "parked", "frozen"),
+        ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
     ),
     **_row(
         "agent_execution",
         16,
-        {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
-        ("park_requested", "parked", "frozen", "completed", "acked"),
+        {
+            **_AGENT_TARGETS,
+            "running": "blind spot (properties): a completed, un-ACKed execution woken by a"
+            " resume runs again and finishes a second time with the same result; the ledger"
+            " counts the completion once, and I2 judges dispatches, not executions run twice"
+            " on the agent",
+            "park_requested": _PARKS_UNASKED,
+            "parked": _PARKS_UNASKED,
+        },
+        ("new", "running", "park_requested", "parked", "frozen", "completed", "acked"),
     ),
     # Row 17: the rollout finishes and its execution holds the result.
     **_row(
@@ -203,6 +211,10 @@ _AGENT: Mapping[str, str] = {
         },
         ("new", "parked", "frozen", "acked", "tombstoned"),
     ),
+    # Row 19: the exact ACK releases a completed execution's result.
+    "agent_execution.retarget[19]->new": "blind spot (reach): an ACKed execution goes back to"
+    " `new` instead of leaving an acked refusal key; only a duplicated or late `begin` for"
+    " that key would then run it again, an input the design model has and this one lacks",
 }
 
 SURVIVOR_NOTES: Mapping[str, str] = {**_CHECKPOINT, **_FENCE, **_AGENT}
