@@ -118,6 +118,13 @@ _FINISH_UNSEEN = (
     " it checks is lost. A property tying every `run_finished` to a completion would kill it"
 )
 
+_RUNS_AGAIN = (
+    "blind spot (properties): a completed execution (un-ACKed, or ACKed already) runs"
+    " again and finishes a second time with the same result; the model's ledger counts a"
+    " completion once per key, and I2 judges dispatches, not executions run twice on the"
+    " agent"
+)
+
 
 def _row(table: str, row: int, notes: Mapping[str, str], targets: Iterable[str]) -> dict[str, str]:
     """The note of each retarget of `row` of `table` to one of `targets`."""
@@ -186,10 +193,7 @@ _AGENT: Mapping[str, str] = {
         16,
         {
             **_AGENT_TARGETS,
-            "running": "blind spot (properties): a completed, un-ACKed execution woken by a"
-            " resume runs again and finishes a second time with the same result; the ledger"
-            " counts the completion once, and I2 judges dispatches, not executions run twice"
-            " on the agent",
+            "running": _RUNS_AGAIN,
             "park_requested": _PARKS_UNASKED,
             "parked": _PARKS_UNASKED,
         },
@@ -212,6 +216,8 @@ _AGENT: Mapping[str, str] = {
         ("new", "parked", "frozen", "acked", "tombstoned"),
     ),
     # Row 19: the exact ACK releases a completed execution's result.
+    "agent_execution.retarget[19]->running": _RUNS_AGAIN,
+    "agent_execution.retarget[19]->park_requested": _RUNS_AGAIN,
     "agent_execution.retarget[19]->new": "blind spot (reach): an ACKed execution goes back to"
     " `new` instead of leaving an acked refusal key; only a duplicated or late `begin` for"
     " that key would then run it again, an input the design model has and this one lacks",
