@@ -125,6 +125,20 @@ _RUNS_AGAIN = (
     " agent"
 )
 
+_ACK_NOT_KEPT = (
+    "blind spot (reach): the exact ACK releases the result but the execution does not"
+    " become acked (it stays completed, parks, freezes or is tombstoned), so no acked"
+    " refusal key is left; the result is already trained, and only a duplicated ACK, a"
+    " late `begin` or a retire of that key would meet the difference (inputs the"
+    " implementation model's stages seldom or never make; not analysed further)"
+)
+_RETIRE_IGNORED = (
+    "blind spot (reach): a retired execution is not tombstoned and lives on; a completion"
+    " it still makes is a late one, which the ledger drops and counts (I1 holds), and the"
+    " tombstone's work (refusing a stale `begin` of that key) is needed only for a"
+    " duplicated or late request, an input of the design model only"
+)
+
 
 def _row(table: str, row: int, notes: Mapping[str, str], targets: Iterable[str]) -> dict[str, str]:
     """The note of each retarget of `row` of `table` to one of `targets`."""
@@ -218,6 +232,19 @@ _AGENT: Mapping[str, str] = {
     # Row 19: the exact ACK releases a completed execution's result.
     "agent_execution.retarget[19]->running": _RUNS_AGAIN,
     "agent_execution.retarget[19]->park_requested": _RUNS_AGAIN,
+    **_row(
+        "agent_execution",
+        19,
+        {target: _ACK_NOT_KEPT for target in ("completed", "frozen", "parked", "tombstoned")},
+        ("completed", "frozen", "parked", "tombstoned"),
+    ),
+    # Row 23: a retire tombstones an execution the coordinator gave up on.
+    **_row(
+        "agent_execution",
+        23,
+        {target: _RETIRE_IGNORED for target in _AGENT_TARGETS},
+        ("new", "running", "park_requested", "parked", "frozen", "completed", "acked"),
+    ),
     "agent_execution.retarget[19]->new": "blind spot (reach): an ACKed execution goes back to"
     " `new` instead of leaving an acked refusal key; only a duplicated or late `begin` for"
     " that key would then run it again, an input the design model has and this one lacks",
