@@ -1,45 +1,257 @@
 """Why each generated mutant that the stages reach and do not kill still survives.
 
-What lives here: `SURVIVOR_NOTES`, one short justification per surviving reached generated
-mutant reviewed so far (`quiesce mutants --verify --all` lists every survivor with its
-note), and `survivor_note`. A
-survivor not listed here is new: `survivor_note` says so, and it deserves a look (a check
-that can no longer fail, or one more note).
+What lives here: `SURVIVOR_NOTES`, one justification per surviving reached generated mutant
+(`quiesce mutants --verify --all` lists every survivor with its note), and `survivor_note`.
+Each note says what the mutant changes, why no stage sees it, and which kind of survivor it
+is: *equivalent* in everything the model observes, or a *blind spot* (of the stages' reach,
+or of the implementation model's properties) with the check that would kill it. A survivor
+not listed here is new: `survivor_note` says so, and it deserves a look.
+
+Two facts most checkpoint notes rest on (`quiesce.protocol.controller._checkpoint_work`):
+the outcome an attempt reports is `completed` exactly when its snapshot was published,
+whichever path it ends by; and a release and an abort are both a resume with the attempt's
+id. So swapping the release path for the abort path (or back) changes only the bookkeeping
+at the end: releasing's `roles_done` resets the consecutive-failure count (`completed`)
+and discards nothing; aborting's keeps the count (`finished`), discards the staging, and may
+stop over budget.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 __all__ = ["SURVIVOR_NOTES", "survivor_note"]
 
-_SAME_CALLS = (
-    "abort and release are both resume with the same id, retried the same way (S4): the"
-    " mutant swaps one for the other between releasing/aborting and their pending states,"
-    " so every participant and the ledger see the protocol's calls; only the outcome"
-    " reported differs, and no property of the implementation model checks it"
+# ------------------------------------------------------------------ checkpoint (M1)
+
+_ENDS_AS_RELEASE = (
+    "blind spot (reach): the abort round ends through releasing's row, so its staging is"
+    " not discarded and the consecutive-failure count is reset; the calls (a resume with"
+    " the same id) and the outcome (`failed`: nothing was published) are the protocol's."
+    " I3 sees the staging left behind only for an attempt aborted after its commit whose"
+    " abort call then failed (two faults, or a trainer step and a fault), and I7's stop"
+    " rule sees the reset count only after `max_consecutive_failures` more failures: no"
+    " stage reaches either (the exhaustive one-fault stage has one fault and no trainer"
+    " step; the walks rarely)"
+)
+_ENDS_AS_ABORT = (
+    "blind spot (reach): a published attempt's release round ends through aborting's row:"
+    " the calls (a resume with the same id) and the outcome (`completed`, it was"
+    " published) are the protocol's, and the staging it discards is already empty; only the"
+    " consecutive-failure count is kept instead of reset (and the row may stop over budget"
+    " after a success). I7's stop rule sees that only after `max_consecutive_failures` more"
+    " failed attempts, which no stage makes after a success"
 )
 
-SURVIVOR_NOTES: Mapping[str, str] = {
-    "checkpoint.retarget[9]->aborting": "a published snapshot is aborted instead of"
-    " released: abort and release both resume every participant with the same id, so no"
-    " participant or ledger property differs; only the reported outcome does, and no"
-    " property of the implementation model ties a publish to a `completed` report",
-    "checkpoint.retarget[14]->releasing": "after a restart finds the snapshot absent, the"
-    " attempt is released instead of aborted: the row still calls abort (resume, same id),"
-    " so the participants see the protocol's calls; the outcome says completed for an"
-    " absent snapshot, which no property checks (a gap: `reported` is not tied to a"
-    " published snapshot)",
-    "checkpoint.retarget[22]->release_pending": _SAME_CALLS,
-    "checkpoint.retarget[23]->abort_pending": _SAME_CALLS,
-    "checkpoint.retarget[24]->releasing": _SAME_CALLS,
-    "checkpoint.retarget[25]->releasing": _SAME_CALLS,
-    "checkpoint.retarget[25]->committing": "a trigger while an abort is pending moves to"
-    " committing (still calling abort): only the walks reach the row (a second trigger),"
-    " and 300 walks never drove it on to a capture; the exhaustive S5 configuration"
-    " (triggers=2, faults=1) is the stage that would",
+_CHECKPOINT: Mapping[str, str] = {
+    "checkpoint.retarget[9]->aborting": "blind spot (reach): a published snapshot's attempt"
+    " goes on in aborting (still updating the intent and calling release), so it ends"
+    " through aborting's row: the same calls and outcome (`completed`), an empty staging"
+    " discarded, but the consecutive-failure count kept instead of reset. I7's stop rule"
+    " sees that only after `max_consecutive_failures` more failed attempts, which no stage"
+    " makes after a success",
+    "checkpoint.retarget[14]->releasing": "blind spot (reach): after a restart finds the"
+    " snapshot absent, the abort round ends through releasing's row: the same calls and"
+    " outcome (`failed`), but the staging is kept and the failure count reset. Only the"
+    " walks reach the row (a controller restart mid-publish), and the staging left behind"
+    " is seen by I3 only when a participant had committed to that id",
+    "checkpoint.retarget[23]->release_pending": _ENDS_AS_RELEASE,
+    "checkpoint.retarget[24]->abort_pending": _ENDS_AS_ABORT,
+    "checkpoint.retarget[25]->releasing": _ENDS_AS_RELEASE,
+    "checkpoint.retarget[26]->releasing": _ENDS_AS_RELEASE,
+    "checkpoint.retarget[27]->aborting": _ENDS_AS_ABORT,
 }
-"""Surviving reached generated mutant -> why no stage kills it."""
+
+# ------------------------------------------------------------------ control fence (M2)
+
+_FENCE: Mapping[str, str] = {
+    "control_fence.retarget[4]->prepared": "blind spot (properties): a repeated prepare of"
+    " the same id while preparing leaves the fence `prepared` whatever the agents say; the"
+    " reply still carries the real readiness, so a not-ready answer is followed by a"
+    " retry that replays the recorded not-ready result until the prepare deadline aborts"
+    " the attempt. Safe (nothing is committed early) but the checkpoint is lost: no"
+    " property asks that an attempt whose participants all become ready completes",
+    "control_fence.retarget[8]->idle": "equivalent (in the model): a not-ready answer puts"
+    " the fence back to idle instead of keeping it preparing; the retry starts the prepare"
+    " again (idle: `start`, as preparing's own retry row does) and an abort's resume"
+    " retires it from idle as from preparing. It differs only for a request of another id"
+    " meanwhile (accepted instead of refused as a conflict), which needs a duplicated or"
+    " stale request: an input of the design model, not of this one",
+}
+
+# ------------------------------------------------------------------ agent execution (M3)
+
+_NO_PROGRESS_SEEN = (
+    " without anything completed being lost or run twice, and the checkpoint still reaches"
+    " idle: no property of the implementation model asks that a dispatched rollout"
+    " finishes (I9, rollout progress, is a goal of the design model only)"
+)
+_NO_PROGRESS = (
+    "blind spot (properties): the rollout stops making progress (the model runs turns only"
+    " for a running or park-requested execution)" + _NO_PROGRESS_SEEN
+)
+_IGNORES_PARK = (
+    "blind spot (properties): the execution ignores the park request and keeps running;"
+    " prepare counts it as a blocker (`AgentRole.readiness`), so the checkpoint waits for"
+    " the rollout to end or aborts at its deadline. Nothing unsafe is captured; only"
+    " checkpoint progress suffers, which no property measures"
+)
+_PARKS_AT_ONCE = (
+    "equivalent (in the model): the execution parks at once instead of at its next turn"
+    " boundary; the model's turns are atomic steps, so every state already is at a turn"
+    " boundary and parking now is what parking at the boundary does"
+)
+_DONE_EARLY = (
+    "blind spot (properties): the execution counts as completed (or acknowledged) without"
+    " running its remaining turns; the ledger and the ACK flow treat it as a finished"
+    " rollout, and no property compares a completion with the turns it ran"
+)
+
+_PARKS_UNASKED = (
+    "blind spot (properties): the execution parks with no park request; only the next"
+    " checkpoint's resume wakes it, so the rollout stalls in between" + _NO_PROGRESS_SEEN
+)
+_FINISH_UNSEEN = (
+    "blind spot (properties): a finished rollout's execution never becomes completed, so"
+    " its result is never ACKed nor trained, and the model's ledger never counts it as"
+    " completed (it records a completion when an execution enters `completed`): nothing"
+    " it checks is lost. A property tying every `run_finished` to a completion would kill it"
+)
+
+_RUNS_AGAIN = (
+    "blind spot (properties): a completed execution (un-ACKed, or ACKed already) runs"
+    " again and finishes a second time with the same result; the model's ledger counts a"
+    " completion once per key, and I2 judges dispatches, not executions run twice on the"
+    " agent"
+)
+
+_ACK_NOT_KEPT = (
+    "blind spot (reach): the exact ACK releases the result but the execution does not"
+    " become acked (it stays completed, parks, freezes or is tombstoned), so no acked"
+    " refusal key is left; the result is already trained, and only a duplicated ACK, a"
+    " late `begin` or a retire of that key would meet the difference (inputs the"
+    " implementation model's stages seldom or never make; not analysed further)"
+)
+_RETIRE_IGNORED = (
+    "blind spot (reach): a retired execution is not tombstoned and lives on; a completion"
+    " it still makes is a late one, which the ledger drops and counts (I1 holds), and the"
+    " tombstone's work (refusing a stale `begin` of that key) is needed only for a"
+    " duplicated or late request, an input of the design model only"
+)
+
+
+def _row(table: str, row: int, notes: Mapping[str, str], targets: Iterable[str]) -> dict[str, str]:
+    """The note of each retarget of `row` of `table` to one of `targets`."""
+    return {f"{table}.retarget[{row}]->{target}": notes[target] for target in targets}
+
+
+_AGENT_TARGETS: Mapping[str, str] = {
+    "new": _NO_PROGRESS,
+    "running": _IGNORES_PARK,
+    "park_requested": _PARKS_AT_ONCE,
+    "parked": _PARKS_AT_ONCE,
+    "frozen": _NO_PROGRESS,
+    "completed": _DONE_EARLY,
+    "acked": _DONE_EARLY,
+    "tombstoned": _NO_PROGRESS,
+}
+
+_AGENT: Mapping[str, str] = {
+    "agent_execution.drop_guard[0]": "blind spot (properties): every `begin` is refused as"
+    " if admission were closed, so no rollout ever runs," + _NO_PROGRESS_SEEN,
+    "agent_execution.drop_guard[1]": "blind spot (properties): every `begin` is refused as"
+    " a stale attempt, so no rollout ever runs," + _NO_PROGRESS_SEEN,
+    **_row(
+        "agent_execution",
+        2,
+        {**_AGENT_TARGETS, "park_requested": _NO_PROGRESS, "parked": _NO_PROGRESS},
+        ("new", "park_requested", "parked", "frozen", "completed"),
+    ),
+    **_row(
+        "agent_execution",
+        5,
+        _AGENT_TARGETS,
+        ("new", "running", "parked", "frozen", "completed", "acked", "tombstoned"),
+    ),
+    # Row 6: a repeated `fence_prepare` (a prepare retried after a not-ready answer) meets
+    # an execution that already answered the first; the target decides as in row 5.
+    **_row(
+        "agent_execution",
+        6,
+        _AGENT_TARGETS,
+        ("new", "running", "park_requested", "parked", "frozen", "completed", "acked"),
+    ),
+    # Row 7: a running execution ends a turn (the protocol stays running).
+    **_row(
+        "agent_execution",
+        7,
+        {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
+        ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
+    ),
+    # Row 8: a park-requested execution reaches its turn boundary and parks.
+    **_row(
+        "agent_execution",
+        8,
+        {**_AGENT_TARGETS, "park_requested": _IGNORES_PARK},
+        ("new", "running", "park_requested", "frozen", "completed", "acked", "tombstoned"),
+    ),
+    # Rows 15 and 16: a resume wakes a parked execution, and leaves any other as it is.
+    **_row(
+        "agent_execution",
+        15,
+        {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
+        ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
+    ),
+    **_row(
+        "agent_execution",
+        16,
+        {
+            **_AGENT_TARGETS,
+            "running": _RUNS_AGAIN,
+            "park_requested": _PARKS_UNASKED,
+            "parked": _PARKS_UNASKED,
+        },
+        ("new", "running", "park_requested", "parked", "frozen", "completed", "acked"),
+    ),
+    # Row 17: the rollout finishes and its execution holds the result.
+    **_row(
+        "agent_execution",
+        17,
+        {
+            **_AGENT_TARGETS,
+            "new": _FINISH_UNSEEN,
+            "parked": _FINISH_UNSEEN,
+            "frozen": _FINISH_UNSEEN,
+            "tombstoned": _FINISH_UNSEEN,
+            "acked": "blind spot (properties): a finished rollout's result is released at"
+            " once, without an ACK (S17's bug by another row); I1 judges a release only"
+            " for an execution that was `completed`, and this one never was",
+        },
+        ("new", "parked", "frozen", "acked", "tombstoned"),
+    ),
+    # Row 19: the exact ACK releases a completed execution's result.
+    "agent_execution.retarget[19]->running": _RUNS_AGAIN,
+    "agent_execution.retarget[19]->park_requested": _RUNS_AGAIN,
+    **_row(
+        "agent_execution",
+        19,
+        {target: _ACK_NOT_KEPT for target in ("completed", "frozen", "parked", "tombstoned")},
+        ("completed", "frozen", "parked", "tombstoned"),
+    ),
+    # Row 23: a retire tombstones an execution the coordinator gave up on.
+    **_row(
+        "agent_execution",
+        23,
+        {target: _RETIRE_IGNORED for target in _AGENT_TARGETS},
+        ("new", "running", "park_requested", "parked", "frozen", "completed", "acked"),
+    ),
+    "agent_execution.retarget[19]->new": "blind spot (reach): an ACKed execution goes back to"
+    " `new` instead of leaving an acked refusal key; only a duplicated or late `begin` for"
+    " that key would then run it again, an input the design model has and this one lacks",
+}
+
+SURVIVOR_NOTES: Mapping[str, str] = {**_CHECKPOINT, **_FENCE, **_AGENT}
+"""Surviving reached generated mutant -> why no stage kills it, and what kind it is."""
 
 
 def survivor_note(name: str) -> str:

@@ -5,9 +5,9 @@ What lives here: `verify_many`, which yields the `Verdict` of each mutant in ord
 
 How. Mutants hold closures (their hooks), so workers are forked rather than handed
 pickled mutants: each gets a mutant's name, looks it up in the catalog it inherited, and
-sends back the verdict's plain fields. The unmutated coverage of every stage is computed
-first, one stage per worker, and kept in this process before the mutants' workers are
-forked, so no worker computes it again. Workers ignore SIGINT: a Ctrl-C stops the caller,
+sends back the verdict's plain fields. The unmutated run of every stage (its steps and row
+coverage, `stage_memo`) is made first, in this process, so the workers forked afterwards
+share it rather than each making it again. Workers ignore SIGINT: a Ctrl-C stops the caller,
 which terminates them.
 """
 
@@ -18,9 +18,8 @@ import signal
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from quiesce.models._mutant_stages import STAGES, remember_coverage, stage_coverage
+from quiesce.models._mutant_stages import STAGES, stage_memo
 from quiesce.models._mutants import MUTANTS, Mutant, Verdict, verify
-from quiesce.models._row_coverage import RowCoverage
 
 __all__ = ["verify_many"]
 
@@ -32,9 +31,8 @@ def verify_many(mutants: Sequence[Mutant], jobs: int = 1) -> Iterator[Verdict]:
         return
     context = multiprocessing.get_context("fork")
     if any(mutant.site is not None for mutant in mutants):
-        with context.Pool(min(jobs, len(STAGES)), initializer=_ignore_interrupts) as pool:
-            for index, coverage in enumerate(pool.map(_coverage_of, range(len(STAGES)))):
-                remember_coverage(STAGES[index].name, coverage)
+        for stage in STAGES:
+            stage_memo(stage)
     with context.Pool(jobs, initializer=_ignore_interrupts) as pool:
         names = [mutant.name for mutant in mutants]
         for mutant, fields in zip(mutants, pool.imap(_verify_named, names), strict=True):
@@ -46,10 +44,6 @@ def _ignore_interrupts() -> None:
     # with SIGTERM, which must simply end a worker (not run a handler it inherited).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _coverage_of(index: int) -> RowCoverage:
-    return stage_coverage(STAGES[index])
 
 
 def _verify_named(name: str) -> tuple[Any, ...]:

@@ -1,9 +1,9 @@
 """How a generated mutant is judged: row coverage first, then the stages that reach it.
 
 What lives here: `Site` (the one row a generated mutant changes, and how), `Stage` and
-`STAGES` (the checks a generated mutant must survive, cheapest first), the unmutated
-coverage of each stage (`stage_coverage`, computed once per process), and `judge`, which
-turns a site into a `Judgement`:
+`STAGES` (the checks a generated mutant must survive, cheapest first), the unmutated run of
+each stage (`stage_memo`: its steps and its row coverage, computed once per process), and
+`judge`, which turns a site into a `Judgement`:
 
 - `equivalent`: the change provably cannot be observed (`EQUIVALENT_EFFECTS`: a refusal
   row whose next state the participant throws away), whatever any stage does;
@@ -14,8 +14,10 @@ turns a site into a `Judgement`:
 
 Only the stages that reach the row are run: a stage that does not reach it would explore
 the unmutated state space again and find nothing (`_row_coverage` explains why that is
-exact for an exhaustive search and for seeded walks alike). A later model (the design
-model) joins as one more `Stage` in `STAGES`.
+exact for an exhaustive search and for seeded walks alike). A stage that does reach it
+re-uses every step of the unmutated run in which the row took no part (`_mutant_memo`
+explains why the verdict is the same). A later model (the design model) joins as one more
+`Stage` in `STAGES`.
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ from typing import Any, Literal
 
 from quiesce.fsm import Table, label
 from quiesce.models._explorer import CheckResult, Model, Violation, check
+from quiesce.models._mutant_memo import RecordingModel, SharingModel, StepMemo
 from quiesce.models._portfolio import small_params
-from quiesce.models._protocol_model import Hooks, ProtocolModel
+from quiesce.models._protocol_model import Hooks
 from quiesce.models._protocol_state import ProtocolParams
 from quiesce.models._random_walks import walk
-from quiesce.models._row_coverage import RowCoverage, recording_hooks
+from quiesce.models._row_coverage import RowCoverage
 
 __all__ = [
     "EQUIVALENT_EFFECTS",
@@ -43,8 +46,7 @@ __all__ = [
     "Stage",
     "describe_violation",
     "judge",
-    "remember_coverage",
-    "stage_coverage",
+    "stage_memo",
 ]
 
 Status = Literal["killed", "survived", "equivalent", "dead_by_design"]
@@ -86,9 +88,11 @@ class Stage:
     search: Search
     doc: str
 
-    def model(self, hooks: Hooks, name: str = "protocol") -> ProtocolModel:
-        """The model of this stage with `hooks`."""
-        return ProtocolModel(ProtocolParams(**self.params), hooks=hooks, name=name)
+    def model(self, site: Site, hooks: Hooks, name: str) -> SharingModel:
+        """The model of this stage for the mutant at `site` built by `hooks`: it takes
+        from the unmutated run every step in which the site's row took no part."""
+        params = ProtocolParams(**self.params)
+        return SharingModel(params, hooks, name, stage_memo(self), site.reached)
 
 
 STAGE_BOUND = 20_000
@@ -130,24 +134,18 @@ STAGES: tuple[Stage, ...] = (
 """The stages, cheapest first; a generated mutant runs those that reach its row."""
 
 
-_COVERAGE: dict[str, RowCoverage] = {}
+_MEMOS: dict[str, StepMemo] = {}
 
 
-def stage_coverage(stage: Stage) -> RowCoverage:
-    """The rows the unmutated protocol fires in `stage` (computed once per process, or
-    handed over by `remember_coverage`)."""
-    found = _COVERAGE.get(stage.name)
+def stage_memo(stage: Stage) -> StepMemo:
+    """The unmutated run of `stage`: its steps, each with the rows it touched, and its row
+    coverage (computed once per process; workers forked afterwards inherit it)."""
+    found = _MEMOS.get(stage.name)
     if found is None:
-        hooks, recorder = recording_hooks(Hooks())
-        stage.search(stage.model(hooks))
-        found = _COVERAGE[stage.name] = recorder.coverage()
+        model = RecordingModel(ProtocolParams(**stage.params))
+        stage.search(model)
+        found = _MEMOS[stage.name] = model.recorded()
     return found
-
-
-def remember_coverage(stage: str, coverage: RowCoverage) -> None:
-    """Keep `coverage` as the unmutated coverage of the stage named `stage` (computed in
-    another process)."""
-    _COVERAGE[stage] = coverage
 
 
 # ------------------------------------------------------------------ equivalence
@@ -252,12 +250,12 @@ def judge(site: Site, hooks: Hooks, name: str, prepare: Callable[[Model[Any]], N
     why = _equivalent(site)
     if why is not None:
         return Judgement("equivalent", detail=why)
-    reaching = [stage for stage in STAGES if site.reached(stage_coverage(stage))]
+    reaching = [stage for stage in STAGES if site.reached(stage_memo(stage).coverage)]
     if not reaching:
         return Judgement("dead_by_design", detail=_unreached(site))
     states = 0
     for stage in reaching:
-        model = stage.model(hooks, name=f"protocol[{name}]")
+        model = stage.model(site, hooks, f"protocol[{name}]")
         prepare(model)
         result = stage.search(model)
         states += result.distinct_states

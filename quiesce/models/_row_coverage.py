@@ -55,14 +55,30 @@ class RowCoverage:
 
 
 class _Recorder:
-    """The mutable log a recording run fills (one per run, never shared between runs)."""
+    """The mutable log a recording run fills (one per run, never shared between runs):
+    `fired` and `refused` since the last `take`, and every event before it."""
 
     def __init__(self) -> None:
         self.fired: set[RowEvent] = set()
         self.refused: set[RowEvent] = set()
+        self._fired_before: set[RowEvent] = set()
+        self._refused_before: set[RowEvent] = set()
+
+    def take(self) -> RowCoverage:
+        """The events since the last `take` (those of one step), then start afresh."""
+        taken = RowCoverage(frozenset(self.fired), frozenset(self.refused))
+        self._fired_before |= self.fired
+        self._refused_before |= self.refused
+        self.fired.clear()
+        self.refused.clear()
+        return taken
 
     def coverage(self) -> RowCoverage:
-        return RowCoverage(frozenset(self.fired), frozenset(self.refused))
+        """Every event of the run."""
+        return RowCoverage(
+            frozenset(self._fired_before | self.fired),
+            frozenset(self._refused_before | self.refused),
+        )
 
 
 class _RecordingTable(Table[Any, Any]):

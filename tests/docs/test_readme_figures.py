@@ -143,6 +143,19 @@ def _ci_sample() -> list[object]:
     return [generated["run"], generated["killed"], round(100 * generated["killed"] / 50)]
 
 
+def _all_generated() -> list[object]:
+    generated = _verified("--all")["generated"]
+    non_equivalent = generated["run"] - generated["equivalent"]
+    return [
+        generated["run"],
+        generated["killed"],
+        generated["equivalent"],
+        generated["dead_by_design"],
+        generated["survived"],
+        round(100 * generated["killed"] / non_equivalent),
+    ]
+
+
 def _walks() -> list[object]:
     return [2000, _run("check", "protocol", "--walks", "2000", "--seed", "0")["distinct_states"]]
 
@@ -217,6 +230,16 @@ FIGURES: list[Any] = [
         ),
         marks=pytest.mark.slow,
         id="mutants: the CI sample",
+    ),
+    pytest.param(
+        Figure(
+            "mutants: --all",
+            r"`--verify --all` runs all ([\d,]+) generated ones: (\d+) killed, (\d+)"
+            r" equivalent, (\d+) dead by design and (\d+) survivors, a kill rate of (\d+)%",
+            _all_generated,
+        ),
+        marks=pytest.mark.slow,
+        id="mutants: --all",
     ),
     Figure(
         "check: CI's walks",

@@ -1,14 +1,16 @@
 """Generated mutants are judged by row coverage first: a recording table steps exactly as
 the table it wraps, an unreached row is dead by design, a refusal row's retarget is
-equivalent, and only the stages that reach a row run."""
+equivalent, only the stages that reach a row run, and a stage re-using the unmutated
+run's steps searches exactly the mutant's own graph."""
 
 from __future__ import annotations
 
 from quiesce.models import ProtocolModel, ProtocolParams, check
 from quiesce.models._mutant_pool import verify_many
-from quiesce.models._mutant_stages import STAGES, Site, stage_coverage
+from quiesce.models._mutant_stages import STAGES, Site, stage_memo
 from quiesce.models._mutants import MUTANTS, verify
 from quiesce.models._protocol_model import Hooks
+from quiesce.models._protocol_state import PState
 from quiesce.models._row_coverage import recording_hooks
 from quiesce.protocol.machines import CHECKPOINT, CONTROL_FENCE, CheckpointState
 
@@ -24,12 +26,12 @@ def test_recording_tables_step_as_the_protocol_and_record_its_rows() -> None:
     assert coverage.fires("checkpoint", 1)
     # The snapshot store never fails to publish in the model.
     assert not coverage.rows("checkpoint") >= {11, 12, 13}
-    assert coverage == stage_coverage(FAULT_FREE)
+    assert coverage == stage_memo(FAULT_FREE).coverage
 
 
 def test_a_retarget_to_the_source_of_a_holding_row_is_not_a_reach() -> None:
     site = Site(CHECKPOINT, 1, "retarget", CheckpointState.IDLE)
-    coverage = stage_coverage(FAULT_FREE)
+    coverage = stage_memo(FAULT_FREE).coverage
     assert site.reached(coverage)  # row 1 moves idle on: staying idle differs
     holding = next(i for i, row in enumerate(CONTROL_FENCE.rows) if row.target is None)
     source = CONTROL_FENCE.rows[holding].sources[0]
@@ -75,3 +77,42 @@ def test_two_processes_give_the_verdicts_of_one() -> None:
         "equivalent",
         "dead_by_design",
     ]
+
+
+def _search(model: ProtocolModel) -> tuple[int, list[str], list[str]]:
+    result = check(model, max_states=20_000)
+    found = [v.property for v in result.violations]
+    trace = [step.action.label for v in result.violations[:1] for step in v.trace.steps]
+    return result.distinct_states, found, trace
+
+
+def test_a_stage_reusing_the_unmutated_steps_searches_the_mutants_own_graph() -> None:
+    one_fault = STAGES[1]
+    params = ProtocolParams(**one_fault.params)
+    # Killed late (a stall cycle, after the whole graph), and killed early (I4).
+    for name in ("checkpoint.retarget[23]->capturing", "checkpoint.retarget[4]->idle"):
+        mutant = MUTANTS[name]
+        assert mutant.site is not None
+        own = ProtocolModel(params, hooks=mutant.hooks())
+        sharing = one_fault.model(mutant.site, mutant.hooks(), name)
+        assert _search(sharing) == _search(own)
+        assert _search(own)[1], f"{name} is meant to be killed here"
+
+
+def test_a_step_that_fires_the_mutated_row_is_computed_again() -> None:
+    fault_free = STAGES[0]
+    memo = stage_memo(fault_free)
+    site = Site(CHECKPOINT, 1, "retarget", CheckpointState.STOPPED)
+    mutant = MUTANTS["checkpoint.retarget[1]->stopped"]
+    sharing = fault_free.model(site, mutant.hooks(), mutant.name)
+    recorded = [
+        (state, moves)
+        for state, (moves, touched) in memo.successors.items()
+        if site.reached(touched)
+    ]
+    assert recorded  # row 1 starts every attempt: some step fires it
+    state, moves = recorded[0]
+    assert isinstance(state, PState)
+    assert sharing.successors(state) != moves
+    untouched = next(s for s, (_, t) in memo.successors.items() if not site.reached(t))
+    assert sharing.successors(untouched) is memo.successors[untouched][0]

@@ -10,6 +10,8 @@ from click.testing import CliRunner
 
 from quiesce.cli import main
 from quiesce.models import ProtocolModel, ProtocolParams, check, scenario_system
+from quiesce.models._mutant_notes import SURVIVOR_NOTES
+from quiesce.models._mutant_pool import verify_many
 from quiesce.models._mutants import MUTANTS, sample_generated, verify
 
 SCENARIO = [m for m in MUTANTS.values() if m.kind == "scenario"]
@@ -67,3 +69,27 @@ def test_mutants_cli_lists_and_verifies() -> None:
     assert kinds.count("scenario") == len(SCENARIO) and kinds.count("generated") == 2
     assert all(m["killed"] for m in document["mutants"] if m["kind"] == "scenario")
     assert 0.0 <= document["kill_rate_generated"] <= 1.0
+
+
+def test_every_survivor_note_names_a_generated_mutant() -> None:
+    # A note keyed by a stale name (a row renumbered) would leave its survivor unreviewed.
+    stale = [name for name in SURVIVOR_NOTES if name not in MUTANTS]
+    assert stale == []
+    assert all(MUTANTS[name].kind == "generated" for name in SURVIVOR_NOTES)
+
+
+KILL_RATE_FLOOR = 0.43
+"""The generated kill rate over the non-equivalent must not fall below this (measured:
+320 of 736, 43%, by `quiesce mutants --verify --all`; issue 12 asks for 50%, which needs
+the design model as a stage: most dead-by-design rows are inputs only it produces)."""
+
+
+@pytest.mark.slow
+def test_every_generated_survivor_is_reviewed_and_the_kill_rate_holds() -> None:
+    generated = [m for m in MUTANTS.values() if m.kind == "generated"]
+    verdicts = list(verify_many(generated, jobs=2))
+    survivors = {v.mutant.name for v in verdicts if v.status == "survived"}
+    assert survivors == set(SURVIVOR_NOTES), "a survivor without a note, or a note without one"
+    non_equivalent = [v for v in verdicts if v.status != "equivalent"]
+    killed = sum(v.killed for v in non_equivalent)
+    assert killed / len(non_equivalent) >= KILL_RATE_FLOOR
