@@ -128,19 +128,22 @@ class Interner:
 
 
 class _Memo(Generic[R]):
-    """Answers by `(id of a canonical state, input)`; an input matches a remembered one
-    only if it is `same`. An input that cannot be hashed is never remembered."""
+    """Answers by `(id of a canonical state, input, *context)`; an input matches a
+    remembered one only if it is `same`. An input that cannot be hashed (a finish
+    request's result mapping) is filed under its `repr`."""
 
     __slots__ = ("_answers",)
 
     def __init__(self) -> None:
         self._answers: dict[Hashable, list[tuple[Any, R]]] = {}
 
-    def answer(self, key: tuple[Any, ...], input: object, compute: Callable[[], R]) -> R:
+    def answer(
+        self, state: int, input: Any, context: tuple[Any, ...], compute: Callable[[], R]
+    ) -> R:
         try:
-            remembered = self._answers.setdefault(key, [])
-        except TypeError:  # an unhashable input (a finish request's result mapping)
-            return compute()
+            remembered = self._answers.setdefault((state, input, *context), [])
+        except TypeError:
+            remembered = self._answers.setdefault((state, repr(input), *context), [])
         for seen, found in remembered:
             if same(seen, input):
                 return found
@@ -170,7 +173,7 @@ class MemoCoordinator(Coordinator):
             after, effects = Coordinator.step(self, state, now, input)
             return self._intern(after), effects
 
-        return self._steps.answer((id(state), now, input), input, compute)
+        return self._steps.answer(id(state), input, (now,), compute)
 
 
 class MemoSystem(System):
@@ -191,4 +194,4 @@ class MemoSystem(System):
             after, reply, effects = System.handle(self, participant, op, request, now)
             return self._intern(after), reply, effects
 
-        return self._answers.answer((id(participant), op, request, now), request, compute)
+        return self._answers.answer(id(participant), request, (op, now), compute)

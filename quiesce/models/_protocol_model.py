@@ -49,10 +49,11 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from quiesce.fsm import Table
+from quiesce.models._copier import replace
 from quiesce.models._explorer import Action, Always, Model, Trace
 from quiesce.models._protocol_memo import Interner, MemoCoordinator, MemoSystem
 from quiesce.models._protocol_properties import Judge

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from quiesce.fsm import label
+from quiesce.models._copier import replace
 from quiesce.models._explorer import Always, always
 from quiesce.models._protocol_state import CONTROL_OPS, Cast, Env, PState, executions
 from quiesce.models._system import InFlight, SystemState

@@ -42,10 +42,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import EllipsisType
 from typing import Any
 
+from quiesce.models._copier import replace
 from quiesce.protocol import Cause, OpId
 from quiesce.protocol.controller import (
     ArmTimer,
