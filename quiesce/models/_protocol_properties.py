@@ -26,6 +26,7 @@ from quiesce.models._system import InFlight, SystemState
 from quiesce.protocol import OpId
 from quiesce.protocol.controller import (
     PHASE_OPS,
+    Call,
     CaptureCut,
     Dispatch,
     Op,
@@ -140,22 +141,30 @@ class Judge:
                     bad.append(("I8", f"cut of {effect.checkpoint_id} with ACKs pending"))
             elif isinstance(effect, Publish):
                 self._check_publish(after, effect.checkpoint_id, bad)
-        self._check_order(before, after, bad)
+        self._check_order(before, after, effects, bad)
         if len(bad) > len(env.bad):
             bad = sorted(set(bad))
-        changes: dict[str, Any] = {
-            "completed": _grown(env.completed, completed),
-            "dispatched": _grown(env.dispatched, dispatched),
-            "committed": _grown(env.committed, committed),
-            "commit_steps": _grown(env.commit_steps, commit_steps),
-            "reported": _grown(env.reported, reported),
-            "failures": failures,
-            "stops": env.stops if len(stops) == len(env.stops) else tuple(stops),
-            "bad": env.bad if len(bad) == len(env.bad) else tuple(bad),
-        }
-        if all(getattr(env, name) is value for name, value in changes.items()):
-            return env
-        return replace(env, **changes)
+        if (
+            len(completed) == len(env.completed)
+            and len(dispatched) == len(env.dispatched)
+            and len(committed) == len(env.committed)
+            and len(reported) == len(env.reported)
+            and failures == env.failures
+            and len(stops) == len(env.stops)
+            and len(bad) == len(env.bad)
+        ):
+            return env  # most steps: nothing to note (commit_steps grows with committed)
+        return replace(
+            env,
+            completed=_grown(env.completed, completed),
+            dispatched=_grown(env.dispatched, dispatched),
+            committed=_grown(env.committed, committed),
+            commit_steps=_grown(env.commit_steps, commit_steps),
+            reported=_grown(env.reported, reported),
+            failures=failures,
+            stops=env.stops if len(stops) == len(env.stops) else tuple(stops),
+            bad=env.bad if len(bad) == len(env.bad) else tuple(bad),
+        )
 
     def _completions(
         self,
@@ -248,11 +257,18 @@ class Judge:
                 bad.append(("I8", f"{op_id} staged digests differ from the participants'"))
 
     def _check_order(
-        self, before: SystemState, after: SystemState, bad: list[tuple[str, str]]
+        self,
+        before: SystemState,
+        after: SystemState,
+        effects: Sequence[Any],
+        bad: list[tuple[str, str]],
     ) -> None:
         """I5: a control call to a role goes out only when every earlier role of the phase
         has done that op for that id (checked at the moment the call is sent: a call value
-        the step added to the requests in flight)."""
+        the step added to the requests in flight). Requests enter the flight only as the
+        controller's `Call` effects: a step without one sent nothing."""
+        if not any(isinstance(e, Call) and e.op in CONTROL_OPS for e in effects):
+            return
         sent = Counter(
             m.call
             for m in after.messages
