@@ -1,14 +1,22 @@
 # ruff: noqa: RUF005  (tuple concatenation is the fastest way to build states: the baseline must be)
-"""Explorer speed on two-phase commit against a minimal hand-written BFS, in the same run.
+"""Explorer speed: two-phase commit against a minimal hand-written BFS, and the protocol
+model at the reference size, in the same run.
 
-    uv run python benchmarks/bench_explorer.py [--rms 5] [--repeat 5] [--json]
+    uv run python benchmarks/bench_explorer.py [--rms 5] [--repeat 5] [--protocol-states N] [--json]
 
-Both sides explore TwoPhase (TLA+) with `--rms` resource managers and must find the same
-states. The baseline is the shortest honest Python BFS of the spec: plain tuples, a set, a
-deque, no tables, no properties. The explorer runs the real thing: a fresh `TwoPhase` model
-built from quiesce tables (cold caches), TypeOK, TCConsistent and the no-stall pass.
-Reported: distinct states per second of each (best of `--repeat`), their ratio
-(`explorer_over_baseline`, target >= 0.5) and the state reduction of `--symmetry`.
+Both two-phase sides explore TwoPhase (TLA+) with `--rms` resource managers and must find
+the same states. The baseline is the shortest honest Python BFS of the spec: plain tuples,
+a set, a deque, no tables, no properties. The explorer runs the real thing: a fresh
+`TwoPhase` model built from quiesce tables (cold caches), TypeOK, TCConsistent and the
+no-stall pass. Reported: distinct states per second of each (best of `--repeat`), their
+ratio (`explorer_over_baseline`, target >= 0.5) and the state reduction of `--symmetry`.
+
+The protocol model (`ProtocolModel()`, PROTOCOL.md §8's reference size, far too big to
+exhaust) is explored breadth-first up to `--protocol-states` distinct states by a fresh
+model (cold memos), in CPU time (`time.process_time`: the machine is shared, wall time
+measures the neighbours). Reported: `protocol_states_per_s` (distinct states per CPU
+second, target >= 7,000) and `protocol_us_per_successor` (CPU per successor computed,
+target <= 60).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from quiesce.models import TwoPhase, check
+from quiesce.models import ProtocolModel, ProtocolParams, TwoPhase, check
 
 _Rm = tuple[str, ...]
 _State = tuple[_Rm, str, frozenset[int], frozenset[Any]]
@@ -101,14 +109,40 @@ def measure(rms: int = 5, repeat: int = 7) -> dict[str, Any]:
     }
 
 
+def measure_protocol(max_states: int = 30_000) -> dict[str, Any]:
+    """The protocol model at the reference size, explored up to `max_states` distinct
+    states in CPU time: states per CPU second and CPU microseconds per successor."""
+    started = time.process_time()
+    result = check(ProtocolModel(ProtocolParams()), max_states=max_states)
+    cpu = time.process_time() - started
+    if result.violations:
+        raise SystemExit(f"the protocol model broke {result.violations[0].property}")
+    return {
+        "protocol_max_states": max_states,
+        "protocol_distinct_states": result.distinct_states,
+        "protocol_generated_states": result.generated_states,
+        "protocol_cpu_s": round(cpu, 3),
+        "protocol_states_per_s": round(result.distinct_states / cpu, 1),
+        "protocol_us_per_successor": round(cpu / result.generated_states * 1e6, 1),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Parse `argv`, measure, print (JSON with `--json`) and return the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rms", type=int, default=5, help="resource managers (default 5)")
     parser.add_argument("--repeat", type=int, default=7, help="runs per side; best counts")
+    parser.add_argument(
+        "--protocol-states",
+        type=int,
+        default=30_000,
+        help="distinct states of the protocol model to explore (default 30000; 0: skip)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
     figures = measure(args.rms, args.repeat)
+    if args.protocol_states > 0:
+        figures.update(measure_protocol(args.protocol_states))
     if args.json:
         print(json.dumps(figures, indent=2, sort_keys=True))
     else:

@@ -47,14 +47,15 @@ names the check that covers each.
 from __future__ import annotations
 
 import contextlib
-import functools
 import signal
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from quiesce.fsm import Table
+from quiesce.models._copier import replace
 from quiesce.models._explorer import Action, Always, Model, Trace
+from quiesce.models._protocol_memo import Interner, MemoCoordinator, MemoSystem
 from quiesce.models._protocol_properties import Judge
 from quiesce.models._protocol_state import (
     CONTROL_OPS,
@@ -73,10 +74,11 @@ from quiesce.models._protocol_traces import (
     sequence_arrow,
     table_names,
 )
-from quiesce.models._system import InFlight, System, SystemState
+from quiesce.models._system import InFlight, SystemState
 from quiesce.protocol import Cause, QuiesceConfig
 from quiesce.protocol.controller import (
     CallFailed,
+    ControllerState,
     Coordinator,
     CoordinatorPolicy,
     GroupOpened,
@@ -203,13 +205,22 @@ class ProtocolModel(Model[PState]):
             max_consecutive_failures=self.p.max_consecutive_failures,
             call_retries=self.p.call_retries,
         )
-        coordinator = self.hooks.coordinator(self.config)
-        self.system = System(
+        # Every part of every state is interned: states are keyed by the parts' identities,
+        # and the coordinator's and participants' steps are memoised on them.
+        self._intern = Interner()
+        coordinator = MemoCoordinator(self.hooks.coordinator(self.config), self._intern)
+        self.system = MemoSystem(
             coordinator,
+            self._intern,
             turns=self.p.turns,
             rules=self.hooks.participant,
             recover=self.hooks.recover,
         )
+        # Per canonical part (by `id`): the controller without its per-phase seconds, the
+        # canonical in-flight message of a (call, reply) pair, and a message's sort key.
+        self._plain: dict[int, ControllerState] = {}
+        self._in_flight: dict[tuple[int, int], InFlight] = {}
+        self._order: dict[int, tuple[Any, ...]] = {}
         self.cast = Cast.of(self.p)
         self.judge = Judge(self.cast)
         self._actions: dict[tuple[Any, ...], Action] = {}
@@ -245,8 +256,10 @@ class ProtocolModel(Model[PState]):
             with self._watchdog():
                 after, effects = self.system.input(state, opened)
         except Exception as error:  # a mutant's core raised or looped opening the group
-            yield PState(state, replace(env, raised=f"{type(error).__name__}: {error}"))
+            raised = replace(env, raised=f"{type(error).__name__}: {error}")
+            yield self._make(self._canonical(state), raised)
             return
+        after = self._canonical(after)
         env = self.judge.observe(after, after, effects, env)
         yield self._make(after, env)
 
@@ -407,7 +420,7 @@ class ProtocolModel(Model[PState]):
         except Exception as error:
             # The pure core must accept every input: an exception is a bug (or a mutant).
             why = f"{type(error).__name__}: {error}"
-            return PState(state.system, replace(state.env, raised=why))
+            return self._make(state.system, replace(state.env, raised=why))
 
     @contextlib.contextmanager
     def _watchdog(self) -> Iterator[None]:
@@ -430,7 +443,9 @@ class ProtocolModel(Model[PState]):
         system = self.system
         before = sys
         effects: tuple[Any, ...] = ()
+        delivered: InFlight | None = None
         if kind == "deliver":
+            delivered = sys.messages[action.payload[1]]
             sys, effects = system.deliver(sys, action.payload[1])
         elif kind == "turn":
             _, agent, rid, attempt, turn = action.payload
@@ -533,11 +548,74 @@ class ProtocolModel(Model[PState]):
             sys, effects = system.crash_participant(sys, name, f"{name}-{counts[name]}")
         else:  # pragma: no cover - every payload kind is listed above
             raise ValueError(f"unknown action {action.label!r}")
-        env = self.judge.observe(before, sys, effects, env, delivered=kind == "deliver")
-        return self._make(sys, env)
+        after = self._canonical(sys)
+        env = self.judge.observe(before, after, effects, env, delivered=delivered)
+        return self._make(after, env)
+
+    # ------------------------------------------------------------------ canonical states
 
     def _make(self, sys: SystemState, env: Env) -> PState:
-        return PState(_normalise(sys), env)
+        """The model state of canonical `sys` and `env`. Its hash combines the hashes the
+        interner computed once per canonical part; equality stays the values' own `==`
+        (a canonical part compares by identity first, so a repeat costs a few pointer
+        comparisons)."""
+        hash_of = self._intern.hash_of
+        key = (
+            sys.controller,
+            sys.participants,
+            sys.messages,
+            sys.timers,
+            sys.store,
+            sys.now,
+            sys.anchor,
+            env,
+        )
+        digest = (
+            hash_of(sys.controller),
+            tuple(map(hash_of, sys.participants)),
+            tuple(map(hash_of, sys.messages)),
+            hash_of(sys.timers),
+            hash_of(sys.store),
+            sys.now,
+            sys.anchor,
+            env,
+        )
+        return PState(sys, env, key, hash(digest))
+
+    def _canonical(self, sys: SystemState) -> SystemState:
+        """`sys` with every part interned, and without what carries no information: the
+        per-phase seconds (time is abstract) and the arrival order of in-flight messages
+        (any one may be delivered next)."""
+        intern = self._intern
+        controller = self._without_seconds(intern(sys.controller))
+        participants = tuple(map(intern, sys.participants))
+        messages = tuple(map(self._message, sys.messages))
+        if len(messages) > 1:
+            messages = tuple(sorted(messages, key=self._message_order))
+        timers = intern(sys.timers)
+        store = intern(sys.store)
+        return SystemState(controller, participants, messages, timers, store, sys.now, sys.anchor)
+
+    def _without_seconds(self, controller: ControllerState) -> ControllerState:
+        found = self._plain.get(id(controller))
+        if found is None:
+            found = self._plain[id(controller)] = self._intern(_without_seconds(controller))
+        return found
+
+    def _message(self, message: InFlight) -> InFlight:
+        call = self._intern(message.call)
+        reply = None if message.reply is None else self._intern(message.reply)
+        pair = (id(call), id(reply))
+        found = self._in_flight.get(pair)
+        if found is None:
+            found = self._in_flight[pair] = self._intern(InFlight(call, reply))
+        return found
+
+    def _message_order(self, message: InFlight) -> tuple[Any, ...]:
+        found = self._order.get(id(message))
+        if found is None:
+            found = self._order[id(message)] = _message_order(message)
+        return found
 
     # ------------------------------------------------------------------ properties
 
@@ -587,10 +665,9 @@ def _call_failed(call: Any, cause: Cause) -> CallFailed:
     return CallFailed(call.participant, call.op, call.op_id, cause, call.payload)
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def _message_order(message: InFlight) -> tuple[Any, ...]:
-    """The sort key of an in-flight message (cached: `repr` of a payload is costly and the
-    same messages sit in many states)."""
+    """The sort key of an in-flight message: by value, so the order of a state's messages
+    (hence of its actions) is the same in every run."""
     call = message.call
     op_id = call.op_id
     return (
@@ -603,18 +680,10 @@ def _message_order(message: InFlight) -> tuple[Any, ...]:
     )
 
 
-def _normalise(sys: SystemState) -> SystemState:
-    """Drop what carries no information: per-phase seconds (time is abstract) and the
-    arrival order of in-flight messages (any one may be delivered next)."""
-    controller = sys.controller
+def _without_seconds(controller: ControllerState) -> ControllerState:
+    """`controller` without its attempt's per-phase seconds (they feed metrics only)."""
     attempt = controller.attempt
-    if attempt is not None and attempt.phase_seconds:
-        data = replace(controller.checkpoint.data, attempt=replace(attempt, phase_seconds=()))
-        controller = replace(controller, checkpoint=replace(controller.checkpoint, data=data))
-        sys = replace(sys, controller=controller)
-    messages = sys.messages
-    if len(messages) > 1:
-        ordered = tuple(sorted(messages, key=_message_order))
-        if ordered != messages:
-            sys = replace(sys, messages=ordered)
-    return sys
+    if attempt is None or not attempt.phase_seconds:
+        return controller
+    data = replace(controller.checkpoint.data, attempt=replace(attempt, phase_seconds=()))
+    return replace(controller, checkpoint=replace(controller.checkpoint, data=data))

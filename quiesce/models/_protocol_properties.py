@@ -14,17 +14,19 @@ is due).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from quiesce.fsm import label
+from quiesce.models._copier import replace
 from quiesce.models._explorer import Always, always
 from quiesce.models._protocol_state import CONTROL_OPS, Cast, Env, PState, executions
-from quiesce.models._system import SystemState
+from quiesce.models._system import InFlight, SystemState
 from quiesce.protocol import OpId
 from quiesce.protocol.controller import (
     PHASE_OPS,
+    Call,
     CaptureCut,
     Dispatch,
     Op,
@@ -32,7 +34,6 @@ from quiesce.protocol.controller import (
     Publish,
     Stopped,
     TimerKind,
-    WriteStaging,
     call_retry_timer,
 )
 from quiesce.protocol.machines import (
@@ -82,10 +83,12 @@ class Judge:
         after: SystemState,
         effects: Sequence[Any],
         env: Env,
-        delivered: bool = False,
+        delivered: InFlight | None = None,
     ) -> Env:
         """Update the environment's ledger from what a step did (effects and the
-        participants' states), and note any violation only a transition can show."""
+        participants' states, `delivered` the message a delivery step took out of flight),
+        and note any violation only a transition can show. The ledger's sets only grow: one
+        that gained nothing is kept as the very same object (its hash is cached)."""
         bad = list(env.bad)
         completed = set(env.completed)
         dispatched = set(env.dispatched)
@@ -94,51 +97,27 @@ class Judge:
         reported = set(env.reported)
         failures = env.failures
         stops = list(env.stops)
-        ledger = after.controller.ledger
-        reruns = ledger.counters.group_reruns
-        # Completions: an agent execution that became `completed` in this step.
+        # The receipts of the ACK batch delivered in this step.
+        delivered_acks = (
+            {(o.rollout_id, o.attempt, o.receipt) for o in delivered.call.payload or ()}
+            if delivered is not None and delivered.call.op is Op.ACK and delivered.reply is None
+            else set()
+        )
         for agent in self.cast.agents:
-            was = {e.data.key: e.state for e in executions(before.participant(agent))}
-            for execution in executions(after.participant(agent)):
-                key = execution.data.key
-                if (
-                    execution.state is ExecState.COMPLETED
-                    and was.get(key) is not ExecState.COMPLETED
-                ):
-                    if any(c[:2] == key for c in completed):
-                        continue
-                    kept = _kept(after, key)
-                    completed.add((key[0], key[1], kept, reruns))
-        # The receipts of the ACK batches delivered in this step (their requests left).
-        remaining = {id(m) for m in after.messages}
-        delivered_acks = {
-            (owed.rollout_id, owed.attempt, owed.receipt)
-            for m in before.messages
-            if delivered and m.call.op is Op.ACK and m.reply is None and id(m) not in remaining
-            for owed in m.call.payload or ()
-        }
-        # Only an ACK releases a result (M3, S17): a completed execution that leaves its
-        # agent must leave an acked refusal key behind (a crash keeps it in the journal).
-        for agent in self.cast.agents:
-            now_held = {e.data.key for e in executions(after.participant(agent))}
-            role = after.participant(agent).role
-            for execution in executions(before.participant(agent)):
-                key = execution.data.key
-                if execution.state is not ExecState.COMPLETED or key in now_held:
-                    continue
-                keys = getattr(role, "refusal_keys", ())
-                receipt = (key[0], key[1], execution.data.receipt)
-                acked = receipt in keys or receipt in delivered_acks
-                if not acked:
-                    bad.append(("I1", f"{key[0]}#{key[1]} released by its agent without an ACK"))
+            was, now = before.participant(agent), after.participant(agent)
+            if was is now:
+                continue  # the same value: nothing completed, nothing released
+            self._completions(was, now, after, completed)
+            self._releases(was, now, delivered_acks, bad)
         # Commits: a participant whose fence reached committed_paused with an id.
-        for participant in after.participants:
-            fence = participant.fence
+        for was, now in zip(before.participants, after.participants, strict=True):
+            if was is now:
+                continue
+            fence = now.fence
             active = fence.data.active
             if fence.state in _COMMITTED_STATES and active is not None and active not in committed:
                 committed.add(active)
                 commit_steps.add((active, env.trainer_step))
-        staged: dict[OpId, set[tuple[str, str]]] = {}
         for effect in effects:
             if isinstance(effect, Dispatch):
                 key = (effect.rollout_id, effect.attempt)
@@ -154,10 +133,6 @@ class Judge:
                     failures += 1
             elif isinstance(effect, Stopped):
                 stops.append(effect.reason)
-            elif isinstance(effect, WriteStaging):
-                staged.setdefault(effect.checkpoint_id, set()).add(
-                    (effect.participant, effect.digest)
-                )
             elif isinstance(effect, CaptureCut):
                 steps = {s for x, s in commit_steps if x == effect.checkpoint_id}
                 if env.optimizer == 1 or any(s != env.trainer_step for s in steps):
@@ -166,20 +141,67 @@ class Judge:
                     bad.append(("I8", f"cut of {effect.checkpoint_id} with ACKs pending"))
             elif isinstance(effect, Publish):
                 self._check_publish(after, effect.checkpoint_id, bad)
-        self._check_order(before, after, bad)
+        self._check_order(before, after, effects, bad)
         if len(bad) > len(env.bad):
             bad = sorted(set(bad))
+        if (
+            len(completed) == len(env.completed)
+            and len(dispatched) == len(env.dispatched)
+            and len(committed) == len(env.committed)
+            and len(reported) == len(env.reported)
+            and failures == env.failures
+            and len(stops) == len(env.stops)
+            and len(bad) == len(env.bad)
+        ):
+            return env  # most steps: nothing to note (commit_steps grows with committed)
         return replace(
             env,
-            completed=frozenset(completed),
-            dispatched=frozenset(dispatched),
-            committed=frozenset(committed),
-            commit_steps=frozenset(commit_steps),
-            reported=frozenset(reported),
+            completed=_grown(env.completed, completed),
+            dispatched=_grown(env.dispatched, dispatched),
+            committed=_grown(env.committed, committed),
+            commit_steps=_grown(env.commit_steps, commit_steps),
+            reported=_grown(env.reported, reported),
             failures=failures,
-            stops=tuple(stops),
-            bad=tuple(bad),
+            stops=env.stops if len(stops) == len(env.stops) else tuple(stops),
+            bad=env.bad if len(bad) == len(env.bad) else tuple(bad),
         )
+
+    def _completions(
+        self,
+        was: ParticipantState,
+        now: ParticipantState,
+        after: SystemState,
+        completed: set[tuple[str, int, bool, int]],
+    ) -> None:
+        """Note every agent execution that became `completed` in this step."""
+        before = {e.data.key: e.state for e in executions(was)}
+        reruns = after.controller.ledger.counters.group_reruns
+        for execution in executions(now):
+            key = execution.data.key
+            if execution.state is not ExecState.COMPLETED:
+                continue
+            if before.get(key) is ExecState.COMPLETED or any(c[:2] == key for c in completed):
+                continue
+            completed.add((key[0], key[1], _kept(after, key), reruns))
+
+    def _releases(
+        self,
+        was: ParticipantState,
+        now: ParticipantState,
+        delivered_acks: set[tuple[str, int, str]],
+        bad: list[tuple[str, str]],
+    ) -> None:
+        """I1 (M3, S17): only an ACK releases a result. A completed execution that leaves
+        its agent must leave an acked refusal key behind (a crash keeps it in the journal)."""
+        held = {e.data.key for e in executions(now)}
+        keys = getattr(now.role, "refusal_keys", ())
+        for execution in executions(was):
+            key = execution.data.key
+            if execution.state is not ExecState.COMPLETED or key in held:
+                continue
+            receipt = (key[0], key[1], execution.data.receipt)
+            if receipt not in keys and receipt not in delivered_acks:
+                bad.append(("I1", f"{key[0]}#{key[1]} released by its agent without an ACK"))
 
     def _check_redispatch(
         self,
@@ -235,16 +257,28 @@ class Judge:
                 bad.append(("I8", f"{op_id} staged digests differ from the participants'"))
 
     def _check_order(
-        self, before: SystemState, after: SystemState, bad: list[tuple[str, str]]
+        self,
+        before: SystemState,
+        after: SystemState,
+        effects: Sequence[Any],
+        bad: list[tuple[str, str]],
     ) -> None:
         """I5: a control call to a role goes out only when every earlier role of the phase
-        has done that op for that id (checked at the moment the call is sent)."""
-        old = {id(m.call) for m in before.messages}
-        for message in after.messages:
-            call = message.call
-            if message.reply is not None or id(call) in old or call.op not in CONTROL_OPS:
-                continue
-            if call.op_id is None:
+        has done that op for that id (checked at the moment the call is sent: a call value
+        the step added to the requests in flight). Requests enter the flight only as the
+        controller's `Call` effects: a step without one sent nothing."""
+        if not any(isinstance(e, Call) and e.op in CONTROL_OPS for e in effects):
+            return
+        sent = Counter(
+            m.call
+            for m in after.messages
+            if m.reply is None and m.call.op in CONTROL_OPS and m.call.op_id is not None
+        )
+        if not sent:
+            return
+        sent.subtract(m.call for m in before.messages if m.call in sent)
+        for call, added in sent.items():
+            if added <= 0 or call.op_id is None:
                 continue
             order = _PHASE_ORDER.get(call.op)
             if order is None:
@@ -464,6 +498,11 @@ def _done(participant: ParticipantState, op: Op, op_id: OpId) -> bool:
     if op is Op.RESTORE:
         return fence.data.active == op_id and fence.state is FenceState.RESTORED_PAUSED
     return fence.data.active != op_id
+
+
+def _grown(old: frozenset[Any], new: set[Any]) -> frozenset[Any]:
+    """`new` frozen, or `old` itself when nothing was added to it (the ledger only grows)."""
+    return old if len(new) == len(old) else frozenset(new)
 
 
 def _flags(state: PState, prop: str) -> bool:

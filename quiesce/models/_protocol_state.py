@@ -10,7 +10,7 @@ the composed system plus `Env`, hashed once), `Cast` (the participants at given 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,17 +126,18 @@ class Env:
 class PState:
     """One model state: the composed system and the environment, hashed once.
 
-    Equality and hash are those of `key`, the system with the parts that carry no
-    information removed (timestamps, per-phase seconds) plus the environment.
+    Equality is that of `key` (the system's parts without what carries no information,
+    plus the environment); `digest` is its hash, which the model computes from hashes
+    cached on the interned parts (`_protocol_memo.Interner`) instead of re-hashing them.
     """
 
     __slots__ = ("_hash", "env", "key", "system")
 
-    def __init__(self, system: SystemState, env: Env) -> None:
+    def __init__(self, system: SystemState, env: Env, key: Hashable, digest: int) -> None:
         self.system = system
         self.env = env
-        self.key = (system, env)
-        self._hash = hash(self.key)
+        self.key = key
+        self._hash = digest
 
     def __hash__(self) -> int:
         return self._hash

@@ -42,10 +42,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import EllipsisType
 from typing import Any
 
+from quiesce.models._copier import replace
 from quiesce.protocol import Cause, OpId
 from quiesce.protocol.controller import (
     ArmTimer,
@@ -92,6 +93,7 @@ from quiesce.protocol.controller import (
 )
 from quiesce.protocol.participant import (
     PARTICIPANT_RULES,
+    Answer,
     ParticipantRules,
     ParticipantState,
     Recovery,
@@ -306,7 +308,7 @@ class System:
     ) -> tuple[SystemState, Message, Effects]:
         """An agent execution reports progress (`boundary`, `finish`); a finish that
         completes is reported to the controller as `RolloutCompleted`."""
-        after, reply, _ = handle(state.participant(agent), op, request, state.now, rules=self.rules)
+        after, reply, _ = self.handle(state.participant(agent), op, request, state.now)
         state = state.with_participant(after)
         events: list[ControllerInput] = []
         if isinstance(reply, ExecutionReply) and reply.receipt is not None and op == "finish":
@@ -344,7 +346,7 @@ class System:
             return self._feed(state, [Reply(call.participant, call.op, call.op_id, message.reply)])
         participant = state.participant(call.participant)
         request = _request(call, state.store)
-        after, reply, _ = handle(participant, call.op, request, state.now, rules=self.rules)
+        after, reply, _ = self.handle(participant, call.op, request, state.now)
         state = replace(state, messages=rest).with_participant(after)
         return replace(state, messages=(*state.messages, InFlight(call, reply))), ()
 
@@ -398,9 +400,7 @@ class System:
     ) -> tuple[SystemState, Message]:
         """A stale request arrives at `participant` long after it was sent; its reply goes
         nowhere (the call it answered is long over)."""
-        after, reply, _ = handle(
-            state.participant(participant), op, request, state.now, rules=self.rules
-        )
+        after, reply, _ = self.handle(state.participant(participant), op, request, state.now)
         return state.with_participant(after), reply
 
     # ------------------------------------------------------------------ time and crashes
@@ -452,6 +452,13 @@ class System:
             effects.extend(more)
 
     # ------------------------------------------------------------------ internals
+
+    def handle(
+        self, participant: ParticipantState, op: str | Op, request: Message, now: float
+    ) -> Answer:
+        """`participant` answers `request` by `rules` (every participant step goes through
+        here, so a model can memoise it)."""
+        return handle(participant, op, request, now, rules=self.rules)
 
     def _feed(
         self, state: SystemState, events: Iterable[ControllerInput]
@@ -544,7 +551,7 @@ class System:
                 resume_from_turn=effect.resume_from_turn,
             )
             agent = state.participant(effect.agent)
-            after, reply, _ = handle(agent, "begin", request, state.now, rules=self.rules)
+            after, reply, _ = self.handle(agent, "begin", request, state.now)
             if isinstance(reply, ErrorReply):
                 queue.append(RolloutFailed(effect.rollout_id, effect.attempt))
             return state.with_participant(after)

@@ -1,0 +1,197 @@
+"""Hash-consing and memoised steps for the `protocol` model, one set per model instance.
+
+What lives here: `Interner` (one canonical object per distinct value: hash-consing, with
+each canonical object's hash computed once), `MemoCoordinator` (the model's coordinator,
+its `step` memoised on the canonical state) and `MemoSystem` (the composed system, every
+participant's `handle` memoised the same way), and `same`, the strict equality both rely
+on. What it does not know: what the steps mean; it only remembers what they returned.
+
+Why it pays. The explorer reaches the same controller state, with the same input, from
+thousands of global states that differ only elsewhere (a participant, a message in flight,
+the environment's ledger); the same holds for a participant and a request. Each pure step
+runs once per distinct `(state, input)`; later calls return the stored answer, whose
+states are canonical, so an unchanged part of a state is recognised by identity.
+
+Why strictly. `==` is coarser than behaviour for some values: an `OpId` compares by epoch
+and sequence only, not by its kind or trainer step. Answering a step with the answer to a
+merely equal input, or swapping a part for a merely equal one, would change what the
+system does next (it did: a restore id taken for a checkpoint id of the same sequence).
+So interning and the memos match values with `same`, which also compares what `==` skips.
+
+Why identity is sound. A canonical object is kept alive by its `Interner` for the model's
+lifetime, so no other object can get its `id`; memo keys built from `id`s of canonical
+objects are therefore value keys.
+
+Why per instance, never module-global: a mutant injects its variant by parameter (tables,
+policy, participant rules) into its own model; a memo shared between models would answer a
+mutant's step with the protocol's (a global memo once made a mutant survive).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import fields, is_dataclass
+from enum import Enum
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from quiesce.models._system import System
+from quiesce.protocol.controller import (
+    ControllerEffect,
+    ControllerInput,
+    ControllerState,
+    Coordinator,
+)
+from quiesce.protocol.participant import Answer, ParticipantState
+from quiesce.protocol.wire import Message
+
+__all__ = ["Interner", "MemoCoordinator", "MemoSystem", "same"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_PLAIN = (str, int, float, bool, type(None), Enum)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def same(a: Any, b: Any) -> bool:
+    """Strict equality: the same type and the same fields all the way down, including
+    the fields `==` ignores (an `OpId`'s kind and step). Shared parts compare by identity
+    first, so comparing a new value with the one it was built from is cheap.
+
+    >>> from quiesce.protocol import OpId
+    >>> OpId(2, 1, 0, "rs") == OpId(2, 1, 0, "ck"), same(OpId(2, 1, 0, "rs"), OpId(2, 1, 0, "ck"))
+    (True, False)
+    """
+    if a is b:
+        return True
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if isinstance(a, _PLAIN):
+        return bool(a == b)
+    if kind is tuple:
+        return len(a) == len(b) and all(map(same, a, b))
+    if isinstance(a, BaseModel):
+        return same(tuple(a.__dict__.items()), tuple(b.__dict__.items()))
+    names = _FIELDS.get(kind)
+    if names is None and is_dataclass(a):
+        names = _FIELDS[kind] = tuple(f.name for f in fields(a))
+    if names is not None:
+        return all(same(getattr(a, name), getattr(b, name)) for name in names)
+    # Sets, mappings and anything else: their members' reprs show every field.
+    return a == b and sorted(map(repr, _members(a))) == sorted(map(repr, _members(b)))
+
+
+def _members(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return list(value.items())
+    if isinstance(value, frozenset | set | list):
+        return list(value)
+    return [value]
+
+
+class Interner:
+    """Hash-consing: `intern(value)` is the one canonical object `same` as `value`, and
+    `hash_of(canonical)` its hash, computed once.
+
+    A canonical object is recognised by its `id` without hashing it again, which is what
+    makes interning an unchanged part of a state (the common case) cost one dict lookup.
+    """
+
+    __slots__ = ("_canonical", "_hashes")
+
+    def __init__(self) -> None:
+        # Values `==` to each other, each strictly distinct, by their (coarse) value.
+        self._canonical: dict[Any, list[Any]] = {}
+        self._hashes: dict[int, int] = {}
+
+    def __call__(self, value: T) -> T:
+        if id(value) in self._hashes:
+            return value
+        kin = self._canonical.setdefault(value, [])
+        for canonical in kin:
+            if same(canonical, value):
+                found: T = canonical
+                return found
+        kin.append(value)
+        self._hashes[id(value)] = hash(value)
+        return value
+
+    def hash_of(self, canonical: object) -> int:
+        """The hash of a canonical object (one `intern` returned)."""
+        return self._hashes[id(canonical)]
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+
+class _Memo(Generic[R]):
+    """Answers by `(id of a canonical state, input, *context)`; an input matches a
+    remembered one only if it is `same`. An input that cannot be hashed (a finish
+    request's result mapping) is filed under its `repr`."""
+
+    __slots__ = ("_answers",)
+
+    def __init__(self) -> None:
+        self._answers: dict[Hashable, list[tuple[Any, R]]] = {}
+
+    def answer(
+        self, state: int, input: Any, context: tuple[Any, ...], compute: Callable[[], R]
+    ) -> R:
+        try:
+            remembered = self._answers.setdefault((state, input, *context), [])
+        except TypeError:
+            remembered = self._answers.setdefault((state, repr(input), *context), [])
+        for seen, found in remembered:
+            if same(seen, input):
+                return found
+        result = compute()
+        remembered.append((input, result))
+        return result
+
+
+class MemoCoordinator(Coordinator):
+    """`inner` (same configuration, tables and policy) with `step` memoised: a step runs
+    once per distinct `(state, now, input)` and its next state is interned in `intern`.
+    A step that raises (a mutant's core) is not remembered: it raises every time.
+    """
+
+    def __init__(self, inner: Coordinator, intern: Interner) -> None:
+        # No super().__init__: the coordinator holds only its parameters, copied as they are.
+        self.__dict__.update(inner.__dict__)
+        self._intern = intern
+        self._steps: _Memo[tuple[ControllerState, tuple[ControllerEffect, ...]]] = _Memo()
+
+    def step(
+        self, state: ControllerState, now: float, input: ControllerInput
+    ) -> tuple[ControllerState, tuple[ControllerEffect, ...]]:
+        state = self._intern(state)
+
+        def compute() -> tuple[ControllerState, tuple[ControllerEffect, ...]]:
+            after, effects = Coordinator.step(self, state, now, input)
+            return self._intern(after), effects
+
+        return self._steps.answer(id(state), input, (now,), compute)
+
+
+class MemoSystem(System):
+    """`System` with every participant step memoised per distinct `(participant, op,
+    request, now)`, the participant it returns interned in `intern`."""
+
+    def __init__(self, coordinator: Coordinator, intern: Interner, **options: Any) -> None:
+        super().__init__(coordinator, **options)
+        self._intern = intern
+        self._answers: _Memo[Answer] = _Memo()
+
+    def handle(
+        self, participant: ParticipantState, op: Any, request: Message, now: float
+    ) -> Answer:
+        participant = self._intern(participant)
+
+        def compute() -> Answer:
+            after, reply, effects = System.handle(self, participant, op, request, now)
+            return self._intern(after), reply, effects
+
+        return self._answers.answer(id(participant), request, (op, now), compute)
