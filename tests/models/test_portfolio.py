@@ -5,14 +5,15 @@ dies on its scenario's configuration."""
 from __future__ import annotations
 
 import json
-import signal
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from quiesce.cli import main
-from quiesce.models import PORTFOLIO, ProtocolModel, ProtocolParams, check
-from quiesce.models._mutants import MUTANTS, STEP_TIMEOUT_S, _hang
+from quiesce.models import PORTFOLIO, CheckResult
+from quiesce.models._mutants import MUTANTS
 from quiesce.models._portfolio import PORTFOLIO_BOUND, distinct_configurations
 
 # The exhausted configurations' state counts, in order of first use (S1, S2, S3, S4, S5,
@@ -56,14 +57,10 @@ def test_the_portfolio_is_exhausted_within_the_bound_at_its_pinned_counts() -> N
     [(e.scenario, name) for e in PORTFOLIO for name in e.mutants],
     ids=lambda value: str(value),
 )
-def test_each_scenario_mutant_dies_on_its_portfolio_entry(scenario: str, name: str) -> None:
+def test_each_scenario_mutant_dies_on_its_portfolio_entry(
+    scenario: str, name: str, mutant_check: Callable[[str, Mapping[str, Any]], CheckResult[Any]]
+) -> None:
     entry = next(e for e in PORTFOLIO if e.scenario == scenario)
     assert entry.params is not None
-    model = ProtocolModel(ProtocolParams(**entry.params), hooks=MUTANTS[name].hooks(), name=name)
-    model.step_timeout = STEP_TIMEOUT_S
-    previous = signal.signal(signal.SIGALRM, _hang)
-    try:
-        result = check(model, max_states=PORTFOLIO_BOUND)
-    finally:
-        signal.signal(signal.SIGALRM, previous)
+    result = mutant_check(name, entry.params)
     assert result.violations, f"{name} survives the {scenario} configuration"
