@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 PORTFOLIO_BOUND = 300_000
-"""No configuration of the portfolio may have more states than this."""
+"""No configuration the portfolio exhausts may have more states than this."""
 
 
 def small_params(**overrides: Any) -> dict[str, Any]:
