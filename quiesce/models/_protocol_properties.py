@@ -118,6 +118,7 @@ class Judge:
             if fence.state in _COMMITTED_STATES and active is not None and active not in committed:
                 committed.add(active)
                 commit_steps.add((active, env.trainer_step))
+        ended = after.controller.phase in (CheckpointState.IDLE, CheckpointState.STOPPED)
         for effect in effects:
             if isinstance(effect, Dispatch):
                 key = (effect.rollout_id, effect.attempt)
@@ -129,7 +130,9 @@ class Judge:
                 if effect.result == "completed":
                     reported.add(effect.checkpoint_id)
                     failures = 0
-                elif effect.result == "failed" and effect.retryable:
+                elif effect.result == "failed" and effect.retryable and ended:
+                    # I7 counts attempts that failed after their retries (§4): a failing
+                    # abort reports the attempt too, but its timer retries it, same attempt.
                     failures += 1
             elif isinstance(effect, Stopped):
                 stops.append(effect.reason)

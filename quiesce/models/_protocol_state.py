@@ -94,8 +94,9 @@ class Env:
     whether the controller kept it and the rerun count then), `trained`, `rolled_back`,
     `dispatched` (every begin the controller sent), `committed` (ids any participant
     committed), `reported` (ids the controller reported `completed`), `failures`
-    (consecutive retryable failures the controller reported), `bad` (violations seen on a
-    transition: property name -> why), `delayed` (a request held back in the network).
+    (consecutive attempts the controller reported failed retryably, each once it ended),
+    `bad` (violations seen on a transition: property name -> why), `delayed` (a request
+    held back in the network).
     """
 
     triggers: int

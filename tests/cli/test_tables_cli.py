@@ -139,9 +139,7 @@ def test_matrix_checkpoint_answers_what_each_input_does_in_each_state() -> None:
     # A guarded skip that holds, then the unguarded start.
     assert grid["idle (initial)", "trigger"] == "(holds) [skip]<br>closing_admission"
     assert grid["aborting", "roles_done"] == "stopped [over_budget]<br>idle"
-    assert grid["releasing", "failed"] == (
-        "stopped [fatal]<br>stopped [exhausted]<br>release_pending"
-    )
+    assert grid["releasing", "failed"] == "stopped [fatal]<br>release_pending"
     assert grid["publishing", "publish_failed"] == "(holds)"
     assert grid["preparing", "trigger"] == "ignored"  # coalesced into the attempt
     assert grid["idle (initial)", "intent_written"] == "forbidden"  # unmapped="forbidden"

@@ -60,7 +60,7 @@ def test_reference_size_is_protocol_md_section_8() -> None:
     [
         (ONE_ROLLOUT, 1655),
         (TWO_SIBLINGS, 54),
-        (EVERY_FAULT, 49_620),
+        (EVERY_FAULT, 47_381),
         (TWO_SIBLINGS_ONE_CHECKPOINT, 21_685),
     ],
     ids=["one_rollout", "two_siblings", "every_fault", "two_siblings_one_checkpoint"],

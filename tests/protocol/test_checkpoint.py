@@ -102,8 +102,7 @@ CASES = [
         S.IDLE,
         ["discard_staging", "clear_intent", "drop_holds", "outcome"],
     ),
-    (S.ABORTING, I.FAILED, RETRYABLE, {"failures": 3}, S.STOPPED, ["outcome", "stop"]),
-    (S.RELEASING, I.FAILED, RETRYABLE, {"failures": 3}, S.STOPPED, ["outcome", "stop"]),
+    (S.ABORTING, I.FAILED, RETRYABLE, {"failures": 4}, S.STOPPED, ["outcome", "stop"]),
     (S.ABORTING, I.FAILED, RETRYABLE, {}, S.ABORT_PENDING, ["outcome", "arm_retry"]),
     (S.RELEASING, I.FAILED, RETRYABLE, {}, S.RELEASE_PENDING, ["outcome", "arm_retry"]),
     (S.ABORT_PENDING, I.RETRY_DUE, None, {}, S.ABORTING, ["call_abort"]),
@@ -185,7 +184,33 @@ def test_the_first_cause_is_kept_when_the_abort_fails_too() -> None:
     pending, _ = CHECKPOINT.step(aborting, I.FAILED, RETRYABLE)
     assert pending.state is S.ABORT_PENDING
     assert pending.data.attempt.cause.cause is Cause.COMMIT_FAILED
-    assert pending.data.failures == 2
+    assert pending.data.failures == 1
+
+
+def test_an_attempt_counts_once_however_often_its_abort_fails() -> None:
+    # §4: max_consecutive_failures counts attempts; the abort's retry timer is its own.
+    aborting, _ = CHECKPOINT.step(at(S.COMMITTING, failures=2), I.FAILED, RETRYABLE)
+    assert aborting.data.failures == 3  # the budget, not past it
+    for _ in range(3):
+        pending, _ = CHECKPOINT.step(aborting, I.FAILED, RETRYABLE)
+        assert pending.state is S.ABORT_PENDING and pending.data.failures == 3
+        aborting, _ = CHECKPOINT.step(pending, I.RETRY_DUE)
+    done, _ = CHECKPOINT.step(aborting, I.ROLES_DONE)
+    assert done.state is S.IDLE and done.data.failures == 3
+
+
+def test_the_attempt_past_the_budget_stops_when_its_abort_fails() -> None:
+    aborting, _ = CHECKPOINT.step(at(S.COMMITTING, failures=3), I.FAILED, RETRYABLE)
+    stopped, _ = CHECKPOINT.step(aborting, I.FAILED, RETRYABLE)
+    assert stopped.state is S.STOPPED and stopped.data.failures == 4
+
+
+def test_a_failing_release_counts_nothing_a_published_attempt_has_not_failed() -> None:
+    published = replace(ATTEMPT, published=True)
+    releasing = at(S.RELEASING, failures=3, attempt=published)
+    pending, _ = CHECKPOINT.step(releasing, I.FAILED, RETRYABLE)
+    assert pending.state is S.RELEASE_PENDING and pending.data.failures == 3
+    assert pending.data.attempt.cause == RETRYABLE  # the outcome's reason
 
 
 def test_fatal_keeps_the_attempt_for_the_intent_record() -> None:

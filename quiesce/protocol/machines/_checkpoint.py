@@ -21,7 +21,9 @@ doing that work (the mutants of `quiesce.models` rely on it).
                                                       INSPECTED_ABSENT -> aborting
       aborting --FAILED--> abort_pending --RETRY_DUE | TRIGGER--> aborting   (same id)
       releasing --FAILED--> release_pending --RETRY_DUE | TRIGGER--> releasing (same id)
-      any attempt state --FAILED [fatal] | [exhausted]--> stopped
+      any attempt state --FAILED [fatal]--> stopped
+      closing_admission, flushing_acks --FAILED [exhausted]--> stopped
+      aborting --ROLES_DONE | FAILED [over_budget]--> stopped
       idle --RECOVERED--> publishing (inspect: the ambiguous-publish rule at restart, §6)
 
 Rules encoded in the rows:
@@ -29,8 +31,11 @@ Rules encoded in the rows:
   published) or `aborting` (X not published), each retried with the same X; nothing mints a
   new id while `abort_pending` or `release_pending` holds (a TRIGGER there retries X);
 - a fatal cause stops at once, keeping the intent record for the next start (§6);
-- every retryable failure counts; `exhausted` = more than `failure_budget`
-  (= `max_consecutive_failures`) in a row: `stopped`. Skips count separately, never stop;
+- every attempt that fails retryably counts once, with its first cause (a failing abort
+  or release is retried by its timer and counts nothing more); `exhausted` = more than
+  `failure_budget` (= `max_consecutive_failures`) in a row: `stopped`, or, once
+  participants were touched, after the abort (`over_budget`; a failing abort of that
+  attempt stops at once). Skips count separately, never stop;
 - a release that succeeds resets both counters (`completed`).
 """
 
@@ -215,7 +220,7 @@ _ROWS = (
     on(_PARTICIPANTS_TOUCHED, _I.FAILED, _S.ABORTING, update="note_cause", effects=("cancel_prepare_timers", "call_abort")),
     on(_S.ABORTING, _I.ROLES_DONE, _S.STOPPED, guard="over_budget", update="finished", effects=("discard_staging", "clear_intent", "outcome", "stop")),
     on(_S.ABORTING, _I.ROLES_DONE, _S.IDLE, update="finished", effects=("discard_staging", "clear_intent", "drop_holds", "outcome")),
-    on((_S.ABORTING, _S.RELEASING), _I.FAILED, _S.STOPPED, guard="exhausted", update="note_cause", effects=("outcome", "stop")),
+    on(_S.ABORTING, _I.FAILED, _S.STOPPED, guard="over_budget", update="note_cause", effects=("outcome", "stop")),
     on(_S.ABORTING, _I.FAILED, _S.ABORT_PENDING, update="note_cause", effects=("outcome", "arm_retry")),
     on(_S.RELEASING, _I.FAILED, _S.RELEASE_PENDING, update="note_cause", effects=("outcome", "arm_retry")),
     # --- pending work comes before anything else, with the same id.
@@ -293,11 +298,16 @@ def _adopt(data: CheckpointData, attempt: Attempt) -> CheckpointData:
 
 
 def _note_cause(data: CheckpointData, cause: Classification) -> CheckpointData:
-    # The first cause is the attempt's reason; a failing abort or release keeps it.
+    # The first cause is the attempt's reason and its one count (§4 counts attempts that
+    # failed, not calls): a failing abort or release keeps both, since its own retry timer
+    # retries it, and a published attempt whose release fails has not failed.
     attempt = data.attempt
-    if attempt is not None and attempt.cause is None:
-        attempt = replace(attempt, cause=cause)
-    return _count(replace(data, attempt=attempt), cause)
+    if attempt is None:
+        return _count(data, cause)
+    if attempt.cause is not None:
+        return data
+    noted = replace(data, attempt=replace(attempt, cause=cause))
+    return noted if attempt.published else _count(noted, cause)
 
 
 def _abandon(data: CheckpointData, cause: Classification) -> CheckpointData:
