@@ -120,10 +120,31 @@ class JudgedExample(RuleBasedStateMachine):
         self.steps.append(KitStep(Exchange(error.method, error.path, body, 0, error.detail)))
         self._fail("the server stopped answering", (str(error),))
 
-    def _fail(self, rule: str, differences: tuple[str, ...]) -> NoReturn:
-        violation = ConformanceViolation(rule, differences, tuple(self.steps), section_of(rule))
+    def _fail(
+        self, rule: str, differences: tuple[str, ...], *, after: ParticipantState | None = None
+    ) -> NoReturn:
+        """Report a violation at the last step; `after`: the oracle's state once the failing
+        request is applied, which the server's state is then read and compared with."""
+        state_diff = () if after is None else self._state_diff(after)
+        violation = ConformanceViolation(
+            rule, differences, tuple(self.steps), section_of(rule), state_diff
+        )
         self.run.found(violation)
         raise violation
+
+    def _state_diff(self, after: ParticipantState) -> tuple[str, ...]:
+        """How the state the server reports after a wrong reply differs from the oracle's
+        (`status`, and `completions` for agents), field by field; a diagnosis only: the read
+        is not a step of the sequence, and an unreachable server leaves it empty."""
+        try:  # the client itself: `_send` would report an unreachable server as a violation
+            reads = [self.client.send(op) for op in self._state_queries()]
+        except ServerUnreachable:
+            return ()
+        diff: list[str] = []
+        for (op, expected), exchange in zip(self._expected_state(after), reads, strict=True):
+            actual = project(op, exchange.status, exchange.reply, "server", self.receipts)
+            diff += [f"{op}.{d}" for d in describe_differences(expected, actual)]
+        return tuple(diff)
 
     def _setup_failed(self, rule: str, differences: tuple[str, ...]) -> NoReturn:
         """The server cannot be brought to a known state. A fresh server per example: a
@@ -228,7 +249,7 @@ class JudgedExample(RuleBasedStateMachine):
             self.sent.append((op, body, oracle_body))
         before = self.oracle
         recorded = self._recorded(before, op, oracle_body)
-        after, reply, _ = handle(before, op, oracle_body)
+        after, reply, _ = handle(before, op, oracle_body, rules=self.run.rules)
         replay = None if isinstance(reply, ErrorReply) else recorded
         expected = self._expect(op, reply)
         if copies == 1:
@@ -258,7 +279,7 @@ class JudgedExample(RuleBasedStateMachine):
             actual = actuals[order[-1]]
             agree = all(other == actual for other in actuals)
             rule = hint(op, expected, actual, self.last) if agree else DUPLICATE_RULE
-            self._fail(rule, describe_differences(expected, actual))
+            self._fail(rule, describe_differences(expected, actual), after=after)
         self.run.allowed_failures += sum(failed)
         answered = [e for e, f in zip(exchanges, failed, strict=True) if not f]
         if not answered:  # every copy failed where the oracle succeeded: allowed (M2)
@@ -304,7 +325,7 @@ class JudgedExample(RuleBasedStateMachine):
         if op == "commit":
             return before
         failing = {**body, "expected_digest": BAD_DIGEST, "artifact": ""}
-        return handle(before, op, failing)[0]
+        return handle(before, op, failing, rules=self.run.rules)[0]
 
     def _remember(
         self,

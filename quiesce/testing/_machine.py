@@ -17,7 +17,8 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
-from quiesce.protocol.participant import from_journal, journal_of
+from quiesce.protocol.machines import FenceState
+from quiesce.protocol.participant import AgentRole, SavedTurn, from_journal, journal_of
 from quiesce.testing._judge import JudgedExample
 from quiesce.testing._race import RACE_DEADLINE_S, RACES, explanations
 from quiesce.testing._requests import (
@@ -37,6 +38,24 @@ from quiesce.testing._rules import INCARNATION_RULE, RACE_RULE, describe_differe
 from quiesce.testing._wire import Exchange, ServerUnreachable
 
 __all__ = ["DEADLINE_AT", "ConformanceMachine"]
+
+ENDINGS = (
+    "ack_twice",
+    "ack_unknown",
+    "ack_then_unknown",
+    "ack_then_retire",
+    "ack_then_begin",
+    "retire_then_ack",
+    "retire_then_finish",
+    "begin_retired",
+)
+"""How `execution_lifecycle` ends an execution: ACKed with its exact receipt, then ACKed
+again (already acked) or with a wrong receipt (unknown), retired (already retired) or begun
+again (stale attempt); ACKed with a wrong receipt first (unknown, nothing released), then
+the exact one; retired once completed (held: only an ACK releases it), then ACKed; retired
+while it runs, then reported finished and at a
+boundary (late events, dropped); or never begun: attempt 1 retired, then attempt 0 begun
+(a key at or below a retired one is stale)."""
 
 _RESTART = Exchange(RESTART_METHOD, "(restart hook)", None, 0, "restarted")
 
@@ -213,7 +232,7 @@ class ConformanceMachine(JudgedExample):
         self.steps.append(KitStep(_RESTART, note="the kit killed and restarted the server"))
         if incarnation == before:
             self._fail(INCARNATION_RULE, (f"incarnation: still {before!r} after the restart",))
-        self.oracle = from_journal(journal_of(self.oracle), incarnation)
+        self.oracle = from_journal(journal_of(self.oracle), incarnation, self.run.rules)
         self.last = "restart"
         self._check_state()
 
@@ -222,6 +241,46 @@ class ConformanceMachine(JudgedExample):
         rollout_id, attempt = self._key(key)
         body = {"op_id": self._id(at, "rs"), "rollout_id": rollout_id, "attempt": attempt}
         self._op("discard", body)
+
+    @precondition(lambda self: bool(self.commits))
+    @rule(
+        source=st.integers(0, 3),
+        intact=st.sampled_from([True, True, True, False]),
+        again=st.booleans(),
+    )
+    def restore_snapshot(self, source: int, intact: bool, again: bool) -> None:
+        """Up to three requests: release the fence if it is not idle, then restore a fresh id
+        from a snapshot committed in this example (mostly intact). Random single steps
+        rarely find the fence idle with a snapshot at hand, and a restored fence is where
+        restore replays, retries of a failed restore, discards and claims are judged. An
+        agent's live executions are parked by the restore (a live restore). `again`: then
+        the same restore id with the intact snapshot (a replay of a success, or the retry
+        of a failed restore)."""
+        if self.oracle.fence.state is not FenceState.IDLE:
+            self.resume("active")
+        self.restore("next", source, intact)
+        if again:
+            self.restore("active", source, True)
+
+    @precondition(lambda self: bool(self.commits))
+    @rule(pick=st.integers(0, 3))
+    def discard_restored(self, pick: int) -> None:
+        """Discard a continuation the restore installed (M2 `discard`, under the restore's
+        id): the one `pick` names, or, with none installed, the latest execution's."""
+        rollout_id, attempt = self._continuation(pick)
+        body = {"op_id": self._id("active", "rs"), "rollout_id": rollout_id, "attempt": attempt}
+        self._op("discard", body)
+
+    def _restored(self) -> tuple[SavedTurn, ...]:
+        role = self.oracle.role
+        return role.restored if isinstance(role, AgentRole) else ()
+
+    def _continuation(self, pick: int) -> Key:
+        restored = self._restored()
+        if restored:
+            saved = restored[pick % len(restored)]
+            return (saved.rollout_id, saved.attempt)
+        return self._key(-1)
 
     # ------------------------------------------------------------------ agent rules (M3)
 
@@ -252,6 +311,76 @@ class ConformanceMachine(JudgedExample):
         result is where the ACK/retire rules (S17) bite."""
         self.begin(-1, turns, 0)
         self.finish(-1, reward)
+
+    @precondition(_drives_executions)
+    @rule(turns=st.integers(2, 3), ending=st.sampled_from(ENDINGS))
+    def execution_lifecycle(self, turns: int, ending: str) -> None:
+        """One execution from begin to its end, after releasing the fence if it is not idle
+        (a closed fence refuses every begin, and random single steps leave it closed most of
+        the time): begin, a turn boundary while it runs, then `ending` (`ENDINGS`)."""
+        if self.oracle.fence.state is not FenceState.IDLE:
+            self.resume("active")
+        if ending == "begin_retired":  # retire attempt 1 before it begins, then begin 0
+            earlier = 4 + self.fresh_keys + self.fresh_keys % 2  # the next unused even key
+            self.fresh_keys = earlier - 2  # keys `earlier` and `earlier + 1` are now used
+            self.retire(earlier + 1)
+            self.begin(earlier, turns, 0)
+            return
+        self.begin(-1, turns, 0)
+        self.boundary(-1, 1)
+        if ending == "retire_then_finish":
+            self.retire(-1)
+            self.finish(-1, 1)
+            self.boundary(-1, 2)
+            return
+        self.finish(-1, 1)
+        if ending == "retire_then_ack":  # a completed, un-ACKed result is held (S17)
+            self.retire(-1)
+        self.ack([(-1, ending != "ack_unknown")])
+        if ending in ("ack_twice", "ack_unknown", "ack_then_unknown"):
+            self.ack([(-1, ending != "ack_then_unknown")])
+        elif ending == "ack_then_retire":
+            self.retire(-1)
+        elif ending == "ack_then_begin":
+            self.begin(self.latest, turns, 0)
+
+    @precondition(_drives_executions)
+    @rule(turns=st.integers(2, 3))
+    def checkpoint_with_continuation(self, turns: int) -> None:
+        """Five requests: begin a new execution, prepare (not ready: it runs), report its
+        first turn boundary (it parks), prepare again (ready) and commit: the commit carries
+        the parked execution as a continuation, which a restore of it installs. Random
+        single steps almost never park an execution before a commit."""
+        self.begin(-1, turns, 0)
+        self.prepare("next")
+        self.boundary(-1, 1)
+        self.prepare("active")
+        self.commit("active")
+
+    @precondition(_drives_executions)
+    @rule(pick=st.integers(0, 3), level=st.sampled_from(["turn", "rollout", "other_turn"]))
+    def claim(self, pick: int, level: str) -> None:
+        """Begin the next attempt of a restored continuation (`pick` names it; with none
+        installed, of the latest execution), after releasing the fence if it is not idle.
+        `turn`: resume from its saved turn (the claim; M3: claimed once). `rollout`: discard
+        the continuation first, then begin the attempt from turn 0 (a coarser target level).
+        `other_turn`: resume from a turn nobody saved (refused unknown_execution)."""
+        restored = {(t.rollout_id, t.attempt): t for t in self._restored()}
+        key = self._continuation(pick)
+        saved = restored.get(key)
+        if level == "rollout" and self.oracle.fence.state is FenceState.RESTORED_PAUSED:
+            self.discard_restored(pick)
+        if self.oracle.fence.state is not FenceState.IDLE:
+            self.resume("active")
+        turn = 0 if level == "rollout" else (saved.turn if saved else 1)
+        body = {
+            "rollout_id": key[0],
+            "attempt": key[1] + 1,
+            "group_id": saved.group_id if saved else f"{self.prefix}-g",
+            "turns": saved.turns if saved else 3,
+            "resume_from_turn": turn + (level == "other_turn"),
+        }
+        self._op("begin", body)
 
     @precondition(_drives_executions)
     @rule(key=KEYS, turn=st.integers(0, 3))
