@@ -39,6 +39,18 @@ from quiesce.testing._wire import Exchange, ServerUnreachable
 
 __all__ = ["DEADLINE_AT", "ConformanceMachine"]
 
+SCENARIOS = (
+    "execution_lifecycle",
+    "checkpoint_with_continuation",
+    "restore_snapshot",
+    "discard_restored",
+    "claim",
+)
+"""The multi-request scenarios of the rule `scenario`, each a method of the same name."""
+
+LEVELS = ("turn", "rollout", "other_turn")
+"""How `claim` begins the next attempt of a restored continuation."""
+
 ENDINGS = (
     "ack_twice",
     "ack_unknown",
@@ -242,12 +254,36 @@ class ConformanceMachine(JudgedExample):
         body = {"op_id": self._id(at, "rs"), "rollout_id": rollout_id, "attempt": attempt}
         self._op("discard", body)
 
-    @precondition(lambda self: bool(self.commits))
     @rule(
-        source=st.integers(0, 3),
+        kind=st.sampled_from(SCENARIOS),
+        turns=st.integers(2, 3),
+        pick=st.integers(0, 3),
+        variant=st.integers(0, len(ENDINGS) - 1),
         intact=st.sampled_from([True, True, True, False]),
-        again=st.booleans(),
     )
+    def scenario(self, kind: str, turns: int, pick: int, variant: int, intact: bool) -> None:
+        """Several requests that reach a deep state random single steps rarely reach
+        (`SCENARIOS`): `turns` of a new execution, `pick` of a snapshot or continuation,
+        `variant` of an ending or a claim's level, `intact` of a restore's artifact. One rule
+        with five arguments: hypothesis sorts rules by their number of arguments and shrinks
+        towards the first, so a failure found through a scenario still shrinks to the
+        single requests that cause it where those suffice."""
+        executions = kind in ("execution_lifecycle", "checkpoint_with_continuation", "claim")
+        if executions and not self.run.executions:
+            return
+        if kind == "execution_lifecycle":
+            self.execution_lifecycle(turns, ENDINGS[variant])
+        elif kind == "checkpoint_with_continuation":
+            self.checkpoint_with_continuation(turns)
+        elif kind == "claim":
+            self.claim(pick, LEVELS[variant % len(LEVELS)])
+        elif not self.commits:  # a restore needs a snapshot of this example first
+            self.checkpoint()
+        elif kind == "restore_snapshot":
+            self.restore_snapshot(pick, intact, again=variant % 2 == 1)
+        else:
+            self.discard_restored(pick)
+
     def restore_snapshot(self, source: int, intact: bool, again: bool) -> None:
         """Up to three requests: release the fence if it is not idle, then restore a fresh id
         from a snapshot committed in this example (mostly intact). Random single steps
@@ -262,8 +298,6 @@ class ConformanceMachine(JudgedExample):
         if again:
             self.restore("active", source, True)
 
-    @precondition(lambda self: bool(self.commits))
-    @rule(pick=st.integers(0, 3))
     def discard_restored(self, pick: int) -> None:
         """Discard a continuation the restore installed (M2 `discard`, under the restore's
         id): the one `pick` names, or, with none installed, the latest execution's."""
@@ -312,8 +346,6 @@ class ConformanceMachine(JudgedExample):
         self.begin(-1, turns, 0)
         self.finish(-1, reward)
 
-    @precondition(_drives_executions)
-    @rule(turns=st.integers(2, 3), ending=st.sampled_from(ENDINGS))
     def execution_lifecycle(self, turns: int, ending: str) -> None:
         """One execution from begin to its end, after releasing the fence if it is not idle
         (a closed fence refuses every begin, and random single steps leave it closed most of
@@ -344,8 +376,6 @@ class ConformanceMachine(JudgedExample):
         elif ending == "ack_then_begin":
             self.begin(self.latest, turns, 0)
 
-    @precondition(_drives_executions)
-    @rule(turns=st.integers(2, 3))
     def checkpoint_with_continuation(self, turns: int) -> None:
         """Five requests: begin a new execution, prepare (not ready: it runs), report its
         first turn boundary (it parks), prepare again (ready) and commit: the commit carries
@@ -357,8 +387,6 @@ class ConformanceMachine(JudgedExample):
         self.prepare("active")
         self.commit("active")
 
-    @precondition(_drives_executions)
-    @rule(pick=st.integers(0, 3), level=st.sampled_from(["turn", "rollout", "other_turn"]))
     def claim(self, pick: int, level: str) -> None:
         """Begin the next attempt of a restored continuation (`pick` names it; with none
         installed, of the latest execution), after releasing the fence if it is not idle.
