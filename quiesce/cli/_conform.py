@@ -14,6 +14,10 @@ With `--reset-url` each example starts from a fresh participant instead, and a f
 sequence is shrunk; without it the failing sequence is printed as found, with the reason.
 With `--restart-cmd` the kit also kills and restarts the server between requests and checks
 §6: the journal gives back what was replied before the kill, under a new incarnation.
+
+Every run reports its row coverage: which rows of M2 and the role's table (M3, M4 or M5) the
+reference participant fired while judging the replies, the live rows not fired, and the rows
+dead by design (with the reason). `--min-coverage PCT` fails a run that fired fewer.
 """
 
 from __future__ import annotations
@@ -91,6 +95,15 @@ __all__ = ["conform"]
     help="Shell command that kills the server and starts it again on the same URL and "
     "state (exit 0 once it answers); the kit then checks durability (§6) across restarts.",
 )
+@click.option(
+    "--min-coverage",
+    type=FiniteFloatRange(0, 100),
+    default=0.0,
+    show_default=True,
+    metavar="PCT",
+    help="Fail the run (exit 1, listing the rows not fired) if it fired fewer than PCT "
+    "percent of the role's live table rows (M2 and M3, M4 or M5).",
+)
 @json_option
 def conform(
     url: str,
@@ -103,6 +116,7 @@ def conform(
     timeout: float,
     reset_url: str | None,
     restart_cmd: str | None,
+    min_coverage: float,
     as_json: bool,
 ) -> None:
     """Check that the participant server at --url follows the protocol (docs/wire.md)."""
@@ -119,6 +133,7 @@ def conform(
             timeout=timeout,
             reset=reset_url,
             restart=restart_cmd,
+            min_coverage=min_coverage,
         )
     except ConformanceSetupError as error:
         fail(error)

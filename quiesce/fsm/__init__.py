@@ -28,6 +28,7 @@ from quiesce.fsm._matrix import (
     render_matrix,
     write_matrices,
 )
+from quiesce.fsm._recording import RowEvent, RowLog, recording
 from quiesce.fsm._table import (
     Effect,
     EffectFn,
@@ -64,6 +65,8 @@ __all__ = [
     "MatrixMove",
     "QuiesceError",
     "Row",
+    "RowEvent",
+    "RowLog",
     "Table",
     "TraceError",
     "TraceStep",
@@ -77,6 +80,7 @@ __all__ = [
     "load_trace",
     "matrix",
     "on",
+    "recording",
     "render",
     "render_dot",
     "render_matrix",

@@ -94,6 +94,7 @@ from hypothesis.stateful import get_state_machine_test
 
 from quiesce.adapters import Participant
 from quiesce.protocol.wire import Role
+from quiesce.testing._coverage import coverage_of
 from quiesce.testing._machine import ConformanceMachine
 from quiesce.testing._results import ConformanceResult, ConformanceSetupError, ConformanceViolation
 from quiesce.testing._session import (
@@ -124,6 +125,7 @@ def check_conformance(
     timeout: float = 10.0,
     reset: Reset | None = None,
     restart: Restart | None = None,
+    min_coverage: float = 0.0,
 ) -> ConformanceResult:
     """Check a participant server (role `agent`, `policy` or `resources`) against the
     reference participant: `examples` generated sequences of up to `steps` operations each.
@@ -142,7 +144,8 @@ def check_conformance(
     requests and checks that what was replied before is what the journal gives after, under
     a new incarnation. `executions=False` skips `begin`/`boundary`/`finish` (an agent that
     runs its own rollouts). `seed` makes the generated sequences reproducible (None: a random one,
-    reported in the result).
+    reported in the result). `min_coverage` (percent) fails a run that fired fewer of the
+    role's live table rows (M2 and M3, M4 or M5; `ConformanceResult.coverage`).
 
     >>> check_conformance("http://127.0.0.1:1", "agent", "t")  # doctest: +SKIP
     """
@@ -154,7 +157,7 @@ def check_conformance(
     if isinstance(server, str):
         _connect(run, server)
     unshrinkable = NO_RESET if isinstance(server, str) and hook is None else ""
-    return _check(run, unshrinkable, examples=examples, steps=steps, seed=seed)
+    return _check(run, unshrinkable, examples, steps, seed, min_coverage)
 
 
 def check_participant(
@@ -166,6 +169,7 @@ def check_participant(
     seed: int | None = None,
     executions: bool = True,
     timeout: float = 10.0,
+    min_coverage: float = 0.0,
 ) -> ConformanceResult:
     """`check_conformance` for a `Participant` object in this process (the client interface
     the driver calls, docs/embedding.md), without a server: each request the kit would send
@@ -185,7 +189,7 @@ def check_participant(
     if isinstance(participant, Participant):
         run = KitRun(participant, "", known, agent, timeout, over_http=False)
         _connect(run, participant)
-        return _check(run, NO_FACTORY, examples=examples, steps=steps, seed=seed)
+        return _check(run, NO_FACTORY, examples, steps, seed, min_coverage)
     if not callable(participant):
         raise TypeError(
             f"check_participant needs a Participant or a callable returning one, not "
@@ -203,7 +207,7 @@ def check_participant(
         return nullcontext(made)
 
     run = KitRun(fresh, "", known, agent, timeout, over_http=False)
-    return _check(run, "", examples=examples, steps=steps, seed=seed)
+    return _check(run, "", examples, steps, seed, min_coverage)
 
 
 def _role(role: Role | str) -> Role:
@@ -222,10 +226,17 @@ def _connect(run: KitRun, target: str | Participant) -> None:
 
 
 def _check(
-    run: KitRun, unshrinkable: str, *, examples: int, steps: int, seed: int | None
+    run: KitRun,
+    unshrinkable: str,
+    examples: int,
+    steps: int,
+    seed: int | None,
+    min_coverage: float,
 ) -> ConformanceResult:
     """Run the machine for `examples` sequences; shrink a failure unless `unshrinkable`
     says why it cannot be (the examples share a participant without a way to reset it)."""
+    if not 0.0 <= min_coverage <= 100.0:
+        raise ValueError(f"min_coverage is a percentage from 0 to 100, not {min_coverage!r}")
     chosen = seed if seed is not None else secrets.randbelow(1 << 32)
     machine = type("ConformanceMachine", (ConformanceMachine,), {"run": run})
     test = get_state_machine_test(
@@ -280,6 +291,8 @@ def _check(
         flaky=flaky,
         shrunk=not unshrunk,
         not_shrunk_because=unshrunk,
+        coverage=coverage_of(run.role, run.config.fenced, run.rows) if run.config else None,
+        min_coverage=min_coverage,
     )
 
 

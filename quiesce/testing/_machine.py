@@ -1,128 +1,75 @@
-"""The conformance kit's hypothesis state machine: one example against the server under test,
-every reply judged against the oracle (the module docstring of `_kit` says what is checked).
+"""The conformance kit's hypothesis state machine: the rules, i.e. the wire operations a
+sequence is made of, and how each resolves its drawn target and key against the example.
 
-What lives here: the rules (the wire operations a sequence is made of), how each request is
-built for the server and for the oracle, and how the two answers are projected onto what
-the protocol fixes and compared. What it does not know: how a run is set up or reported
-(`_kit`, `_results`), or the words of a rule (`_rules`).
+What lives here: `ConformanceMachine`, `JudgedExample` with its rules (fence operations for
+every role; `begin`, `boundary`, `finish`, `ack` and `retire` for agents; concurrent
+duplicates, races, replays and restarts; malformed and unauthenticated requests). What it
+does not know: how a reply is judged (`_judge`, `_projection`) or how a run is set up or
+reported (`_kit`, `_results`).
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import time
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import Any, ClassVar, NoReturn
+from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
-from pydantic import BaseModel, ValidationError
+from hypothesis.stateful import precondition, rule
 
-from quiesce.adapters import (
-    DEDUPED_OPS,
-    REPLY_MODELS,
-    CompletionsReply,
-    Participant,
-    WireError,
-    status_of,
+from quiesce.protocol.machines import FenceState
+from quiesce.protocol.participant import AgentRole, SavedTurn, from_journal, journal_of
+from quiesce.testing._judge import JudgedExample
+from quiesce.testing._race import RACE_DEADLINE_S, RACES, explanations
+from quiesce.testing._requests import (
+    AGENT_OPS,
+    BAD_DIGEST,
+    CONTROL_OPS,
+    DEADLINE_AT,
+    DUPLICATED_OPS,
+    KEYS,
+    TARGETS,
+    Key,
+    post_ops,
+    valid_body,
 )
-from quiesce.protocol import InvalidOpId, OpId
-from quiesce.protocol.machines import FenceOp
-from quiesce.protocol.participant import (
-    ParticipantOp,
-    ParticipantState,
-    from_journal,
-    handle,
-    journal_of,
-    new_participant,
-)
-from quiesce.protocol.wire import ErrorReply, Message, Receipt
-from quiesce.testing._latitude import begin_refusals
-from quiesce.testing._race import RACE_DEADLINE_S, RACES, Explanation, explanations
-from quiesce.testing._results import (
-    RESTART_METHOD,
-    ConformanceSetupError,
-    ConformanceViolation,
-    KitStep,
-    brief,
-)
-from quiesce.testing._rules import (
-    CODE_RULES,
-    DUPLICATE_RULE,
-    INCARNATION_RULE,
-    RACE_RULE,
-    describe_differences,
-    describe_disagreement,
-    hint,
-    section_of,
-    step_note,
-)
-from quiesce.testing._session import Abort, KitRun
-from quiesce.testing._wire import Exchange, ServerUnreachable, WireClient, compact_json
+from quiesce.testing._results import RESTART_METHOD, KitStep
+from quiesce.testing._rules import INCARNATION_RULE, RACE_RULE, describe_differences
+from quiesce.testing._wire import Exchange, ServerUnreachable
 
 __all__ = ["DEADLINE_AT", "ConformanceMachine"]
 
-DEADLINE_AT = 4102444800.0
-"""The `deadline_at` every control request carries (2100-01-01): servers do not enforce
-deadlines (docs/wire.md), and one constant keeps printed sequences reproducible."""
+SCENARIOS = (
+    "execution_lifecycle",
+    "checkpoint_with_continuation",
+    "restore_snapshot",
+    "discard_restored",
+    "claim",
+)
+"""The multi-request scenarios of the rule `scenario`, each a method of the same name."""
 
-Key = tuple[str, int]
-_FENCE_OPS = {op.value: op for op in FenceOp if op is not FenceOp.STATUS}
-_CONTROL_OPS = tuple(_FENCE_OPS)
-_AGENT_OPS = ("begin", "boundary", "finish", "ack", "retire")  # in the order rules draw them
-_DUPLICATED_OPS = tuple(op.value for op in DEDUPED_OPS)  # one operation when sent at once
-_BAD_DIGEST = "0" * 64
+LEVELS = ("turn", "rollout", "other_turn")
+"""How `claim` begins the next attempt of a restored continuation."""
+
+ENDINGS = (
+    "ack_twice",
+    "ack_unknown",
+    "ack_then_unknown",
+    "ack_then_retire",
+    "ack_then_begin",
+    "retire_then_ack",
+    "retire_then_finish",
+    "begin_retired",
+)
+"""How `execution_lifecycle` ends an execution: ACKed with its exact receipt, then ACKed
+again (already acked) or with a wrong receipt (unknown), retired (already retired) or begun
+again (stale attempt); ACKed with a wrong receipt first (unknown, nothing released), then
+the exact one; retired once completed (held: only an ACK releases it), then ACKed; retired
+while it runs, then reported finished and at a
+boundary (late events, dropped); or never begun: attempt 1 retired, then attempt 0 begun
+(a key at or below a retired one is stale)."""
+
 _RESTART = Exchange(RESTART_METHOD, "(restart hook)", None, 0, "restarted")
-
-
-def _post_ops(run: KitRun) -> tuple[str, ...]:
-    """The POST operations the server must accept (for the malformed-body rule)."""
-    fenced = run.config is None or run.config.fenced
-    ops: tuple[str, ...] = _CONTROL_OPS if fenced else ()
-    return ops + (_AGENT_OPS if run.agent else ())
-
-
-# ------------------------------------------------------------------------------- projection
-
-
-def _reply_model(op: str, http: int) -> type[BaseModel]:
-    if http == 200:
-        if op == "completions":
-            return CompletionsReply
-        return REPLY_MODELS[ParticipantOp(op)]
-    if http == 409:
-        return ErrorReply
-    return WireError
-
-
-def _opid(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _continuations(items: Any) -> list[str]:
-    return sorted(compact_json(c) for c in items or ())
-
-
-@dataclass(frozen=True, slots=True)
-class _Snapshot:
-    """A commit the server and the oracle both made: each side's own artifact and digest."""
-
-    op_id: str
-    server: tuple[str, str]
-    oracle: tuple[str, str]
-
-
-# ------------------------------------------------------------------------------- machine
-
-
-TARGETS = st.one_of(st.sampled_from(["active", "next"]), st.integers(-1, 5))
-KEYS = st.sampled_from([-1, -1, -1, 0, 1, 2, 3])
-"""An execution key: -1 (most of the time, and what shrinking prefers) is a new key for
-`begin` and the most recently begun key for the other operations, so begin -> finish ->
-retire/ack of one execution is frequent; 0..3 are `(rollout k // 2, attempt k % 2)`, so
-keys also collide (duplicates, stale attempts, retire before begin)."""
 
 
 def _drives_executions(self: ConformanceMachine) -> bool:
@@ -138,142 +85,11 @@ def _not_agent(self: ConformanceMachine) -> bool:
 
 
 def _has_post_ops(self: ConformanceMachine) -> bool:
-    return bool(_post_ops(self.run))
+    return bool(post_ops(self.run))
 
 
-class ConformanceMachine(RuleBasedStateMachine):
+class ConformanceMachine(JudgedExample):
     """One example: setup, then generated operations, each compared with the oracle."""
-
-    run: ClassVar[KitRun]
-
-    def __init__(self) -> None:
-        super().__init__()
-        run = self.run
-        run.examples += 1
-        self.prefix = f"{run.nonce}-{run.examples}"
-        self.steps: list[KitStep] = []
-        self.begun: set[Key] = set()
-        self.receipts: dict[str, dict[Key, str]] = {"server": {}, "oracle": {}}
-        self.replies: dict[tuple[str, str], Any] = {}
-        self.commits: list[_Snapshot] = []
-        self.sent: list[tuple[str, Any, Any]] = []  # control requests, for `replay`
-        self.texts: dict[int, str] = {}
-        self.last = "setup"
-        self.latest = 0
-        self.fresh_keys = 0
-        self.context: AbstractContextManager[Any] | None = None
-        if not isinstance(run.server, str | Participant):
-            self.context = run.server()
-            started = self.context.__enter__()
-        try:
-            if self.context is not None:
-                run.connect(started)
-            elif run.reset is not None:
-                run.fresh_participant()
-            assert run.config is not None and run.capabilities is not None
-            self.oracle = new_participant(run.config, run.capabilities.incarnation)
-            self.base = self._setup()
-        except BaseException as error:
-            self._stop()  # hypothesis calls teardown only on a machine that was built
-            if isinstance(error, ConformanceSetupError):
-                run.setup_error = error
-                raise Abort(error) from None
-            raise
-        self.top = self.base.seq
-
-    def _stop(self) -> None:
-        if self.context is not None:
-            self.run.disconnect()
-            self.context.__exit__(None, None, None)
-            self.context = None
-
-    # ------------------------------------------------------------------ plumbing
-
-    @property
-    def client(self) -> WireClient:
-        assert self.run.client is not None
-        return self.run.client
-
-    def _send(self, op: str, body: Any = None, **options: Any) -> Exchange:
-        try:
-            return self.client.send(op, body, **options)
-        except ServerUnreachable as error:
-            self._unreachable(error, body)
-
-    def _send_together(self, op: str, body: Any, copies: int) -> tuple[Exchange, ...]:
-        try:
-            return self.client.send_together(op, body, copies=copies)
-        except ServerUnreachable as error:
-            self._unreachable(error, body)
-
-    def _unreachable(self, error: ServerUnreachable, body: Any) -> NoReturn:
-        self.steps.append(KitStep(Exchange(error.method, error.path, body, 0, error.detail)))
-        self._fail("the server stopped answering", (str(error),))
-
-    def _fail(self, rule: str, differences: tuple[str, ...]) -> NoReturn:
-        violation = ConformanceViolation(rule, differences, tuple(self.steps), section_of(rule))
-        self.run.found(violation)
-        raise violation
-
-    def _setup_failed(self, rule: str, differences: tuple[str, ...]) -> NoReturn:
-        """The server cannot be brought to a known state. A fresh server per example: a
-        plain violation. A shared one: the previous sequence left it stuck, so report that
-        sequence and stop (shorter sequences cannot be replayed against a stuck server)."""
-        if self.context is not None:
-            self._fail(rule, differences)
-        steps = (*self.run.previous, *self.steps)
-        violation = ConformanceViolation(
-            f"{rule} (after the previous sequence)", differences, steps, section_of(rule)
-        )
-        self.run.found(violation)
-        self.run.stuck = True
-        raise Abort(violation)
-
-    def _query(self, op: str) -> Any:
-        """A setup read (status, completions), parsed; a bad answer is a violation."""
-        exchange = self._send(op)
-        self.steps.append(KitStep(exchange, setup=True, check=True))
-        try:
-            return _reply_model(op, 200).model_validate(exchange.reply)
-        except ValidationError as error:
-            self._setup_failed(
-                f"setup: {op} must answer 200 with its reply model",
-                (f"got {exchange.status}: {str(error).splitlines()[0]}",),
-            )
-
-    def _setup(self) -> OpId:
-        status = self._query("status")
-        if status.fence != "idle":
-            body = {"op_id": _opid(status.active_id), "deadline_at": DEADLINE_AT}
-            exchange = self._send("resume", body)
-            self.steps.append(KitStep(exchange, setup=True))
-            if exchange.status != 200:
-                self._setup_failed(
-                    "setup: resume of the active id must bring the fence back to idle (M2)",
-                    (f"resume({body['op_id']}) answered {exchange.status}",),
-                )
-        if self.run.agent:
-            held = self._query("completions").receipts
-            if held:
-                acks = {"receipts": [r.model_dump(mode="json") for r in held]}
-                self.steps.append(KitStep(self._send("ack", acks), setup=True))
-        status = self._query("status")
-        if status.fence != "idle" or status.live_executions or status.completed_unacknowledged:
-            self._setup_failed(
-                "setup: the server must come back to an idle fence with nothing live",
-                (
-                    f"fence {status.fence}, {status.live_executions} live executions, "
-                    f"{status.completed_unacknowledged} completed un-ACKed; the kit needs the "
-                    "server to itself, and an agent that does not run executions on its own "
-                    "(quiesce serve --no-work, or check with executions=False)",
-                ),
-            )
-        mark = status.high_watermark
-        fresh = OpId(mark.epoch, mark.seq + 1, mark.seq + 1) if mark else OpId(1, 1, 1)
-        self.texts[fresh.seq] = str(fresh)
-        self.last = "setup"
-        self._op("resume", {"op_id": str(fresh), "deadline_at": DEADLINE_AT}, setup=True)
-        return fresh
 
     def _id(self, at: str | int, kind: str) -> str:
         if at == "active":
@@ -294,280 +110,6 @@ class ConformanceMachine(RuleBasedStateMachine):
         """Execution key `index` (-1: the most recently begun one)."""
         chosen = self.latest if index < 0 else index
         return (f"{self.prefix}-r{chosen // 2}", chosen % 2)
-
-    # ------------------------------------------------------------------ judging
-
-    def _learn(self, side: str, op: str, http: int, body: Any) -> None:
-        """Remember the receipts a side reported (so ACKs quote each side's own)."""
-        if http != 200 or op not in ("finish", "retire", "begin", "boundary"):
-            return
-        receipt = body.get("receipt") if isinstance(body, dict) else None
-        if isinstance(receipt, dict):
-            try:
-                parsed = Receipt.model_validate(receipt)
-            except ValidationError:
-                return
-            self.receipts[side].setdefault((parsed.rollout_id, parsed.attempt), parsed.receipt)
-
-    def _receipt(self, side: str, item: Any) -> list[Any]:
-        if not isinstance(item, dict):
-            return [item]
-        key = (item.get("rollout_id"), item.get("attempt"))
-        known = self.receipts[side].get(key)  # type: ignore[arg-type]
-        text = item.get("receipt")
-        return [key[0], key[1], "<its receipt>" if known is not None and text == known else text]
-
-    def _project(self, op: str, http: int, body: Any, side: str) -> dict[str, Any]:
-        """The deterministic part of an answer, comparable between server and oracle."""
-        out: dict[str, Any] = {"http": http}
-        model = _reply_model(op, http)
-        try:
-            reply = model.model_validate(body)
-        except ValidationError as error:
-            first = error.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "<body>"
-            out["unparseable"] = f"not a {model.__name__}: {where}: {first['msg']}"
-            return out
-        data = reply.model_dump(mode="json")
-        if isinstance(reply, WireError):
-            out["code"] = data["code"]
-            if http == 422:
-                out["field"] = data["field"]
-            return out
-        out["participant"] = data["participant"]
-        out["incarnation"] = data["incarnation"]
-        if isinstance(reply, ErrorReply):
-            out.update(
-                code=data["code"],
-                active_id=data["active_id"],
-                high_watermark=data["high_watermark"],
-            )
-            return out
-        pick = {
-            "capabilities": ("role", "instance_role"),
-            "status": (
-                "fence",
-                "active_id",
-                "high_watermark",
-                "role_state",
-                "live_executions",
-                "completed_unacknowledged",
-            ),
-            "prepare": ("op_id", "status"),
-            "commit": ("op_id", "status"),
-            "restore": ("op_id", "status"),
-            "discard": ("op_id", "status"),
-            "resume": ("op_id", "retired"),
-            "retire": ("outcome",),
-            "begin": ("rollout_id", "attempt", "state", "turn"),
-            "boundary": ("rollout_id", "attempt", "state", "turn"),
-            "finish": ("rollout_id", "attempt", "state", "turn"),
-        }.get(op, ())
-        out.update({k: data[k] for k in pick})
-        if op in ("commit", "restore", "discard") and data["status"] in ("committed", "restored"):
-            out["continuations"] = _continuations(data["continuations"])
-        if op == "commit" and data["status"] == "committed":
-            out["digest_is_sha256_of_artifact"] = _digest_ok(data["artifact"], data["digest"])
-        if op in ("retire", "begin", "boundary", "finish"):
-            receipt = data.get("receipt")
-            out["receipt"] = None if receipt is None else self._receipt(side, receipt)
-        if op == "ack":
-            out["acknowledged"] = sorted(self._receipt(side, r) for r in data["acknowledged"])
-            out["unknown"] = sorted(self._receipt(side, r) for r in data["unknown"])
-        if op == "completions":
-            out["receipts"] = sorted(self._receipt(side, r) for r in data["receipts"])
-        return out
-
-    def _expect(self, op: str, reply: Message) -> dict[str, Any]:
-        body = reply.model_dump(mode="json")
-        http = status_of(reply)
-        self._learn("oracle", op, http, body)
-        return self._project(op, http, body, "oracle")
-
-    def _compare(
-        self,
-        op: str,
-        exchange: Exchange,
-        expected: dict[str, Any],
-        *,
-        check: bool = False,
-    ) -> dict[str, Any]:
-        actual = self._actual(op, exchange)
-        self.steps.append(KitStep(exchange, expected, actual, check=check))
-        return actual
-
-    def _actual(self, op: str, exchange: Exchange) -> dict[str, Any]:
-        """The server's answer, projected (its receipts learned); one more reply checked."""
-        self._learn("server", op, exchange.status, exchange.reply)
-        self.run.checks += 1
-        return self._project(op, exchange.status, exchange.reply, "server")
-
-    def _op(
-        self,
-        op: str,
-        body: Any,
-        *,
-        oracle_body: Any = None,
-        setup: bool = False,
-        copies: int = 1,
-    ) -> None:
-        """Send one operation (or `copies` identical ones at once, which are ONE operation
-        to the oracle), judge the replies against the oracle, then check status."""
-        oracle_body = body if oracle_body is None else oracle_body
-        if op in _FENCE_OPS and not setup:
-            self.sent.append((op, body, oracle_body))
-        before = self.oracle
-        recorded = self._recorded(before, op, oracle_body)
-        after, reply, _ = handle(before, op, oracle_body)
-        replay = None if isinstance(reply, ErrorReply) else recorded
-        expected = self._expect(op, reply)
-        if copies == 1:
-            exchanges: tuple[Exchange, ...] = (self._send(op, body),)
-        else:
-            exchanges = self._send_together(op, body, copies)
-            self.run.duplicates += 1
-        open_codes = begin_refusals(before, oracle_body) if op == "begin" else frozenset()
-        actuals = [self._actual(op, exchange) for exchange in exchanges]
-        other = [_other_refusal(expected, actual, open_codes) for actual in actuals]
-        failed = [
-            replay is None and actual != expected and _allowed_failure(op, expected, actual)
-            for actual in actuals
-        ]
-        wrong = [
-            a != expected and not f and not o
-            for a, f, o in zip(actuals, failed, other, strict=True)
-        ]
-        order = sorted(range(len(exchanges)), key=lambda i: wrong[i])  # a wrong one last
-        for number, i in enumerate(order, 1):
-            note = step_note(op, failed[i], number, len(exchanges))
-            if other[i]:
-                note = f"{actuals[i]['code']} applies too: the spec fixes no order among them"
-            self.steps.append(KitStep(exchanges[i], expected, actuals[i], setup=setup, note=note))
-        self.last = op if copies == 1 else f"duplicate:{op}"
-        if any(wrong):
-            actual = actuals[order[-1]]
-            agree = all(other == actual for other in actuals)
-            rule = hint(op, expected, actual, self.last) if agree else DUPLICATE_RULE
-            self._fail(rule, describe_differences(expected, actual))
-        self.run.allowed_failures += sum(failed)
-        answered = [e for e, f in zip(exchanges, failed, strict=True) if not f]
-        if not answered:  # every copy failed where the oracle succeeded: allowed (M2)
-            after = self._failed(before, op, oracle_body)
-            self.last = f"failed_{op}"
-        if replay is not None and replay in self.replies:
-            earlier = self.replies[replay]
-            for exchange in answered:
-                if _without_incarnation(exchange.reply) != earlier:
-                    self._fail(
-                        "M2: the same (op_id, op) after a success is answered from the record, "
-                        "unchanged",
-                        (f"recorded {brief(earlier)}, replayed {brief(exchange.reply)}",),
-                    )
-        if self._recorded(after, op, oracle_body) is not None:
-            for exchange in answered[1:]:
-                if exchange.reply != answered[0].reply:
-                    self._fail(
-                        DUPLICATE_RULE, describe_disagreement(answered[0].reply, exchange.reply)
-                    )
-        self._remember(after, op, oracle_body, body, (answered or exchanges)[0], reply)
-        if isinstance(reply, ErrorReply):
-            self.last = f"refused:{op}"
-        self.oracle = after
-        self._check_state()
-
-    def _recorded(self, state: ParticipantState, op: str, body: Any) -> tuple[str, str] | None:
-        """`(op, op_id)` if the oracle will answer this request from its record."""
-        fence_op = _FENCE_OPS.get(op)
-        if fence_op is None or fence_op is FenceOp.DISCARD or not isinstance(body, dict):
-            return None
-        try:
-            op_id = OpId.parse(body.get("op_id"))
-        except InvalidOpId:
-            return None
-        if state.fence.data.result(op_id, fence_op) is None:
-            return None
-        return (op, str(op_id))
-
-    def _failed(self, before: ParticipantState, op: str, body: dict[str, Any]) -> ParticipantState:
-        """The oracle's state had the operation failed: a failed commit leaves the fence where
-        it was (prepared); a failed restore is the same restore with a wrong digest."""
-        if op == "commit":
-            return before
-        failing = {**body, "expected_digest": _BAD_DIGEST, "artifact": ""}
-        return handle(before, op, failing)[0]
-
-    def _remember(
-        self,
-        after: ParticipantState,
-        op: str,
-        oracle_body: Any,
-        body: Any,
-        exchange: Exchange,
-        reply: Message,
-    ) -> None:
-        recorded = self._recorded(after, op, oracle_body)
-        if recorded is not None and recorded not in self.replies and exchange.status == 200:
-            self.replies[recorded] = _without_incarnation(exchange.reply)
-        if (
-            op == "commit"
-            and exchange.status == 200
-            and isinstance(exchange.reply, dict)
-            and exchange.reply.get("status") == "committed"
-            and getattr(reply, "status", None) == "committed"
-        ):
-            server = (str(exchange.reply.get("artifact", "")), str(exchange.reply.get("digest")))
-            oracle = (getattr(reply, "artifact", ""), getattr(reply, "digest", ""))
-            self.commits.append(_Snapshot(body["op_id"], server, oracle))
-        if op == "begin" and exchange.status == 200:
-            self.begun.add((body["rollout_id"], body["attempt"]))
-
-    def _check_state(self) -> None:
-        """Read status (and completions, for agents) and compare with the oracle's."""
-        for (op, expected), exchange in zip(
-            self._expected_state(self.oracle), self._read_state(), strict=True
-        ):
-            actual = self._compare(op, exchange, expected, check=True)
-            if actual != expected:
-                self._fail(
-                    hint(op, expected, actual, self.last), describe_differences(expected, actual)
-                )
-
-    def _state_queries(self) -> tuple[str, ...]:
-        return ("status", "completions") if self.run.agent else ("status",)
-
-    def _expected_state(self, state: ParticipantState) -> list[tuple[str, dict[str, Any]]]:
-        """What `status` (and `completions`) must answer in `state`."""
-        expected = []
-        for op in self._state_queries():
-            if op == "status":
-                expected.append((op, self._expect(op, handle(state, "status")[1])))
-            else:
-                expected.append((op, self._expect(op, CompletionsReply.of(state))))
-        return expected
-
-    def _read_state(self) -> list[Exchange]:
-        return [self._send(op) for op in self._state_queries()]
-
-    def _expect_refused(self, exchange: Exchange, expected: dict[str, Any], op: str) -> None:
-        actual = self._compare(op, exchange, expected)
-        if actual != expected:
-            code = str(expected["code"])
-            self._fail(CODE_RULES[code], describe_differences(expected, actual))
-        self.last = f"refused:{op}"
-        self._check_state()
-
-    def teardown(self) -> None:
-        """End the example: a fresh server is stopped; on a shared one, every execution this
-        example began is retired, so the next example starts clean."""
-        self.run.previous = tuple(self.steps)
-        if self.context is not None:
-            self._stop()
-            return
-        for rollout_id, attempt in sorted(self.begun):
-            try:
-                self.client.send("retire", {"rollout_id": rollout_id, "attempt": attempt})
-            except ServerUnreachable:
-                return
 
     # ------------------------------------------------------------------ fence rules
 
@@ -619,11 +161,11 @@ class ConformanceMachine(RuleBasedStateMachine):
             return server, oracle
         named = self.commits[source % len(self.commits)].op_id if self.commits else str(self.base)
         corrupt = base64.b64encode(b"not the artifact of this snapshot").decode("ascii")
-        bad = {**body, "snapshot_id": named, "artifact": corrupt, "expected_digest": _BAD_DIGEST}
+        bad = {**body, "snapshot_id": named, "artifact": corrupt, "expected_digest": BAD_DIGEST}
         return bad, bad
 
     @rule(
-        op=st.sampled_from(_DUPLICATED_OPS),
+        op=st.sampled_from(DUPLICATED_OPS),
         at=TARGETS,
         source=st.integers(0, 3),
         intact=st.booleans(),
@@ -686,32 +228,6 @@ class ConformanceMachine(RuleBasedStateMachine):
             )
         self._judge_race_state(found)
 
-    def _allowed_in_race(
-        self,
-        state: ParticipantState,
-        op: str,
-        body: Any,
-        expected: dict[str, Any],
-        actual: dict[str, Any],
-    ) -> ParticipantState | None:
-        """The state after the server failed `op` for its own reasons, if it may (M2)."""
-        if actual == expected or not _allowed_failure(op, expected, actual):
-            return None
-        return self._failed(state, op, body)
-
-    def _judge_race_state(self, found: tuple[Explanation, ...]) -> None:
-        """Read the state once; the first order explaining the replies whose state it is
-        becomes the oracle's; none: a violation (shown against the first order)."""
-        reads = [(op, self._send(op)) for op in self._state_queries()]
-        actual = [self._actual(op, exchange) for op, exchange in reads]
-        candidates = [(e, [x for _, x in self._expected_state(e.state)]) for e in found]
-        chosen, expected = next(((e, x) for e, x in candidates if x == actual), candidates[0])
-        for (_, exchange), want, got in zip(reads, expected, actual, strict=True):
-            self.steps.append(KitStep(exchange, want, got, check=True))
-            if got != want:
-                self._fail(RACE_RULE, describe_differences(want, got))
-        self.oracle = chosen.state
-
     @precondition(lambda self: self.run.restart is not None)
     @rule()
     def restart(self) -> None:
@@ -728,7 +244,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.steps.append(KitStep(_RESTART, note="the kit killed and restarted the server"))
         if incarnation == before:
             self._fail(INCARNATION_RULE, (f"incarnation: still {before!r} after the restart",))
-        self.oracle = from_journal(journal_of(self.oracle), incarnation)
+        self.oracle = from_journal(journal_of(self.oracle), incarnation, self.run.rules)
         self.last = "restart"
         self._check_state()
 
@@ -737,6 +253,68 @@ class ConformanceMachine(RuleBasedStateMachine):
         rollout_id, attempt = self._key(key)
         body = {"op_id": self._id(at, "rs"), "rollout_id": rollout_id, "attempt": attempt}
         self._op("discard", body)
+
+    @rule(
+        kind=st.sampled_from(SCENARIOS),
+        turns=st.integers(2, 3),
+        pick=st.integers(0, 3),
+        variant=st.integers(0, len(ENDINGS) - 1),
+        intact=st.sampled_from([True, True, True, False]),
+    )
+    def scenario(self, kind: str, turns: int, pick: int, variant: int, intact: bool) -> None:
+        """Several requests that reach a deep state random single steps rarely reach
+        (`SCENARIOS`): `turns` of a new execution, `pick` of a snapshot or continuation,
+        `variant` of an ending or a claim's level, `intact` of a restore's artifact. One rule
+        with five arguments: hypothesis sorts rules by their number of arguments and shrinks
+        towards the first, so a failure found through a scenario still shrinks to the
+        single requests that cause it where those suffice."""
+        executions = kind in ("execution_lifecycle", "checkpoint_with_continuation", "claim")
+        if executions and not self.run.executions:
+            return
+        if kind == "execution_lifecycle":
+            self.execution_lifecycle(turns, ENDINGS[variant])
+        elif kind == "checkpoint_with_continuation":
+            self.checkpoint_with_continuation(turns)
+        elif kind == "claim":
+            self.claim(pick, LEVELS[variant % len(LEVELS)])
+        elif not self.commits:  # a restore needs a snapshot of this example first
+            self.checkpoint()
+        elif kind == "restore_snapshot":
+            self.restore_snapshot(pick, intact, again=variant % 2 == 1)
+        else:
+            self.discard_restored(pick)
+
+    def restore_snapshot(self, source: int, intact: bool, again: bool) -> None:
+        """Up to three requests: release the fence if it is not idle, then restore a fresh id
+        from a snapshot committed in this example (mostly intact). Random single steps
+        rarely find the fence idle with a snapshot at hand, and a restored fence is where
+        restore replays, retries of a failed restore, discards and claims are judged. An
+        agent's live executions are parked by the restore (a live restore). `again`: then
+        the same restore id with the intact snapshot (a replay of a success, or the retry
+        of a failed restore)."""
+        if self.oracle.fence.state is not FenceState.IDLE:
+            self.resume("active")
+        self.restore("next", source, intact)
+        if again:
+            self.restore("active", source, True)
+
+    def discard_restored(self, pick: int) -> None:
+        """Discard a continuation the restore installed (M2 `discard`, under the restore's
+        id): the one `pick` names, or, with none installed, the latest execution's."""
+        rollout_id, attempt = self._continuation(pick)
+        body = {"op_id": self._id("active", "rs"), "rollout_id": rollout_id, "attempt": attempt}
+        self._op("discard", body)
+
+    def _restored(self) -> tuple[SavedTurn, ...]:
+        role = self.oracle.role
+        return role.restored if isinstance(role, AgentRole) else ()
+
+    def _continuation(self, pick: int) -> Key:
+        restored = self._restored()
+        if restored:
+            saved = restored[pick % len(restored)]
+            return (saved.rollout_id, saved.attempt)
+        return self._key(-1)
 
     # ------------------------------------------------------------------ agent rules (M3)
 
@@ -768,6 +346,70 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.begin(-1, turns, 0)
         self.finish(-1, reward)
 
+    def execution_lifecycle(self, turns: int, ending: str) -> None:
+        """One execution from begin to its end, after releasing the fence if it is not idle
+        (a closed fence refuses every begin, and random single steps leave it closed most of
+        the time): begin, a turn boundary while it runs, then `ending` (`ENDINGS`)."""
+        if self.oracle.fence.state is not FenceState.IDLE:
+            self.resume("active")
+        if ending == "begin_retired":  # retire attempt 1 before it begins, then begin 0
+            earlier = 4 + self.fresh_keys + self.fresh_keys % 2  # the next unused even key
+            self.fresh_keys = earlier - 2  # keys `earlier` and `earlier + 1` are now used
+            self.retire(earlier + 1)
+            self.begin(earlier, turns, 0)
+            return
+        self.begin(-1, turns, 0)
+        self.boundary(-1, 1)
+        if ending == "retire_then_finish":
+            self.retire(-1)
+            self.finish(-1, 1)
+            self.boundary(-1, 2)
+            return
+        self.finish(-1, 1)
+        if ending == "retire_then_ack":  # a completed, un-ACKed result is held (S17)
+            self.retire(-1)
+        self.ack([(-1, ending != "ack_unknown")])
+        if ending in ("ack_twice", "ack_unknown", "ack_then_unknown"):
+            self.ack([(-1, ending != "ack_then_unknown")])
+        elif ending == "ack_then_retire":
+            self.retire(-1)
+        elif ending == "ack_then_begin":
+            self.begin(self.latest, turns, 0)
+
+    def checkpoint_with_continuation(self, turns: int) -> None:
+        """Five requests: begin a new execution, prepare (not ready: it runs), report its
+        first turn boundary (it parks), prepare again (ready) and commit: the commit carries
+        the parked execution as a continuation, which a restore of it installs. Random
+        single steps almost never park an execution before a commit."""
+        self.begin(-1, turns, 0)
+        self.prepare("next")
+        self.boundary(-1, 1)
+        self.prepare("active")
+        self.commit("active")
+
+    def claim(self, pick: int, level: str) -> None:
+        """Begin the next attempt of a restored continuation (`pick` names it; with none
+        installed, of the latest execution), after releasing the fence if it is not idle.
+        `turn`: resume from its saved turn (the claim; M3: claimed once). `rollout`: discard
+        the continuation first, then begin the attempt from turn 0 (a coarser target level).
+        `other_turn`: resume from a turn nobody saved (refused unknown_execution)."""
+        restored = {(t.rollout_id, t.attempt): t for t in self._restored()}
+        key = self._continuation(pick)
+        saved = restored.get(key)
+        if level == "rollout" and self.oracle.fence.state is FenceState.RESTORED_PAUSED:
+            self.discard_restored(pick)
+        if self.oracle.fence.state is not FenceState.IDLE:
+            self.resume("active")
+        turn = 0 if level == "rollout" else (saved.turn if saved else 1)
+        body = {
+            "rollout_id": key[0],
+            "attempt": key[1] + 1,
+            "group_id": saved.group_id if saved else f"{self.prefix}-g",
+            "turns": saved.turns if saved else 3,
+            "resume_from_turn": turn + (level == "other_turn"),
+        }
+        self._op("begin", body)
+
     @precondition(_drives_executions)
     @rule(key=KEYS, turn=st.integers(0, 3))
     def boundary(self, key: int, turn: int) -> None:
@@ -788,7 +430,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         for index, exact in items:
             key = self._key(index)
             for side, receipts in bodies.items():
-                known = self.receipts[side].get(key)
+                known = self.receipts.of(side, key)
                 text = known if exact and known is not None else "not-a-receipt"
                 receipts.append({"rollout_id": key[0], "attempt": key[1], "receipt": text})
         self._op("ack", {"receipts": bodies["server"]}, oracle_body={"receipts": bodies["oracle"]})
@@ -800,22 +442,22 @@ class ConformanceMachine(RuleBasedStateMachine):
         self._op("retire", {"rollout_id": rollout_id, "attempt": attempt})
 
     @precondition(_not_agent)
-    @rule(op=st.sampled_from(_AGENT_OPS))
+    @rule(op=st.sampled_from(AGENT_OPS))
     def agent_operation_elsewhere(self, op: str) -> None:
-        self._op(op, _valid_body(op, self.prefix, self._id("next", "ck")))
+        self._op(op, valid_body(op, self.prefix, self._id("next", "ck")))
 
     # ------------------------------------------------------------------ hostile requests
 
     @precondition(_has_post_ops)
     @precondition(lambda self: self.run.over_http)
     @rule(
-        index=st.integers(0, len(_CONTROL_OPS) + len(_AGENT_OPS) - 1),
+        index=st.integers(0, len(CONTROL_OPS) + len(AGENT_OPS) - 1),
         flaw=st.sampled_from(["unknown_field", "wrong_type", "missing_field", "not_json"]),
     )
     def malformed(self, index: int, flaw: str) -> None:
-        ops = _post_ops(self.run)
+        ops = post_ops(self.run)
         op = ops[index % len(ops)]
-        body = _valid_body(op, self.prefix, self._id("next", "ck"))
+        body = valid_body(op, self.prefix, self._id("next", "ck"))
         first = next(iter(body))
         raw = None
         if flaw == "unknown_field":
@@ -840,57 +482,3 @@ class ConformanceMachine(RuleBasedStateMachine):
         body = None if op == "status" else self._control("next")
         expected = {"http": 401, "code": "unauthorized"}
         self._expect_refused(self._send(op, body, auth=auth), expected, op)
-
-
-def _valid_body(op: str, prefix: str, op_id: str) -> dict[str, Any]:
-    """A well-formed request body for `op` (the malformed-body rule then breaks one field)."""
-    rollout: dict[str, Any] = {"rollout_id": f"{prefix}-r0", "attempt": 0}
-    control: dict[str, Any] = {"op_id": op_id, "deadline_at": DEADLINE_AT}
-    if op in ("prepare", "commit", "resume"):
-        return control
-    if op == "restore":
-        return {**control, "snapshot_id": op_id, "artifact": "", "expected_digest": _BAD_DIGEST}
-    if op == "discard":
-        return {"op_id": op_id, **rollout}
-    extra: dict[str, dict[str, Any]] = {
-        "begin": {"group_id": "g", "turns": 1},
-        "boundary": {"turn": 1},
-        "finish": {"result": {}},
-        "retire": {},
-    }
-    if op == "ack":
-        return {"receipts": [{**rollout, "receipt": "not-a-receipt"}]}
-    return {**rollout, **extra[op]}
-
-
-def _allowed_failure(op: str, expected: dict[str, Any], actual: dict[str, Any]) -> bool:
-    """The server failed a commit or restore the oracle ran successfully (its own reasons)."""
-    wins = {"commit": ("committed", "failed"), "restore": ("restored", "failed")}.get(op)
-    if wins is None or expected.get("http") != 200 or actual.get("http") != 200:
-        return False
-    return (expected.get("status"), actual.get("status")) == wins and all(
-        expected.get(k) == actual.get(k) for k in ("participant", "incarnation", "op_id")
-    )
-
-
-def _other_refusal(expected: dict[str, Any], actual: dict[str, Any], codes: frozenset[str]) -> bool:
-    """The server refused with another of the refusals that apply (`codes`), where the
-    spec fixes no order among them; the rest of the reply is the oracle's."""
-    code = actual.get("code")
-    if code == expected.get("code") or expected.get("code") not in codes:
-        return False
-    return code in codes and actual == {**expected, "code": code}
-
-
-def _digest_ok(artifact: str, digest: str) -> bool:
-    try:
-        raw = base64.b64decode(artifact, validate=True)
-    except ValueError:
-        return False
-    return hashlib.sha256(raw).hexdigest() == digest
-
-
-def _without_incarnation(reply: Any) -> Any:
-    if isinstance(reply, dict):
-        return {k: v for k, v in reply.items() if k != "incarnation"}
-    return reply

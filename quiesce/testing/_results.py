@@ -12,6 +12,7 @@ from typing import Any
 
 from quiesce.fsm import QuiesceError
 from quiesce.protocol.wire import Role
+from quiesce.testing._coverage import RunCoverage
 from quiesce.testing._wire import Exchange, compact_json
 
 __all__ = [
@@ -64,7 +65,10 @@ class KitStep:
 class ConformanceViolation(QuiesceError):
     """The server broke `rule` at the last of `steps` (the whole sequence from the start of
     the example). `differences` lists `field: expected X, got Y`; `see` is where the rule is
-    written down (a section of docs/protocol.md, or docs/wire.md)."""
+    written down (a section of docs/protocol.md, or docs/wire.md). `state_diff` lists how
+    the state the server reported after a wrong reply differs from the reference's (`status.`
+    or `completions.` then `field: expected X, got Y`; empty when the state was not read or
+    matches)."""
 
     def __init__(
         self,
@@ -72,11 +76,13 @@ class ConformanceViolation(QuiesceError):
         differences: tuple[str, ...],
         steps: tuple[KitStep, ...],
         see: str = "",
+        state_diff: tuple[str, ...] = (),
     ) -> None:
         self.rule = rule
         self.differences = differences
         self.steps = steps
         self.see = see
+        self.state_diff = state_diff
         super().__init__(f"{rule}: {'; '.join(differences)} (after {len(steps)} requests)")
 
 
@@ -92,18 +98,20 @@ class ConformanceSetupError(QuiesceError):
 
 @dataclass(frozen=True)
 class ConformanceResult:
-    """The outcome of a conformance run. `ok` is False iff `violation` is set; its `steps`
-    are the shortest failing sequence hypothesis found. `examples` counts the sequences run
-    (shrinking included), `requests` the HTTP requests sent, `checks` the replies compared
-    with the oracle, `allowed_failures` the commits/restores the server failed where the
-    oracle succeeded (accepted, and checked to land where M2 says), `duplicates` the pairs of
-    identical control requests sent at once (each copy counts in `requests` and `checks`),
-    `races` the sets of different control requests sent overlapping (judged by
-    linearizability), `restarts` the kills and restarts of the server (§6).
-    `flaky` is True when the
-    shortest sequence did not fail again on replay (the server is not deterministic);
-    `shrunk` is False when the sequence is reported as found, and `not_shrunk_because`
-    says why (a shared server without a reset hook, or one the failure left stuck)."""
+    """The outcome of a conformance run. `ok` is False iff `violation` is set (its `steps`
+    are the shortest failing sequence hypothesis found) or the run fired fewer than
+    `min_coverage` percent of the role's live table rows (`coverage`, `covered`).
+    `examples` counts the sequences run (shrinking included), `requests` the HTTP requests
+    sent, `checks` the replies compared with the oracle, `allowed_failures` the
+    commits/restores the server failed where the oracle succeeded (accepted, and checked to
+    land where M2 says), `duplicates` the pairs of identical control requests sent at once
+    (each copy counts in `requests` and `checks`), `races` the sets of different control
+    requests sent overlapping (judged by linearizability), `restarts` the kills and
+    restarts of the server (§6). `flaky` is True when the shortest sequence did not fail
+    again on replay (the server is not deterministic); `shrunk` is False when the sequence
+    is reported as found, and `not_shrunk_because` says why (a shared server without a
+    reset hook, or one the failure left stuck). `coverage` is the rows of M2 and the role's
+    table (M3-M5) the run fired (None when no example ran)."""
 
     url: str
     role: Role
@@ -120,11 +128,18 @@ class ConformanceResult:
     flaky: bool = False
     shrunk: bool = True
     not_shrunk_because: str = ""
+    coverage: RunCoverage | None = None
+    min_coverage: float = 0.0
+
+    @property
+    def covered(self) -> bool:
+        """True iff the run fired at least `min_coverage` percent of the live rows."""
+        return self.coverage is None or self.coverage.percent >= self.min_coverage
 
     @property
     def ok(self) -> bool:
-        """True iff every checked reply matched the oracle."""
-        return self.violation is None
+        """True iff every checked reply matched the oracle and the run covered enough rows."""
+        return self.violation is None and self.covered
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the `quiesce conform --json` document)."""
@@ -137,6 +152,7 @@ class ConformanceResult:
                 "shrunk": self.shrunk,
                 "not_shrunk_because": self.not_shrunk_because,
                 "see": self.violation.see,
+                "state_diff": list(self.violation.state_diff),
                 "sequence": [s.to_json() for s in _shown(self.violation.steps)],
             }
         return {
@@ -152,11 +168,14 @@ class ConformanceResult:
             "duplicates": self.duplicates,
             "races": self.races,
             "restarts": self.restarts,
+            "min_coverage": self.min_coverage,
+            "coverage": None if self.coverage is None else self.coverage.to_json(),
             "failure": failure,
         }
 
     def report(self) -> str:
-        """The human report: a summary line and, on failure, the numbered sequence."""
+        """The human report: a summary line, on failure the rule and the numbered sequence,
+        then the row coverage."""
         head = (
             f"{self.role} {self.participant!r} at {self.url}: {self.examples} sequences, "
             f"{self.requests} requests, {self.checks} replies checked, "
@@ -164,17 +183,27 @@ class ConformanceResult:
             f"{self.restarts} restarts, "
             f"{self.allowed_failures} allowed commit/restore failures (seed {self.seed})"
         )
-        if self.violation is None:
-            return f"PASS  {head}"
-        lines = [f"FAIL  {head}", f"rule: {self.violation.rule}"]
-        if self.violation.see:
-            lines.append(f"see: {self.violation.see}")
-        lines += [f"  {d}" for d in self.violation.differences]
+        verdict = "PASS" if self.ok else "FAIL"
+        lines = [f"{verdict}  {head}"]
+        if self.violation is not None:
+            lines += self._violation_lines(self.violation)
+        return "\n".join(lines + self._coverage_lines())
+
+    def _violation_lines(self, violation: ConformanceViolation) -> list[str]:
+        """The rule broken, where it is written, how the reply and the state differ, and
+        the failing sequence, numbered, then again as curl commands."""
+        lines = [f"rule: {violation.rule}"]
+        if violation.see:
+            lines.append(f"see: {violation.see}")
+        lines += [f"  {d}" for d in violation.differences]
+        if violation.state_diff:
+            lines.append("state after the failing request (expected vs the server's status):")
+            lines += [f"  {d}" for d in violation.state_diff]
         if self.flaky:
             lines.append("note: the sequence did not fail again on replay (flaky server)")
         if not self.shrunk:
             lines.append(f"note: not shrunk: {self.not_shrunk_because}")
-        shown = _shown(self.violation.steps)
+        shown = _shown(violation.steps)
         which = "shortest failing" if self.shrunk else "failing"
         lines.append(f"{which} sequence ({len(shown)} requests):")
         for number, step in enumerate(shown, 1):
@@ -182,7 +211,30 @@ class ConformanceResult:
         if self.url.startswith(("http://", "https://")):  # not a participant in process
             lines.append(f"replay it by hand (export QUIESCE_URL={self.url} QUIESCE_TOKEN=...):")
             lines += [f"{n:3}. {_by_hand(step.exchange)}" for n, step in enumerate(shown, 1)]
-        return "\n".join(lines)
+        return lines
+
+    def _coverage_lines(self) -> list[str]:
+        """The row coverage: fired rows by index, the live rows not fired and the rows dead
+        by design (with the reason), per table; and, below `min_coverage`, the verdict."""
+        if self.coverage is None:
+            return []
+        lines = [self.coverage.summary()]
+        if not self.covered:
+            lines.append(
+                f"coverage: {self.coverage.percent:.0f}% of the live rows fired, fewer than "
+                f"--min-coverage {self.min_coverage:g}%; the rows not fired are listed below "
+                "(more --examples or --steps reach more of them)"
+            )
+        for table in self.coverage.tables:
+            name = f"{table.machine} {table.table}"
+            fired = " ".join(row.split(" ", 1)[0] for row in table.fired) or "none"
+            lines.append(f"  {name} fired: {fired}")
+            lines += [f"  {name} not fired: {row}" for row in table.unfired]
+        dead = [(t, row, why) for t in self.coverage.tables for row, why in t.dead]
+        if dead:
+            lines.append("  dead by design (cannot fire over the control routes; not counted):")
+            lines += [f"    {t.machine} {t.table} {row}: {why}" for t, row, why in dead]
+        return lines
 
 
 def _shown(steps: tuple[KitStep, ...]) -> list[KitStep]:

@@ -19,9 +19,10 @@ import httpx
 from pydantic import ValidationError
 
 from quiesce.adapters import Participant
-from quiesce.fsm import QuiesceError
-from quiesce.protocol.participant import ParticipantConfig
+from quiesce.fsm import QuiesceError, RowLog
+from quiesce.protocol.participant import ParticipantConfig, ParticipantRules
 from quiesce.protocol.wire import Capabilities, Role
+from quiesce.testing._coverage import kit_rules
 from quiesce.testing._inprocess import IN_PROCESS_URL, ParticipantTransport
 from quiesce.testing._results import (
     ConformanceSetupError,
@@ -175,6 +176,13 @@ class KitRun:
     over_http: bool = True
     """False for a `Participant` object: the kit sends no malformed or unauthenticated
     requests (they test an HTTP layer the object does not have)."""
+    rules: ParticipantRules = field(init=False)
+    """The tables the oracle steps: the protocol's, recording into `rows`."""
+    rows: RowLog = field(init=False)
+    """The rows the oracle fired in this run (its row coverage)."""
+
+    def __post_init__(self) -> None:
+        self.rules, self.rows = kit_rules()
 
     @property
     def agent(self) -> bool:

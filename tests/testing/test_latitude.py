@@ -6,7 +6,7 @@ from typing import Any
 
 from quiesce.protocol.participant import ParticipantState, handle, new_participant
 from quiesce.testing._latitude import begin_refusals
-from quiesce.testing._machine import _other_refusal
+from quiesce.testing._projection import other_refusal
 
 
 def _agent() -> ParticipantState:
@@ -60,9 +60,9 @@ def test_a_body_that_is_not_a_begin_or_a_role_that_is_not_an_agent_has_none() ->
 def test_the_kit_accepts_another_applicable_refusal_and_nothing_else() -> None:
     expected = {"http": 409, "code": "admission_closed", "active_id": None}
     codes = frozenset({"admission_closed", "stale_attempt"})
-    assert _other_refusal(expected, {**expected, "code": "stale_attempt"}, codes)
-    assert not _other_refusal(expected, expected, codes)  # the same answer: nothing to excuse
-    assert not _other_refusal(expected, {**expected, "code": "duplicate_execution"}, codes)
-    assert not _other_refusal(expected, {**expected, "code": "stale_attempt", "http": 200}, codes)
+    assert other_refusal(expected, {**expected, "code": "stale_attempt"}, codes)
+    assert not other_refusal(expected, expected, codes)  # the same answer: nothing to excuse
+    assert not other_refusal(expected, {**expected, "code": "duplicate_execution"}, codes)
+    assert not other_refusal(expected, {**expected, "code": "stale_attempt", "http": 200}, codes)
     ok = {"http": 200, "state": "running"}
-    assert not _other_refusal(ok, {"http": 409, "code": "stale_attempt"}, codes)
+    assert not other_refusal(ok, {"http": 409, "code": "stale_attempt"}, codes)
