@@ -40,7 +40,14 @@ from quiesce.protocol.participant import (
 )
 from quiesce.protocol.wire import ErrorReply, Message, Receipt
 from quiesce.testing._latitude import begin_refusals
-from quiesce.testing._race import RACE_DEADLINE_S, RACES, Explanation, explanations
+from quiesce.testing._race import (
+    EXECUTION_TARGETS,
+    RACE_DEADLINE_S,
+    RACES,
+    Explanation,
+    explanations,
+    recoveries,
+)
 from quiesce.testing._results import (
     RESTART_METHOD,
     ConformanceSetupError,
@@ -60,7 +67,13 @@ from quiesce.testing._rules import (
     step_note,
 )
 from quiesce.testing._session import Abort, KitRun
-from quiesce.testing._wire import Exchange, ServerUnreachable, WireClient, compact_json
+from quiesce.testing._wire import (
+    OPERATIONS,
+    Exchange,
+    ServerUnreachable,
+    WireClient,
+    compact_json,
+)
 
 __all__ = ["DEADLINE_AT", "ConformanceMachine"]
 
@@ -658,11 +671,14 @@ class ConformanceMachine(RuleBasedStateMachine):
         """Different control requests in flight at once (`_race.RACES`: a resume or the
         next prepare arriving while a prepare long-polls), judged by linearizability: some
         order of the overlapping requests must explain every reply and the state after."""
+        if self.run.executions and any(at in EXECUTION_TARGETS for _, at in shape):
+            self._execution_to_race(next(at for _, at in shape if at in EXECUTION_TARGETS))
         requests: list[tuple[str, Any]] = []
+        oracle_requests: list[tuple[str, Any]] = []
         for op, at in shape:
-            op_id = requests[0][1]["op_id"] if at == "same" else self._id(at, "ck")
-            deadline = time.time() + RACE_DEADLINE_S
-            requests.append((op, {"op_id": op_id, "deadline_at": deadline}))
+            server, oracle = self._race_bodies(op, at, requests)
+            requests.append((op, server))
+            oracle_requests.append((op, oracle))
         try:
             answers = self.client.send_overlapping(requests)
         except ServerUnreachable as error:
@@ -672,7 +688,7 @@ class ConformanceMachine(RuleBasedStateMachine):
             self._actual(op, t.exchange) for (op, _), t in zip(requests, answers, strict=True)
         ]
         found, first = explanations(
-            self.oracle, requests, answers, actual, self._expect, self._allowed_in_race
+            self.oracle, oracle_requests, answers, actual, self._expect, self._allowed_in_race
         )
         shown = found[0] if found else first
         wrong = [i for i in range(len(actual)) if actual[i] != shown.expected[i]]
@@ -685,6 +701,32 @@ class ConformanceMachine(RuleBasedStateMachine):
                 RACE_RULE, describe_differences(shown.expected[wrong[-1]], actual[wrong[-1]])
             )
         self._judge_race_state(found)
+
+    def _execution_to_race(self, kind: str) -> None:
+        """Begin a fresh execution (and finish it, for `completed`): what a raced retire or
+        ACK of `latest` then names."""
+        self.begin(-1, 2, 0)
+        if kind == "completed":
+            self.finish(-1, 1)
+
+    def _race_bodies(
+        self, op: str, at: str, earlier: list[tuple[str, Any]]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A raced request's body for the server and for the oracle (an ACK quotes each
+        side's own receipt); `same` is the first request's op id."""
+        if op in ("retire", "ack"):
+            rollout_id, attempt = self._key(-1)
+            key = {"rollout_id": rollout_id, "attempt": attempt}
+            if op == "retire":
+                return key, key
+            server, oracle = (
+                {"receipts": [{**key, "receipt": receipts.get((rollout_id, attempt), "none")}]}
+                for receipts in (self.receipts["server"], self.receipts["oracle"])
+            )
+            return server, oracle
+        op_id = earlier[0][1]["op_id"] if at == "same" else self._id(at, "ck")
+        body = {"op_id": op_id, "deadline_at": time.time() + RACE_DEADLINE_S}
+        return body, body
 
     def _allowed_in_race(
         self,
@@ -713,12 +755,19 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.oracle = chosen.state
 
     @precondition(lambda self: self.run.restart is not None)
-    @rule()
-    def restart(self) -> None:
+    # Mostly between requests; shrinking prefers that (None comes first): a kill during a
+    # request may or may not beat the reply, so a failure is shrunk towards a deterministic
+    # kill when one shows it too.
+    @rule(during=st.sampled_from((None, None, "prepare", "commit", "resume")), at=TARGETS)
+    def restart(self, during: str | None, at: str | int) -> None:
         """Kill and restart the server (§6): it must come back under a new incarnation with
         exactly what its journal must keep (`journal_of` of the oracle), so everything
-        replied before the kill holds after it; recorded results replay unchanged later."""
+        replied before the kill holds after it; recorded results replay unchanged later.
+        With `during`, the kill comes while that request is in flight (`_restart_during`)."""
         assert self.run.restart is not None
+        if during is not None:
+            self._restart_during(during, at)
+            return
         before = self.run.capabilities.incarnation if self.run.capabilities else ""
         self.run.restarts += 1
         self.run.restart()
@@ -731,6 +780,53 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.oracle = from_journal(journal_of(self.oracle), incarnation)
         self.last = "restart"
         self._check_state()
+
+    def _restart_during(self, op: str, at: str | int) -> None:
+        """Kill and restart the server while `op` is in flight (§6): a reply that came must be
+        durable; without one, `op` took effect before the kill or never did (the state read
+        after says which), and re-sending it then gets the recorded reply or runs it now."""
+        assert self.run.restart is not None and self.run.capabilities is not None
+        before, body = self.oracle, self._control(at)
+        killed = self.run.capabilities.incarnation
+        self.sent.append((op, body, body))
+        exchange = self.client.send_while(op, body, self.run.restart)
+        self.run.restarts += 1
+        after, reply, _ = handle(before, op, body)
+        answered = exchange is not None and exchange.status < 500
+        if exchange is not None and answered:
+            expected = self._expect(op, reply)
+            actual = self._compare(op, exchange, expected)
+            if actual != expected and not _allowed_failure(op, expected, actual):
+                self._fail(hint(op, expected, actual, op), describe_differences(expected, actual))
+            if actual != expected:
+                after = self._failed(before, op, body)
+            self._remember(after, op, body, body, exchange, reply)
+        else:
+            method, path = OPERATIONS[op]
+            cut = exchange or Exchange(method, path, body, 0, "no answer")
+            self.steps.append(KitStep(cut, note="no answer: the kill below cut it"))
+        self.run.connect(self.run.url)
+        incarnation = self.run.capabilities.incarnation
+        self.steps.append(KitStep(_RESTART, note="killed while the request above was in flight"))
+        if incarnation == killed:
+            self._fail(INCARNATION_RULE, (f"incarnation: still {killed!r} after the restart",))
+        self.last = "restart"
+        self._judge_recovered(recoveries(before, after, answered, incarnation))
+        if not answered:
+            self._op(op, body)
+
+    def _judge_recovered(self, states: tuple[ParticipantState, ...]) -> None:
+        """Read the state once after a restart; the first of `states` it is becomes the
+        oracle's; none: a violation of §6 (shown against the last)."""
+        reads = [(op, self._send(op)) for op in self._state_queries()]
+        actual = [self._actual(op, exchange) for op, exchange in reads]
+        candidates = [(s, [x for _, x in self._expected_state(s)]) for s in states]
+        chosen, expected = next(((s, x) for s, x in candidates if x == actual), candidates[-1])
+        for (op, exchange), want, got in zip(reads, expected, actual, strict=True):
+            self.steps.append(KitStep(exchange, want, got, check=True))
+            if got != want:
+                self._fail(hint(op, want, got, "restart"), describe_differences(want, got))
+        self.oracle = chosen
 
     @rule(at=TARGETS, key=KEYS)
     def discard(self, at: str | int, key: int) -> None:
