@@ -3,7 +3,8 @@
 `python serve_rig.py <quiesce serve options>` imports quiesce once, then forks the server
 (`quiesce serve <options>`, the real command in a fresh process). SIGUSR1 kills the server
 with SIGKILL (a crash: only its journal survives), reaps it, so its port and state-dir lock
-are free, and forks a new one on the same options; SIGTERM kills it and exits. A restart
+are free, and forks a new one on the same options; SIGTERM kills it and exits, and so does
+the supervisor when the server exits on its own (a bad option, a foreign journal). A restart
 then costs a fork instead of a Python start-up (over a second of CPU), which is what lets a
 conformance run with hundreds of restarts finish. `restart_command` is the shell command
 for `quiesce conform --restart-cmd`.
@@ -47,15 +48,26 @@ def _spawn(serve: Callable[[], object]) -> int:
 
 def supervise(options: Sequence[str]) -> None:
     """Serve `quiesce serve <options>` in a child process, restarting it on SIGUSR1."""
+    # Everything a server imports, imported once here, so each fork serves at once.
+    import uvicorn.lifespan.on
+    import uvicorn.loops.asyncio
+    import uvicorn.protocols.http.h11_impl  # noqa: F401
+
     from quiesce.cli import main
 
     def serve() -> object:
         return main(["serve", *options], prog_name="quiesce")
 
-    signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)  # taken by sigwait, one at a time
+    watched = {*_SIGNALS, signal.SIGCHLD}
+    signal.pthread_sigmask(signal.SIG_BLOCK, watched)  # taken by sigwait, one at a time
     child = _spawn(serve)
     while True:
-        received = signal.sigwait(_SIGNALS)
+        received = signal.sigwait(watched)
+        if received == signal.SIGCHLD:
+            pid, status = os.waitpid(child, os.WNOHANG)
+            if pid == child:  # the server exited on its own (it says why on stderr)
+                sys.exit(os.waitstatus_to_exitcode(status))
+            continue  # the one this loop killed and reaped
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
         if received == signal.SIGTERM:

@@ -170,7 +170,7 @@ def test_quiesce_serve_passes_500_examples_with_races_restarts_and_resets(
     options = [
         "conform", "--url", server.url, "--role", role, "--token-file", str(server.token_file),
         "--examples", "500", "--seed", "13", "--reset-url", server.url + RESET_PATH,
-        "--restart-cmd", restart, "--json",
+        "--restart-cmd", restart, "--timeout", "120", "--json",
     ]  # fmt: skip
     result = CliRunner().invoke(main, options, env={"QUIESCE_TOKEN": ""})
     assert result.exit_code == 0, result.output
