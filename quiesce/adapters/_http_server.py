@@ -3,8 +3,10 @@
 What lives here: the routes of docs/wire.md (`/control/v1/<op>`, one per operation, plus
 the role's data routes from `_http_data_plane`), bearer
 authentication, the body size limit, and the mapping from what the host answers to an HTTP
-status. What it does not know: any protocol rule (the host's pure participant decides every
-answer) or how the process is started (`quiesce serve`, `quiesce/cli/_serve.py`).
+status; and, for test rigs, `create_resettable_app`, whose `POST /control/v1/_reset` swaps in
+a fresh participant (`quiesce serve --allow-reset`, docs/wire.md). What it does not know:
+any protocol rule (the host's pure participant decides every answer) or how the process is
+started (`quiesce serve`, `quiesce/cli/_serve.py`).
 
 Status codes (the whole rule; docs/wire.md has the tables):
 - 200: the operation's reply model;
