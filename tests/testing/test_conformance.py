@@ -371,7 +371,9 @@ def test_a_server_that_refuses_a_whole_ack_batch_is_caught() -> None:
     last = result.violation.steps[-1]
     assert last.exchange.path.endswith("/ack") and last.exchange.status == 409
     assert last.expected is not None and last.expected["http"] == 200
-    assert "unknown receipt is listed in `unknown`" in result.violation.rule
+    # caught alone, or racing a prepare (no order explains the refused batch)
+    rule = result.violation.rule
+    assert "unknown receipt is listed in `unknown`" in rule or rule.startswith("M2 (lineariz")
     assert len(_sent_requests(result)) <= 6, result.report()
 
 
