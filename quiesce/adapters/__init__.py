@@ -65,10 +65,12 @@ from quiesce.adapters._http_server import (
     API_PREFIX,
     DEFAULT_MAX_BODY_BYTES,
     REQUEST_MODELS,
+    RESET_PATH,
     ROUTES,
     WireError,
     configure_server_logging,
     create_app,
+    create_resettable_app,
     status_of,
 )
 from quiesce.adapters._in_memory import (
@@ -169,6 +171,7 @@ __all__ = [
     "MANIFEST_NAME",
     "REPLY_MODELS",
     "REQUEST_MODELS",
+    "RESET_PATH",
     "ROUTES",
     "AlreadyPublished",
     "ArtifactEntry",
@@ -268,6 +271,7 @@ __all__ = [
     "configure_server_logging",
     "connect_services",
     "create_app",
+    "create_resettable_app",
     "dedupe_key",
     "ledger_from_json",
     "ledger_to_json",

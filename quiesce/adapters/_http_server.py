@@ -3,8 +3,10 @@
 What lives here: the routes of docs/wire.md (`/control/v1/<op>`, one per operation, plus
 the role's data routes from `_http_data_plane`), bearer
 authentication, the body size limit, and the mapping from what the host answers to an HTTP
-status. What it does not know: any protocol rule (the host's pure participant decides every
-answer) or how the process is started (`quiesce serve`, `quiesce/cli/_serve.py`).
+status; and, for test rigs, `create_resettable_app`, whose `POST /control/v1/_reset` swaps in
+a fresh participant (`quiesce serve --allow-reset`, docs/wire.md). What it does not know:
+any protocol rule (the host's pure participant decides every answer) or how the process is
+started (`quiesce serve`, `quiesce/cli/_serve.py`).
 
 Status codes (the whole rule; docs/wire.md has the tables):
 - 200: the operation's reply model;
@@ -26,25 +28,26 @@ import hmac
 import json
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Literal, TextIO
 
 import anyio
 import structlog
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.types import Receive, Scope, Send
 
 from quiesce.adapters._driver import configure_logging
 from quiesce.adapters._http_data_plane import data_routes
 from quiesce.adapters._participant_api import QueryOp
 from quiesce.adapters._participant_host import HostStopped, ParticipantHost
-from quiesce.protocol.participant import ParticipantOp
+from quiesce.protocol.participant import ParticipantOp, journal_of
 from quiesce.protocol.wire import (
     AckRequest,
     BeginRequest,
@@ -62,14 +65,19 @@ __all__ = [
     "API_PREFIX",
     "DEFAULT_MAX_BODY_BYTES",
     "REQUEST_MODELS",
+    "RESET_PATH",
     "ROUTES",
     "WireError",
     "configure_server_logging",
     "create_app",
+    "create_resettable_app",
     "status_of",
 ]
 
 API_PREFIX = "/control/v1"
+RESET_PATH = f"{API_PREFIX}/_reset"
+"""The reset route of `create_resettable_app` (`quiesce serve --allow-reset`): a test rig's
+way to a fresh participant, not an operation of the protocol."""
 DEFAULT_MAX_BODY_BYTES = 1 << 20  # 1 MiB: a restore artifact of an agent fits many times
 
 P = ParticipantOp
@@ -182,17 +190,8 @@ def create_app(
     >>> sorted(r.path for r in app.routes)[:2]
     ['/control/v1/ack', '/control/v1/begin']
     """
-    if not token:
-        raise ValueError("an HTTP participant needs a non-empty bearer token")
-    expected = token.encode()
+    authorized = _authorizer(token)
     bound = log.bind(participant=host.name)
-
-    def authorized(request: Request) -> bool:
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        # Compare even when the scheme is wrong, so timing does not tell which part failed.
-        ok = hmac.compare_digest(given.strip().encode(), expected)
-        return ok and scheme.lower() == "bearer"
 
     async def read(request: Request, model: type[Message] | None) -> Message | Response | None:
         """Authenticate `request` and parse its body as `model` (none for a GET): the
@@ -280,6 +279,108 @@ def create_app(
         exception_handlers={HTTPException: http_error, Exception: internal_error},
         lifespan=lifespan,
     )
+
+
+def _authorizer(token: str) -> Callable[[Request], bool]:
+    """Whether a request carries `Authorization: Bearer <token>`."""
+    if not token:
+        raise ValueError("an HTTP participant needs a non-empty bearer token")
+    expected = token.encode()
+
+    def authorized(request: Request) -> bool:
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        # Compare even when the scheme is wrong, so timing does not tell which part failed.
+        ok = hmac.compare_digest(given.strip().encode(), expected)
+        return ok and scheme.lower() == "bearer"
+
+    return authorized
+
+
+def create_resettable_app(
+    host: ParticipantHost,
+    fresh: Callable[[], ParticipantHost],
+    *,
+    token: str,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> Starlette:
+    """`create_app(host)`, plus `POST RESET_PATH` (bearer token; 204, no body): the served
+    participant is stopped and replaced by `fresh()`, a brand-new one (its own incarnation),
+    whose journal replaces the old one's at once, so a restart after a reset recovers the
+    new participant. For test rigs only (`quiesce serve --allow-reset`, the conformance kit's
+    `--reset-url`): a reset forgets everything the participant promised. Requests in flight
+    during a reset are answered 503 by the stopped participant; reset a quiet server.
+
+    >>> from quiesce.adapters import ParticipantHost, RealClock
+    >>> def fresh():
+    ...     return ParticipantHost.start({"name": "p", "role": "policy"}, clock=RealClock())
+    >>> app = create_resettable_app(fresh(), fresh, token="s3cret")
+    >>> RESET_PATH in [r.path for r in app.routes]
+    True
+    """
+    authorized = _authorizer(token)
+    served: list[tuple[ParticipantHost, Starlette, anyio.CancelScope]] = []  # the one served now
+    running: list[TaskGroup] = []  # the lifespan's task group, while the app runs
+    swapping = anyio.Lock()
+
+    async def serve(participant: ParticipantHost) -> None:
+        app = create_app(participant, token=token, max_body_bytes=max_body_bytes)
+        served.append((participant, app, await running[0].start(_run_lifespan, app)))
+
+    def stop_serving() -> None:
+        for participant, _, scope in served:
+            participant.stop()  # at once: later requests to it are refused, not answered
+            scope.cancel()  # and its lifespan (the role's work, its data calls) ends
+        served.clear()
+
+    async def reset(request: Request) -> Response:
+        if not authorized(request):
+            return _error(401, "unauthorized", "missing or wrong bearer token")
+        async with swapping:
+            if not running:
+                return _error(503, "unavailable", "this participant is shutting down")
+            stop_serving()
+            participant = fresh()
+            await participant.journal.write(journal_of(participant.state))
+            await serve(participant)
+        log.info(
+            "participant_reset", participant=participant.name, incarnation=participant.incarnation
+        )
+        return Response(status_code=204)
+
+    async def forward(scope: Scope, receive: Receive, send: Send) -> None:
+        if not served:  # between stop and serve of a reset, or shutting down
+            unavailable = _error(503, "unavailable", "this participant is being replaced")
+            await unavailable(scope, receive, send)
+            return
+        await served[0][1](scope, receive, send)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tasks:
+            running.append(tasks)
+            await serve(host)
+            try:
+                yield
+            finally:
+                running.clear()
+                stop_serving()
+
+    return Starlette(
+        routes=[Route(RESET_PATH, reset, methods=["POST"]), Mount("", app=forward)],
+        lifespan=lifespan,
+    )
+
+
+async def _run_lifespan(
+    app: Starlette, *, task_status: TaskStatus[anyio.CancelScope] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """Run `app`'s lifespan (its host's work, its data calls) until the cancel scope it
+    reports as started is cancelled."""
+    with anyio.CancelScope() as scope:
+        async with app.router.lifespan_context(app):
+            task_status.started(scope)
+            await anyio.sleep_forever()
 
 
 async def _healthz(request: Request) -> Response:

@@ -205,6 +205,13 @@ def _foreign_journal_message(error: ForeignJournal, state_dir: Path, name_given:
     help="Append one JSON line per request handled, with the fence before and after "
     "(docs/validate.md), to this file; check it with quiesce validate.",
 )
+@click.option(
+    "--allow-reset",
+    is_flag=True,
+    help="Test rigs only: serve POST /control/v1/_reset (bearer token), which replaces the "
+    "participant with a fresh one (new journal, new incarnation), for `quiesce conform "
+    "--reset-url`. Without it the route is 404.",
+)
 @log_level_option("info")
 def serve(
     role: str,
@@ -221,6 +228,7 @@ def serve(
     resources: tuple[str, ...],
     wait_services: float,
     fence_log: Path | None,
+    allow_reset: bool,
     log_level: str,
 ) -> None:
     """Serve one participant over HTTP (routes in docs/wire.md).
@@ -230,12 +238,14 @@ def serve(
     An existing journal in --state-dir is recovered with a new incarnation (§6) if it is
     this participant's (same --role and --name; the default name <role>-<port> changes
     with the port, so a restart on another port needs --name). One server per --state-dir:
-    it is locked (<state-dir>/.lock, holding the pid) until the server exits.
+    it is locked (<state-dir>/.lock, holding the pid) until the server exits; the kernel
+    drops the lock however the process ends, so a server killed with SIGKILL can be started
+    again on the same --state-dir and --port at once (a restart, §6).
     An agent's --policy / --resources servers (same token) are checked before it starts.
     """
     import uvicorn
 
-    from quiesce.adapters import create_app
+    from quiesce.adapters import create_app, create_resettable_app
 
     if (policies or resources) and role != Role.AGENT:
         raise click.UsageError(f"--policy and --resources wire an agent, not a {role} server")
@@ -272,6 +282,19 @@ def serve(
         except ForeignJournal as error:
             fail(_foreign_journal_message(error, state_dir, name_given=name is not None))
         host.connect(policies=services[0], resources=services[1])
+
+        def fresh() -> ParticipantHost:
+            """A brand-new participant on the same journal file (`--allow-reset`)."""
+            new = ParticipantHost.start(
+                config,
+                clock=RealClock(),
+                journal=journal,
+                incarnation_factory=secret_incarnation,
+                run_work=work,
+            )
+            new.connect(policies=services[0], resources=services[1])
+            return new
+
         recovered = journal.load() is not None
         structlog.get_logger("quiesce.serve").info(
             "participant_start",
@@ -282,7 +305,11 @@ def serve(
             state_dir=str(state_dir),
             port=port,
         )
-        app = create_app(host, token=token, max_body_bytes=max_body_bytes)
+        app = (
+            create_resettable_app(host, fresh, token=token, max_body_bytes=max_body_bytes)
+            if allow_reset
+            else create_app(host, token=token, max_body_bytes=max_body_bytes)
+        )
         server = uvicorn.Server(
             uvicorn.Config(app, loop="asyncio", log_config=None, access_log=False, lifespan="on")
         )

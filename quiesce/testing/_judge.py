@@ -425,3 +425,16 @@ class JudgedExample(RuleBasedStateMachine):
             if got != want:
                 self._fail(RACE_RULE, describe_differences(want, got))
         self.oracle = chosen.state
+
+    def _judge_recovered(self, states: tuple[ParticipantState, ...]) -> None:
+        """Read the state once after a restart; the first of `states` it is becomes the
+        oracle's; none: a violation of §6 (shown against the last)."""
+        reads = [(op, self._send(op)) for op in self._state_queries()]
+        actual = [self._actual(op, exchange) for op, exchange in reads]
+        candidates = [(s, [x for _, x in self._expected_state(s)]) for s in states]
+        chosen, expected = next(((s, x) for s, x in candidates if x == actual), candidates[-1])
+        for (op, exchange), want, got in zip(reads, expected, actual, strict=True):
+            self.steps.append(KitStep(exchange, want, got, check=True))
+            if got != want:
+                self._fail(hint(op, want, got, "restart"), describe_differences(want, got))
+        self.oracle = chosen

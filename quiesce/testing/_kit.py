@@ -54,7 +54,10 @@ Restarts (§6, with a restart hook): the rule `restart` kills and restarts the s
 answer under a new incarnation with exactly the state its journal must keep (the oracle's
 `journal_of`, recovered with `from_journal`), so whatever a reply reported before the kill
 holds after it, and recorded results are replayed unchanged later (the rule `replay` re-sends
-an earlier control request of the example).
+an earlier control request of the example). Some kills come while a prepare, commit or resume
+is in flight (`_race.recoveries`): if its reply came, it must be durable; if not, the state
+after is the one before it or the one after it, and re-sending it gets the recorded reply or
+runs it now.
 
 Shrinking: a shrunk sequence must replay from the state its original started in, so the kit
 shrinks only with a fresh participant per example: a factory of servers, or a reset hook on a
@@ -141,11 +144,12 @@ def check_conformance(
     (a shorter one would not start from the same state): it is reported as found, with the
     reason. `restart` kills and restarts the server (§6): a shell command (`--restart-cmd`)
     or a callable (`server.restart` of a `LocalServer`); the kit then restarts it between
-    requests and checks that what was replied before is what the journal gives after, under
-    a new incarnation. `executions=False` skips `begin`/`boundary`/`finish` (an agent that
-    runs its own rollouts). `seed` makes the generated sequences reproducible (None: a random one,
-    reported in the result). `min_coverage` (percent) fails a run that fired fewer of the
-    role's live table rows (M2 and M3, M4 or M5; `ConformanceResult.coverage`).
+    requests and during them, and checks that what was replied before is what the journal
+    gives after, under a new incarnation. `executions=False` skips `begin`/`boundary`/`finish`
+    (an agent that runs its own rollouts). `seed` makes the generated sequences reproducible
+    (None: a random one, reported in the result). `min_coverage` (percent) fails a run that
+    fired fewer of the role's live table rows (M2 and M3, M4 or M5;
+    `ConformanceResult.coverage`).
 
     >>> check_conformance("http://127.0.0.1:1", "agent", "t")  # doctest: +SKIP
     """

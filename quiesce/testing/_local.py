@@ -9,6 +9,7 @@ their own, without a separate process. What it does not know: the protocol.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import socket
 import threading
@@ -44,6 +45,13 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # no event loop runs in this thread
+        return None
 
 
 class ServerDidNotStart(QuiesceError):
@@ -85,6 +93,7 @@ class LocalServer:
             access_log=False, lifespan="on", interface="asgi3",
         )  # fmt: skip
         self._server = uvicorn.Server(config)
+        self._loop: asyncio.AbstractEventLoop | None = None  # uvicorn's, once it serves
         self._thread = threading.Thread(target=self._server.run, daemon=True, name=self.url)
 
     @classmethod
@@ -119,6 +128,7 @@ class LocalServer:
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         # One uvicorn, swappable participants: `reset()` replaces the app between requests.
+        self._loop = asyncio.get_running_loop()
         if scope["type"] == "http" and scope["path"] == RESET_PATH and scope["method"] == "POST":
             authorized = (b"authorization", f"Bearer {self._token}".encode()) in scope["headers"]
             if authorized:
@@ -136,28 +146,48 @@ class LocalServer:
         Only for servers made by `LocalServer.start` (it knows how to build the host)."""
         if self._make_host is None:
             raise TypeError("reset() needs a LocalServer made by LocalServer.start(...)")
+        make = self._make_host
         # The replaced host is simply dropped: a host that is not run() holds no tasks.
-        self.host = self._make_host()
-        self._app = create_app(
-            self.host, token=self._token, max_body_bytes=self._max_body_bytes, run_host=False
-        )
+        self._in_server_loop(lambda: self._serve(make()))
 
     def restart(self) -> None:
         """Kill the participant (its executions and anything not yet journaled die) and
         start it again from its journal under a new incarnation, on the same URL (§6): the
-        restart hook of `check_conformance(..., restart=server.restart)`."""
+        restart hook of `check_conformance(..., restart=server.restart)`. Safe to call from
+        any thread, also while requests are in flight (they die with the participant: 503)."""
+        self._in_server_loop(self._crash_and_recover)
+
+    def _crash_and_recover(self) -> None:
         journal = self.host.journal
         self.host.crash()
         if journal.load() is None and self._make_host is not None:
-            self.host = self._make_host()  # nothing was ever journaled: it starts afresh
-        else:
-            incarnation = f"inc-{secrets.token_hex(8)}"
-            self.host = type(self.host).recover(
-                journal, incarnation, clock=RealClock(), run_work=self._run_work
-            )
-        self._app = create_app(
-            self.host, token=self._token, max_body_bytes=self._max_body_bytes, run_host=False
+            self._serve(self._make_host())  # nothing was ever journaled: it starts afresh
+            return
+        incarnation = f"inc-{secrets.token_hex(8)}"
+        host = type(self.host).recover(
+            journal, incarnation, clock=RealClock(), run_work=self._run_work
         )
+        self._serve(host)
+
+    def _serve(self, host: ParticipantHost) -> None:
+        """Answer every request with `host` from now on."""
+        self.host = host
+        self._app = create_app(
+            host, token=self._token, max_body_bytes=self._max_body_bytes, run_host=False
+        )
+
+    def _in_server_loop(self, swap: Callable[[], None]) -> None:
+        """Run `swap` on uvicorn's event loop (the hosts' events belong to it), waiting for
+        it; directly if the server is not serving yet, or this is its loop (the reset route)."""
+        loop = self._loop
+        if loop is None or not loop.is_running() or _running_loop() is loop:
+            swap()
+            return
+
+        async def call() -> None:
+            swap()
+
+        asyncio.run_coroutine_threadsafe(call(), loop).result(timeout=10)
 
     @contextmanager
     def fresh(self) -> Iterator[str]:

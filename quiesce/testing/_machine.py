@@ -18,9 +18,16 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from quiesce.protocol.machines import FenceState
-from quiesce.protocol.participant import AgentRole, SavedTurn, from_journal, journal_of
+from quiesce.protocol.participant import AgentRole, SavedTurn, from_journal, handle, journal_of
 from quiesce.testing._judge import JudgedExample
-from quiesce.testing._race import RACE_DEADLINE_S, RACES, explanations
+from quiesce.testing._projection import allowed_failure
+from quiesce.testing._race import (
+    EXECUTION_TARGETS,
+    RACE_DEADLINE_S,
+    RACES,
+    explanations,
+    recoveries,
+)
 from quiesce.testing._requests import (
     AGENT_OPS,
     BAD_DIGEST,
@@ -34,8 +41,8 @@ from quiesce.testing._requests import (
     valid_body,
 )
 from quiesce.testing._results import RESTART_METHOD, KitStep
-from quiesce.testing._rules import INCARNATION_RULE, RACE_RULE, describe_differences
-from quiesce.testing._wire import Exchange, ServerUnreachable
+from quiesce.testing._rules import INCARNATION_RULE, RACE_RULE, describe_differences, hint
+from quiesce.testing._wire import OPERATIONS, Exchange, ServerUnreachable
 
 __all__ = ["DEADLINE_AT", "ConformanceMachine"]
 
@@ -200,11 +207,14 @@ class ConformanceMachine(JudgedExample):
         """Different control requests in flight at once (`_race.RACES`: a resume or the
         next prepare arriving while a prepare long-polls), judged by linearizability: some
         order of the overlapping requests must explain every reply and the state after."""
+        if self.run.executions and any(at in EXECUTION_TARGETS for _, at in shape):
+            self._execution_to_race(next(at for _, at in shape if at in EXECUTION_TARGETS))
         requests: list[tuple[str, Any]] = []
+        oracle_requests: list[tuple[str, Any]] = []
         for op, at in shape:
-            op_id = requests[0][1]["op_id"] if at == "same" else self._id(at, "ck")
-            deadline = time.time() + RACE_DEADLINE_S
-            requests.append((op, {"op_id": op_id, "deadline_at": deadline}))
+            server, oracle = self._race_bodies(op, at, requests)
+            requests.append((op, server))
+            oracle_requests.append((op, oracle))
         try:
             answers = self.client.send_overlapping(requests)
         except ServerUnreachable as error:
@@ -214,7 +224,7 @@ class ConformanceMachine(JudgedExample):
             self._actual(op, t.exchange) for (op, _), t in zip(requests, answers, strict=True)
         ]
         found, first = explanations(
-            self.oracle, requests, answers, actual, self._expect, self._allowed_in_race
+            self.oracle, oracle_requests, answers, actual, self._expect, self._allowed_in_race
         )
         shown = found[0] if found else first
         wrong = [i for i in range(len(actual)) if actual[i] != shown.expected[i]]
@@ -228,13 +238,47 @@ class ConformanceMachine(JudgedExample):
             )
         self._judge_race_state(found)
 
+    def _execution_to_race(self, kind: str) -> None:
+        """Begin a fresh execution (and finish it, for `completed`): what a raced retire or
+        ACK of `latest` then names."""
+        self.begin(-1, 2, 0)
+        if kind == "completed":
+            self.finish(-1, 1)
+
+    def _race_bodies(
+        self, op: str, at: str, earlier: list[tuple[str, Any]]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A raced request's body for the server and for the oracle (an ACK quotes each
+        side's own receipt); `same` is the first request's op id."""
+        if op in ("retire", "ack"):
+            rollout_id, attempt = self._key(-1)
+            key = {"rollout_id": rollout_id, "attempt": attempt}
+            if op == "retire":
+                return key, key
+            quoted = {
+                side: self.receipts.of(side, (rollout_id, attempt)) or "none"
+                for side in ("server", "oracle")
+            }
+            server, oracle = ({"receipts": [{**key, "receipt": quoted[side]}]} for side in quoted)
+            return server, oracle
+        op_id = earlier[0][1]["op_id"] if at == "same" else self._id(at, "ck")
+        body = {"op_id": op_id, "deadline_at": time.time() + RACE_DEADLINE_S}
+        return body, body
+
     @precondition(lambda self: self.run.restart is not None)
-    @rule()
-    def restart(self) -> None:
+    # Mostly between requests; shrinking prefers that (None comes first): a kill during a
+    # request may or may not beat the reply, so a failure is shrunk towards a deterministic
+    # kill when one shows it too.
+    @rule(during=st.sampled_from((None, None, "prepare", "commit", "resume")), at=TARGETS)
+    def restart(self, during: str | None, at: str | int) -> None:
         """Kill and restart the server (§6): it must come back under a new incarnation with
         exactly what its journal must keep (`journal_of` of the oracle), so everything
-        replied before the kill holds after it; recorded results replay unchanged later."""
+        replied before the kill holds after it; recorded results replay unchanged later.
+        With `during`, the kill comes while that request is in flight (`_restart_during`)."""
         assert self.run.restart is not None
+        if during is not None:
+            self._restart_during(during, at)
+            return
         before = self.run.capabilities.incarnation if self.run.capabilities else ""
         self.run.restarts += 1
         self.run.restart()
@@ -247,6 +291,40 @@ class ConformanceMachine(JudgedExample):
         self.oracle = from_journal(journal_of(self.oracle), incarnation, self.run.rules)
         self.last = "restart"
         self._check_state()
+
+    def _restart_during(self, op: str, at: str | int) -> None:
+        """Kill and restart the server while `op` is in flight (§6): a reply that came must be
+        durable; without one, `op` took effect before the kill or never did (the state read
+        after says which), and re-sending it then gets the recorded reply or runs it now."""
+        assert self.run.restart is not None and self.run.capabilities is not None
+        before, body = self.oracle, self._control(at)
+        killed = self.run.capabilities.incarnation
+        self.sent.append((op, body, body))
+        exchange = self.client.send_while(op, body, self.run.restart)
+        self.run.restarts += 1
+        after, reply, _ = handle(before, op, body, rules=self.run.rules)
+        answered = exchange is not None and exchange.status < 500
+        if exchange is not None and answered:
+            expected = self._expect(op, reply)
+            actual = self._compare(op, exchange, expected)
+            if actual != expected and not allowed_failure(op, expected, actual):
+                self._fail(hint(op, expected, actual, op), describe_differences(expected, actual))
+            if actual != expected:
+                after = self._failed(before, op, body)
+            self._remember(after, op, body, body, exchange, reply)
+        else:
+            method, path = OPERATIONS[op]
+            cut = exchange or Exchange(method, path, body, 0, "no answer")
+            self.steps.append(KitStep(cut, note="no answer: the kill below cut it"))
+        self.run.connect(self.run.url)
+        incarnation = self.run.capabilities.incarnation
+        self.steps.append(KitStep(_RESTART, note="killed while the request above was in flight"))
+        if incarnation == killed:
+            self._fail(INCARNATION_RULE, (f"incarnation: still {killed!r} after the restart",))
+        self.last = "restart"
+        self._judge_recovered(recoveries(before, after, answered, incarnation, self.run.rules))
+        if not answered:
+            self._op(op, body)
 
     @rule(at=TARGETS, key=KEYS)
     def discard(self, at: str | int, key: int) -> None:

@@ -1,7 +1,9 @@
-"""Judging overlapping operations: linearizability of a participant against the reference.
+"""Judging overlapping operations: linearizability of a participant against the reference,
+and a kill overlapping a request (§6).
 
 What lives here: the shapes of the races the kit starts (`RACES`: a prepare long-polling,
-then a resume, commit or the next checkpoint's prepare arriving while it is in flight), and
+then a resume, commit, retire, ACK or the next checkpoint's prepare arriving while it is in
+flight), and
 the judge. Operations that overlap in time may take effect in any order; operations that
 do not (one was answered before the other was sent) in real-time order. The server
 conforms iff some such order, run one at a time through the reference participant,
@@ -17,11 +19,29 @@ from dataclasses import dataclass
 from itertools import permutations
 from typing import Any
 
-from quiesce.protocol.participant import ParticipantState, handle
+from quiesce.protocol.participant import (
+    PARTICIPANT_RULES,
+    ParticipantRules,
+    ParticipantState,
+    from_journal,
+    handle,
+    journal_of,
+)
 from quiesce.protocol.wire import Message
 from quiesce.testing._wire import Timed
 
-__all__ = ["RACES", "RACE_DEADLINE_S", "Explanation", "explanations"]
+__all__ = [
+    "EXECUTION_TARGETS",
+    "RACES",
+    "RACE_DEADLINE_S",
+    "Explanation",
+    "explanations",
+    "recoveries",
+]
+
+EXECUTION_TARGETS = frozenset({"running", "completed"})
+"""Targets of a raced `retire` or `ack`: the kit first begins a fresh execution (and, for
+`completed`, finishes it), and the raced request names it (an ACK with its exact receipt)."""
 
 _OVERTAKEN = (("prepare", "next"), ("resume", "same"))
 _NEXT_ARRIVES = (("prepare", "next"), ("resume", "same"), ("prepare", "next"))
@@ -31,10 +51,18 @@ RACES: tuple[tuple[tuple[str, str], ...], ...] = (
     _NEXT_ARRIVES,  # twice: it bites only when the prepare is not ready (a live execution)
     (("prepare", "active"), ("commit", "same")),
     (("commit", "active"), ("resume", "same")),
+    # retire and ACK racing a long-polling prepare (agents; refused elsewhere): the prepare
+    # is ready only once the result is released, and only an ACK releases it (S17)
+    (("prepare", "next"), ("retire", "completed")),
+    (("prepare", "next"), ("ack", "completed")),
+    (("prepare", "next"), ("retire", "completed"), ("ack", "completed")),
+    (("prepare", "next"), ("ack", "running"), ("resume", "same")),
+    (("prepare", "next"), ("retire", "running")),
 )
 """The races the kit starts, as `(op, target)` in the order they are sent (each while the
 earlier ones are in flight): `next` is a fresh id, `same` the first request's id, `active`
-the fence's active id. The first two are the races of issue 13: a resume overtaking a
+the fence's active id, `running` and `completed` an execution (`EXECUTION_TARGETS`). The
+first two are the races of issue 13: a resume overtaking a
 long-polling prepare, and the next checkpoint's prepare arriving before the stale one
 ends."""
 
@@ -98,3 +126,18 @@ def _real_time_orders(answers: Sequence[Timed]) -> Iterator[tuple[int, ...]]:
             if a.answered < b.sent
         ):
             yield order
+
+
+def recoveries(
+    before: ParticipantState,
+    after: ParticipantState,
+    answered: bool,
+    incarnation: str,
+    rules: ParticipantRules = PARTICIPANT_RULES,
+) -> tuple[ParticipantState, ...]:
+    """The states a participant killed while a request was in flight may come back in under
+    `incarnation` (§6), each recovered from its journal: the request's `after` state if it
+    was `answered` (what a reply reported must be durable), else `before` (it never took
+    effect) or `after` (it did; a replay then gets the recorded reply)."""
+    states = (after,) if answered else (before, after)
+    return tuple(from_journal(journal_of(state), incarnation, rules) for state in states)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -31,6 +31,7 @@ from typing import Any
 
 import anyio
 import anyio.from_thread
+import anyio.to_thread
 import httpx
 
 from quiesce.adapters import ROUTES
@@ -250,6 +251,42 @@ class WireClient:
         if failures:
             raise ServerUnreachable(self.url, *failures[0])
         return tuple(answers[i] for i in range(len(requests)))
+
+    def send_while(self, op: str, body: Any, during: Callable[[], object]) -> Exchange | None:
+        """Send `op` with JSON `body` and, once the request is fully written (or answered,
+        whichever comes first), call `during()` (blocking, in a worker thread) while the
+        reply is awaited: a restart hook killing the server in the middle of a request.
+        The exchange, or None when no HTTP answer came; what `during` raises propagates."""
+        self.requests += 1
+        answer: Exchange | None = self._portal.call(self._while, op, body, during)
+        return answer
+
+    async def _while(self, op: str, body: Any, during: Callable[[], object]) -> Exchange | None:
+        method, path = OPERATIONS[op]
+        content, headers = self._encode(body, "token", None)
+        written = anyio.Event()
+        answer: list[Exchange] = []
+
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            if event == "http11.send_request_body.complete":
+                written.set()
+
+        async def request(http: httpx.AsyncClient) -> None:
+            try:
+                response = await http.request(
+                    method, path, content=content, headers=headers, extensions={"trace": trace}
+                )
+                answer.append(_exchange(method, path, body, response, "token"))
+            except httpx.HTTPError:
+                pass  # the kill cut it: no answer
+            finally:
+                written.set()
+
+        async with self._async_client() as http, anyio.create_task_group() as group:
+            group.start_soon(request, http)
+            await written.wait()
+            await anyio.to_thread.run_sync(during)
+        return answer[0] if answer else None
 
     def _async_client(self) -> httpx.AsyncClient:
         if self._async_transport is not None:

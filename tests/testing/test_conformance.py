@@ -225,14 +225,17 @@ def test_a_server_that_stays_committing_after_a_failed_commit_is_caught() -> Non
 def test_a_server_that_releases_a_completed_result_on_retire_is_caught() -> None:
     result = _check_broken("agent", ReleaseOnRetireHost, examples=150, seed=4)
     assert not result.ok and result.violation is not None
-    assert "S17" in result.violation.rule
+    # caught alone (S17) or racing a prepare (no order explains a tombstoned result)
+    rule = result.violation.rule
+    assert "S17" in rule or rule.startswith("M2 (linearizability)"), result.report()
     last = result.violation.steps[-1]
     assert last.exchange.path.endswith("/retire")
     assert last.expected is not None and last.expected["outcome"] == "completed_unacknowledged"
     assert last.actual is not None and last.actual["outcome"] == "tombstoned"
     ops = [s.exchange.path.rsplit("/", 1)[1] for s in result.violation.steps if not s.check]
-    # begin (and maybe a boundary: `execution_lifecycle` reports one), finish, retire
-    assert ops[-2:] == ["finish", "retire"] and "begin" in ops, result.report()
+    # begin, finish (maybe a boundary between: `execution_lifecycle` reports one), then the
+    # retire, alone or raced against a prepare
+    assert ops[-1] == "retire" and ops.index("begin") < ops.index("finish"), result.report()
     assert len(_printed_requests(result)) <= 5, result.report()
 
 
@@ -382,7 +385,9 @@ def test_a_server_that_refuses_a_whole_ack_batch_is_caught() -> None:
     last = result.violation.steps[-1]
     assert last.exchange.path.endswith("/ack") and last.exchange.status == 409
     assert last.expected is not None and last.expected["http"] == 200
-    assert "unknown receipt is listed in `unknown`" in result.violation.rule
+    # caught alone, or racing a prepare (no order explains the refused batch)
+    rule = result.violation.rule
+    assert "unknown receipt is listed in `unknown`" in rule or rule.startswith("M2 (lineariz")
     assert len(_sent_requests(result)) <= 6, result.report()
 
 

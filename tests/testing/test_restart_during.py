@@ -1,0 +1,91 @@
+"""Kills while a request is in flight (§6), and races of retire and ACK with a prepare."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import anyio
+import pytest
+import structlog
+
+from quiesce.adapters import ParticipantHost
+from quiesce.protocol.participant import (
+    ParticipantEffect,
+    from_journal,
+    handle,
+    journal_of,
+    new_participant,
+)
+from quiesce.testing import DEADLINE_AT, LocalServer, WireClient, check_conformance
+from quiesce.testing._race import RACES, recoveries
+
+TOKEN = "during-tok-81c2"
+
+
+@pytest.fixture(autouse=True)
+def _quiet_logs() -> Iterator[None]:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    yield
+    structlog.reset_defaults()
+
+
+class SlowJournalHost(ParticipantHost):
+    """CONFORMING: every journal write takes `write_s`, so a kill lands inside it."""
+
+    write_s = 0.3
+
+    async def _persist(self, effects: tuple[ParticipantEffect, ...]) -> None:
+        await anyio.sleep(self.write_s)
+        await super()._persist(effects)
+
+
+def test_a_kill_cuts_a_request_whose_journal_write_is_under_way() -> None:
+    config = {"name": "policy-k", "role": "policy"}
+    with LocalServer.start(config, token=TOKEN, host_class=SlowJournalHost) as server:
+        client = WireClient(server.url, TOKEN)
+        try:
+            before = server.host.incarnation
+            body = {"op_id": "ck-1-1-step1", "deadline_at": DEADLINE_AT}
+            cut = client.send_while("prepare", body, server.restart)
+            assert cut is not None and cut.status == 503  # the killed participant's answer
+            assert server.host.incarnation != before
+            assert server.host.state.fence.state.value == "idle"  # never journaled
+            fast = client.send_while("status", None, lambda: None)
+            assert fast is not None and fast.status == 200
+        finally:
+            client.close()
+
+
+def test_the_states_after_a_kill_are_the_journals_of_before_and_after() -> None:
+    before = new_participant({"name": "p", "role": "policy"}, "inc-1")
+    after = handle(before, "prepare", {"op_id": "ck-1-1-step1", "deadline_at": DEADLINE_AT})[0]
+    cut = recoveries(before, after, answered=False, incarnation="inc-2")
+    assert cut == (
+        from_journal(journal_of(before), "inc-2"),
+        from_journal(journal_of(after), "inc-2"),
+    )
+    assert recoveries(before, after, answered=True, incarnation="inc-2") == cut[1:]
+
+
+def test_the_reference_conforms_when_killed_during_requests() -> None:
+    config = {"name": "policy-d", "role": "policy"}
+    with LocalServer.start(config, token=TOKEN) as server:
+        result = check_conformance(
+            server.url, "policy", TOKEN, examples=15, seed=2, reset=server.reset,
+            restart=server.restart,
+        )  # fmt: skip
+    assert result.ok, result.report()
+    assert result.restarts > 0
+
+
+def test_retire_and_ack_race_a_long_polling_prepare() -> None:
+    raced = {op for shape in RACES for op, _ in shape}
+    assert {"retire", "ack"} <= raced
+    config = {"name": "agent-r", "role": "agent"}
+    with LocalServer.start(config, token=TOKEN) as server:
+        result = check_conformance(
+            server.url, "agent", TOKEN, examples=20, seed=5, reset=server.reset
+        )
+    assert result.ok, result.report()
+    assert result.races > 0
