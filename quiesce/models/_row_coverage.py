@@ -2,8 +2,8 @@
 
 What lives here: `RowCoverage` (the rows fired, each with the state it fired from, and the
 guards found false) and `recording_hooks`, the model's `Hooks` with every table the
-generated mutants mutate wrapped by a `_RecordingTable` that notes each step. What it does
-not know: which run to make (`_mutant_stages` runs each stage once, unmutated).
+generated mutants mutate wrapped by `quiesce.fsm.recording`, which notes each step. What it
+does not know: which run to make (`_mutant_stages` runs each stage once, unmutated).
 
 Why it decides mutants. A generated mutant changes one row: a retarget changes what the row
 does once it fires, a dropped guard what happens when that guard is evaluated false. A
@@ -20,14 +20,11 @@ from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any
 
-from quiesce.fsm import Table, Value
+from quiesce.fsm import RowEvent, RowLog, Table, recording
 from quiesce.models._design_tables import DesignTables
 from quiesce.models._protocol_model import Hooks
 
-__all__ = ["RowCoverage", "RowEvent", "recording_design_tables", "recording_hooks"]
-
-RowEvent = tuple[str, int, str]
-"""`(table, row index, source state name)`: one row firing, or one guard found false."""
+__all__ = ["RowCoverage", "recording_design_tables", "recording_hooks"]
 
 
 @dataclass(frozen=True)
@@ -54,13 +51,12 @@ class RowCoverage:
         return frozenset(r for t, r, _ in self.fired if t == table)
 
 
-class _Recorder:
-    """The mutable log a recording run fills (one per run, never shared between runs):
-    `fired` and `refused` since the last `take`, and every event before it."""
+class _Recorder(RowLog):
+    """The log a recording run fills (one per run, never shared between runs): `fired` and
+    `refused` since the last `take`, and every event before it."""
 
     def __init__(self) -> None:
-        self.fired: set[RowEvent] = set()
-        self.refused: set[RowEvent] = set()
+        super().__init__()
         self._fired_before: set[RowEvent] = set()
         self._refused_before: set[RowEvent] = set()
 
@@ -81,46 +77,6 @@ class _Recorder:
         )
 
 
-class _RecordingTable(Table[Any, Any]):
-    """A table that steps exactly as `table` and notes, in `recorder`, which row fires and
-    which guards are false on the way.
-
-    It re-selects the row the engine will fire (declared order, first guard that holds):
-    guards are pure, so evaluating them twice changes nothing. Built by copying the
-    compiled table rather than compiling it again: the same rows, bindings and index.
-    """
-
-    def __init__(self, table: Table[Any, Any], recorder: _Recorder) -> None:
-        # No super().__init__: the compiled table is copied as it is, not rebuilt.
-        self.__dict__.update(table.__dict__)
-        self._recorder = recorder
-        self._by_pair: dict[tuple[Enum, Enum], tuple[int, ...]] = {}
-        for index, row in enumerate(table.rows):
-            for source in row.sources:
-                pair = (source, row.input)
-                self._by_pair[pair] = (*self._by_pair.get(pair, ()), index)
-
-    def _note(self, value: Value[Any, Any], input: Any, arg: Any, *, firing: bool) -> None:
-        state = value.state
-        for index in self._by_pair.get((state, input), ()):
-            guard = self.rows[index].guard
-            if guard is None or self.guards[guard](value, arg):
-                if firing:
-                    self._recorder.fired.add((self.name, index, state.name))
-                return
-            self._recorder.refused.add((self.name, index, state.name))
-
-    def step(
-        self, value: Value[Any, Any], input: Any, arg: Any = None
-    ) -> tuple[Value[Any, Any], tuple[Any, ...]]:
-        self._note(value, input, arg, firing=True)
-        return super().step(value, input, arg)
-
-    def enabled(self, value: Value[Any, Any], input: Any, arg: Any = None) -> bool:
-        self._note(value, input, arg, firing=False)
-        return super().enabled(value, input, arg)
-
-
 def recording_hooks(hooks: Hooks) -> tuple[Hooks, _Recorder]:
     """`hooks` with every table the generated mutants mutate (the controller's checkpoint,
     admission gate and deadline registry, the participant's fence and agent executions)
@@ -128,7 +84,7 @@ def recording_hooks(hooks: Hooks) -> tuple[Hooks, _Recorder]:
     recorder = _Recorder()
 
     def wrap(table: Table[Any, Any]) -> Table[Any, Any]:
-        return _RecordingTable(table, recorder)
+        return recording(table, recorder)
 
     participant = replace(
         hooks.participant,
@@ -150,7 +106,7 @@ def recording_design_tables(tables: DesignTables) -> tuple[DesignTables, _Record
     recorder."""
     recorder = _Recorder()
     wrapped = {
-        f.name: _RecordingTable(getattr(tables, f.name), recorder)
+        f.name: recording(getattr(tables, f.name), recorder)
         for f in fields(tables)
         if f.name != "variant"
     }

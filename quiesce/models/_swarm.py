@@ -38,7 +38,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Seq
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from quiesce.fsm import QuiesceError, Table, label
+from quiesce.fsm import QuiesceError, RowEvent, Table, label
 from quiesce.models._bitstate import Bitstate, Merged
 from quiesce.models._design_model import DesignModel
 from quiesce.models._explorer import (
@@ -54,12 +54,7 @@ from quiesce.models._mutant_stages import UNREACHED_INPUTS
 from quiesce.models._protocol_model import ProtocolModel
 from quiesce.models._random_walks import Kind, Move, Walks, paused_gc, property_names
 from quiesce.models._registry import build_model
-from quiesce.models._row_coverage import (
-    RowCoverage,
-    RowEvent,
-    recording_design_tables,
-    recording_hooks,
-)
+from quiesce.models._row_coverage import RowCoverage, recording_design_tables, recording_hooks
 
 __all__ = [
     "DEFAULT_BITSTATE_BITS",
