@@ -249,7 +249,8 @@ class ConformanceMachine(JudgedExample):
         self, op: str, at: str, earlier: list[tuple[str, Any]]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """A raced request's body for the server and for the oracle (an ACK quotes each
-        side's own receipt); `same` is the first request's op id."""
+        side's own receipt); `same` is the first request's op id, and a control request at
+        an execution target a fresh one (`next`)."""
         if op in ("retire", "ack"):
             rollout_id, attempt = self._key(-1)
             key = {"rollout_id": rollout_id, "attempt": attempt}
@@ -261,6 +262,8 @@ class ConformanceMachine(JudgedExample):
             }
             server, oracle = ({"receipts": [{**key, "receipt": quoted[side]}]} for side in quoted)
             return server, oracle
+        if at in EXECUTION_TARGETS:
+            at = "next"
         op_id = earlier[0][1]["op_id"] if at == "same" else self._id(at, "ck")
         body = {"op_id": op_id, "deadline_at": time.time() + RACE_DEADLINE_S}
         return body, body

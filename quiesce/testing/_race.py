@@ -48,7 +48,9 @@ _NEXT_ARRIVES = (("prepare", "next"), ("resume", "same"), ("prepare", "next"))
 RACES: tuple[tuple[tuple[str, str], ...], ...] = (
     _OVERTAKEN,
     _NEXT_ARRIVES,
-    _NEXT_ARRIVES,  # twice: it bites only when the prepare is not ready (a live execution)
+    # again while an execution runs: it bites only when the first prepare is not ready, and
+    # for an agent that needs a live execution (a policy or resources: `_NEXT_ARRIVES`)
+    (("prepare", "running"), ("resume", "same"), ("prepare", "next")),
     (("prepare", "active"), ("commit", "same")),
     (("commit", "active"), ("resume", "same")),
     # retire and ACK racing a long-polling prepare (agents; refused elsewhere): the prepare
@@ -61,10 +63,10 @@ RACES: tuple[tuple[tuple[str, str], ...], ...] = (
 )
 """The races the kit starts, as `(op, target)` in the order they are sent (each while the
 earlier ones are in flight): `next` is a fresh id, `same` the first request's id, `active`
-the fence's active id, `running` and `completed` an execution (`EXECUTION_TARGETS`). The
-first two are the races of issue 13: a resume overtaking a
-long-polling prepare, and the next checkpoint's prepare arriving before the stale one
-ends."""
+the fence's active id, `running` and `completed` an execution (`EXECUTION_TARGETS`; a
+prepare at one is a fresh id, sent while that execution runs or holds its result). The
+first three are the races of issue 13: a resume overtaking a long-polling prepare, and the
+next checkpoint's prepare arriving before the stale one ends."""
 
 RACE_DEADLINE_S = 0.5
 """A raced prepare's `deadline_at` is this many seconds from when it is sent: a server that

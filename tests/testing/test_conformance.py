@@ -196,7 +196,9 @@ def _sent_requests(result: ConformanceResult) -> list[str]:
 
 
 def test_a_server_that_accepts_a_stale_prepare_is_caught() -> None:
-    result = _check_broken("policy", StalePrepareHost, examples=50, seed=3)
+    # seed 4: with the retire/ACK race shapes, seed 3 meets the stale prepare inside a race
+    # (reported under M2 linearizability) before it sends one alone
+    result = _check_broken("policy", StalePrepareHost, examples=50, seed=4)
     assert not result.ok and result.violation is not None
     assert "stale_checkpoint" in result.violation.rule and "S15" in result.violation.rule
     last = result.violation.steps[-1]
