@@ -57,7 +57,9 @@ class RecordingModel(ProtocolModel):
 
     def __init__(self, params: ProtocolParams) -> None:
         hooks, self._recorder = recording_hooks(Hooks())
-        super().__init__(params, hooks=hooks)
+        # Unmemoised: a step the protocol model answered from its own memo would fire no
+        # row, and be recorded as one the mutant may share.
+        super().__init__(params, hooks=hooks, memoise=False)
         self._memo = StepMemo()
         # Steps touch few distinct row sets: one shared object each keeps the memo small.
         self._interned: dict[RowCoverage, RowCoverage] = {}

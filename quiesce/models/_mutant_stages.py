@@ -122,7 +122,7 @@ STAGES: tuple[Stage, ...] = (
         "one fault",
         small_params(faults=1),
         _exhaustive,
-        "exhaustive: the same with a budget of one fault, no crash (12,086 states)",
+        "exhaustive: the same with a budget of one fault, no crash (11,672 states)",
     ),
     Stage(
         "walks",

@@ -155,13 +155,15 @@ class _Memo(Generic[R]):
 class MemoCoordinator(Coordinator):
     """`inner` (same configuration, tables and policy) with `step` memoised: a step runs
     once per distinct `(state, now, input)` and its next state is interned in `intern`.
-    A step that raises (a mutant's core) is not remembered: it raises every time.
+    A step that raises (a mutant's core) is not remembered: it raises every time. With
+    `remember=False` every step is computed (its next state still interned).
     """
 
-    def __init__(self, inner: Coordinator, intern: Interner) -> None:
+    def __init__(self, inner: Coordinator, intern: Interner, *, remember: bool = True) -> None:
         # No super().__init__: the coordinator holds only its parameters, copied as they are.
         self.__dict__.update(inner.__dict__)
         self._intern = intern
+        self._remember = remember
         self._steps: _Memo[tuple[ControllerState, tuple[ControllerEffect, ...]]] = _Memo()
 
     def step(
@@ -173,16 +175,22 @@ class MemoCoordinator(Coordinator):
             after, effects = Coordinator.step(self, state, now, input)
             return self._intern(after), effects
 
+        if not self._remember:
+            return compute()
         return self._steps.answer(id(state), input, (now,), compute)
 
 
 class MemoSystem(System):
     """`System` with every participant step memoised per distinct `(participant, op,
-    request, now)`, the participant it returns interned in `intern`."""
+    request, now)`, the participant it returns interned in `intern` (`remember=False`: every
+    step computed, still interned)."""
 
-    def __init__(self, coordinator: Coordinator, intern: Interner, **options: Any) -> None:
+    def __init__(
+        self, coordinator: Coordinator, intern: Interner, *, remember: bool = True, **options: Any
+    ) -> None:
         super().__init__(coordinator, **options)
         self._intern = intern
+        self._remember = remember
         self._answers: _Memo[Answer] = _Memo()
 
     def handle(
@@ -194,4 +202,6 @@ class MemoSystem(System):
             after, reply, effects = System.handle(self, participant, op, request, now)
             return self._intern(after), reply, effects
 
+        if not self._remember:
+            return compute()
         return self._answers.answer(id(participant), request, (op, now), compute)

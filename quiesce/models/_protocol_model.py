@@ -182,7 +182,8 @@ class ProtocolModel(Model[PState]):
     """The composed protocol at a configurable size (PROTOCOL.md §8 by default).
 
     `hooks` lets a mutant run a derived table or a patched coordinator through the very
-    same model; `name` names the variant in results.
+    same model; `name` names the variant in results; `memoise=False` computes every
+    coordinator and participant step (for a model recording the table rows each step fires).
     """
 
     liveness = True
@@ -194,6 +195,7 @@ class ProtocolModel(Model[PState]):
         *,
         hooks: Hooks | None = None,
         name: str = "protocol",
+        memoise: bool = True,
     ) -> None:
         self.p = params or ProtocolParams()
         # Seconds one step may take before it counts as a hang (set by `verify`).
@@ -206,12 +208,17 @@ class ProtocolModel(Model[PState]):
             call_retries=self.p.call_retries,
         )
         # Every part of every state is interned: states are keyed by the parts' identities,
-        # and the coordinator's and participants' steps are memoised on them.
+        # and the coordinator's and participants' steps are memoised on them (unless
+        # `memoise` is False: a model recording which table rows each step fires must run
+        # every step, since a remembered step fires none).
         self._intern = Interner()
-        coordinator = MemoCoordinator(self.hooks.coordinator(self.config), self._intern)
+        coordinator = MemoCoordinator(
+            self.hooks.coordinator(self.config), self._intern, remember=memoise
+        )
         self.system = MemoSystem(
             coordinator,
             self._intern,
+            remember=memoise,
             turns=self.p.turns,
             rules=self.hooks.participant,
             recover=self.hooks.recover,

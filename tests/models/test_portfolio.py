@@ -19,7 +19,10 @@ from quiesce.models._portfolio import PORTFOLIO_BOUND, distinct_configurations
 # The exhausted configurations' state counts, in order of first use (S1, S2, S3, S4, S5,
 # S9, S12/S18, S17, S19). A change to the protocol or the model that moves one must say
 # why. 71 CPU seconds in all (measured under load: about 650 s of wall time then).
-PINNED = (1655, 4965, 16386, 12086, 10568, 7194, 37138, 428, 46)
+# The fault configurations moved (12,086 -> 11,672, 10,568 -> 10,210, 37,138 -> 35,474) when
+# a failed attempt began to count once however often its abort fails (§4): states that
+# differed only in that count fell together.
+PINNED = (1655, 4965, 16386, 11672, 10210, 7194, 35474, 428, 46)
 
 
 def test_one_entry_per_scenario_in_order() -> None:
