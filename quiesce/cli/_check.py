@@ -27,7 +27,7 @@ from quiesce.cli._output import fail, json_option, print_json, print_stats
 from quiesce.cli._paths import OutputDir
 from quiesce.cli._portfolio import check_portfolio
 from quiesce.cli._signals import Stopped, stop_on_signals
-from quiesce.cli._swarm import print_swarm, run_swarm
+from quiesce.cli._swarm import RAY_DEFAULT, print_swarm, run_swarm
 from quiesce.cli._values import Name, Setting, unknown_name
 from quiesce.fsm import QuiesceError
 from quiesce.models import (
@@ -150,11 +150,13 @@ class _LiveProgress:
 @click.option(
     "--ray",
     "ray_address",
+    type=Name(),
     is_flag=False,
-    flag_value="",
+    flag_value=RAY_DEFAULT,
     metavar="[ADDRESS]",
     help="Run the --swarm walkers as Ray tasks: on the cluster at ADDRESS (HOST:PORT,"
-    " ray://HOST:PORT), or where ray.init() finds one (needs `uv sync --extra ray`).",
+    " ray://HOST:PORT, auto, local), or where ray.init() finds one (`--ray` alone; needs"
+    " `uv sync --extra ray`).",
 )
 @click.option(
     "--wave",

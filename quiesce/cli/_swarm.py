@@ -25,7 +25,11 @@ from quiesce.models import (
     swarm,
 )
 
-__all__ = ["print_swarm", "run_swarm"]
+__all__ = ["RAY_DEFAULT", "print_swarm", "run_swarm"]
+
+RAY_DEFAULT = "default"
+"""`--ray` without an address: wherever `ray.init()` finds a cluster (`RAY_ADDRESS`, one
+started on this machine, or a new local one)."""
 
 SHOWN_UNFIRED_ROWS = 10
 """The rows never fired that the human summary names (`--json` lists them all)."""
@@ -37,13 +41,13 @@ def run_swarm(
     ray_address: str | None,
     progress: Callable[[Progress], None],
 ) -> SwarmResult:
-    """Run the swarm: in this process when `ray_address` is None, else on Ray (`""`:
-    `ray.init()`'s own choice of cluster). Exits 2 naming the problem when Ray cannot
-    run."""
+    """Run the swarm: in this process when `ray_address` is None, else on Ray
+    (`RAY_DEFAULT`: `ray.init()`'s own choice of cluster). Exits 2 naming the problem when
+    Ray cannot run."""
     if ray_address is None:
         return swarm(request, settings, progress=progress)
     try:
-        with ray_runner(ray_address or None) as runner:
+        with ray_runner(None if ray_address == RAY_DEFAULT else ray_address) as runner:
             return swarm(request, settings, runner=runner, progress=progress)
     except SwarmRayError as error:  # raised connecting, before any walker runs
         fail(error)
