@@ -119,9 +119,14 @@ class Interner:
         self._hashes[id(value)] = hash(value)
         return value
 
-    def hash_of(self, canonical: object) -> int:
-        """The hash of a canonical object (one `intern` returned)."""
-        return self._hashes[id(canonical)]
+    def hash_of(self, value: object) -> int:
+        """The hash of `value`: computed once per canonical object. A value this interner
+        has not seen is interned first (a mutant's model shares states the unmutated
+        model's interner made, and its exception path builds a state from one)."""
+        known = self._hashes.get(id(value))
+        if known is None:
+            known = self._hashes[id(self(value))]
+        return known
 
     def __len__(self) -> int:
         return len(self._hashes)

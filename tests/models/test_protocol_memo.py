@@ -91,3 +91,14 @@ def test_bench_reports_the_protocol_model_speed() -> None:
     assert figures["protocol_distinct_states"] == 500
     assert figures["protocol_generated_states"] >= 500
     assert figures["protocol_states_per_s"] > 0 and figures["protocol_us_per_successor"] > 0
+
+
+def test_hash_of_a_value_the_interner_never_saw_interns_it_first() -> None:
+    # A mutant's model builds a state (on its exception path) from parts another model's
+    # interner made: hashing them must not need them to be this interner's already.
+    intern = Interner()
+    canonical = intern(("a", 1))
+    twin = ("a", 1)
+    assert intern.hash_of(("b", 2)) == hash(("b", 2))
+    assert intern.hash_of(twin) == hash(canonical)
+    assert intern(twin) is canonical
