@@ -13,23 +13,13 @@ import pytest
 from quiesce.models import ProtocolModel, ProtocolParams, check
 from quiesce.models._copier import replace
 from quiesce.models._mutants import MUTANTS
+from quiesce.models._portfolio import small_params
 from quiesce.models._protocol_memo import Interner, same
 from quiesce.models._protocol_state import Env
 from quiesce.protocol import OpId
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = ProtocolParams(
-    siblings=1,
-    turns=1,
-    attempts=1,
-    triggers=1,
-    optimizer_steps=0,
-    weight_sync=0,
-    train_switch=0,
-    prepare_retries=1,
-    faults=0,
-    crashes=False,
-)
+SMALL = ProtocolParams(**small_params())
 
 
 def test_same_sees_what_equality_ignores() -> None:
