@@ -18,7 +18,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import precondition, rule
 
 from quiesce.protocol.machines import FenceState
-from quiesce.protocol.participant import AgentRole, SavedTurn, from_journal, handle, journal_of
+from quiesce.protocol.participant import (
+    AgentRole,
+    ParticipantState,
+    SavedTurn,
+    from_journal,
+    handle,
+    journal_of,
+)
 from quiesce.testing._judge import JudgedExample
 from quiesce.testing._projection import allowed_failure
 from quiesce.testing._race import (
@@ -288,46 +295,71 @@ class ConformanceMachine(JudgedExample):
         self.run.connect(self.run.url)
         assert self.run.capabilities is not None
         incarnation = self.run.capabilities.incarnation
-        self.steps.append(KitStep(_RESTART, note="the kit killed and restarted the server"))
-        if incarnation == before:
-            self._fail(INCARNATION_RULE, (f"incarnation: still {before!r} after the restart",))
+        self._restarted("the kit killed and restarted the server", before, incarnation)
         self.oracle = from_journal(journal_of(self.oracle), incarnation, self.run.rules)
-        self.last = "restart"
         self._check_state()
 
     def _restart_during(self, op: str, at: str | int) -> None:
         """Kill and restart the server while `op` is in flight (§6): a reply that came must be
         durable; without one, `op` took effect before the kill or never did (the state read
-        after says which), and re-sending it then gets the recorded reply or runs it now."""
+        after says which), and re-sending it then gets the recorded reply or runs it now.
+        A reply under the new incarnation means the request reached the server only after
+        the restart (uvicorn read it late): it ran on the recovered participant."""
         assert self.run.restart is not None and self.run.capabilities is not None
         before, body = self.oracle, self._control(at)
         killed = self.run.capabilities.incarnation
         self.sent.append((op, body, body))
         exchange = self.client.send_while(op, body, self.run.restart)
         self.run.restarts += 1
-        after, reply, _ = handle(before, op, body, rules=self.run.rules)
+        self.run.connect(self.run.url)
+        incarnation = self.run.capabilities.incarnation
         answered = exchange is not None and exchange.status < 500
+        if exchange is not None and answered and _incarnation_of(exchange) == incarnation:
+            self._restarted("killed while the request below was sent", killed, incarnation)
+            self.oracle = from_journal(journal_of(before), incarnation, self.run.rules)
+            self._judge_late(op, body, exchange)
+            return
         if exchange is not None and answered:
-            expected = self._expect(op, reply)
-            actual = self._compare(op, exchange, expected)
-            if actual != expected and not allowed_failure(op, expected, actual):
-                self._fail(hint(op, expected, actual, op), describe_differences(expected, actual))
-            if actual != expected:
-                after = self._failed(before, op, body)
-            self._remember(after, op, body, body, exchange, reply)
+            after = self._judge_answer(before, op, body, exchange)
         else:
+            after = handle(before, op, body, rules=self.run.rules)[0]
             method, path = OPERATIONS[op]
             cut = exchange or Exchange(method, path, body, 0, "no answer")
             self.steps.append(KitStep(cut, note="no answer: the kill below cut it"))
-        self.run.connect(self.run.url)
-        incarnation = self.run.capabilities.incarnation
-        self.steps.append(KitStep(_RESTART, note="killed while the request above was in flight"))
-        if incarnation == killed:
-            self._fail(INCARNATION_RULE, (f"incarnation: still {killed!r} after the restart",))
-        self.last = "restart"
+        self._restarted("killed while the request above was in flight", killed, incarnation)
         self._judge_recovered(recoveries(before, after, answered, incarnation, self.run.rules))
         if not answered:
             self._op(op, body)
+
+    def _restarted(self, note: str, killed: str, incarnation: str) -> None:
+        """Show the restart in the report (`note`: when it came); the server must be back
+        under a new incarnation (§6)."""
+        self.steps.append(KitStep(_RESTART, note=note))
+        if incarnation == killed:
+            self._fail(INCARNATION_RULE, (f"incarnation: still {killed!r} after the restart",))
+        self.last = "restart"
+
+    def _judge_late(self, op: str, body: dict[str, Any], exchange: Exchange) -> None:
+        """Judge `exchange`, the reply to `op` that the restarted participant gave, as `op`
+        run on the oracle's (recovered) state; then check the state."""
+        self.oracle = self._judge_answer(self.oracle, op, body, exchange)
+        self.last = op
+        self._check_state()
+
+    def _judge_answer(
+        self, before: ParticipantState, op: str, body: dict[str, Any], exchange: Exchange
+    ) -> ParticipantState:
+        """Judge the answer `exchange` to `op` run on `before`; the state it leaves (a
+        failure M2 allows leaves the failed operation's state)."""
+        after, reply, _ = handle(before, op, body, rules=self.run.rules)
+        expected = self._expect(op, reply)
+        actual = self._compare(op, exchange, expected)
+        if actual != expected and not allowed_failure(op, expected, actual):
+            self._fail(hint(op, expected, actual, op), describe_differences(expected, actual))
+        if actual != expected:
+            after = self._failed(before, op, body)
+        self._remember(after, op, body, body, exchange, reply)
+        return after
 
     @rule(at=TARGETS, key=KEYS)
     def discard(self, at: str | int, key: int) -> None:
@@ -563,3 +595,10 @@ class ConformanceMachine(JudgedExample):
         body = None if op == "status" else self._control("next")
         expected = {"http": 401, "code": "unauthorized"}
         self._expect_refused(self._send(op, body, auth=auth), expected, op)
+
+
+def _incarnation_of(exchange: Exchange) -> str | None:
+    """The incarnation a reply names, if it names one."""
+    reply = exchange.reply
+    value = reply.get("incarnation") if isinstance(reply, dict) else None
+    return value if isinstance(value, str) else None
