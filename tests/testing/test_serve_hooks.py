@@ -170,7 +170,7 @@ def test_quiesce_serve_passes_500_examples_with_races_restarts_and_resets(
     options = [
         "conform", "--url", server.url, "--role", role, "--token-file", str(server.token_file),
         "--examples", "500", "--seed", "13", "--reset-url", server.url + RESET_PATH,
-        "--restart-cmd", restart, "--timeout", "120", "--json",
+        "--restart-cmd", restart, "--timeout", "120", "--min-coverage", "90", "--json",
     ]  # fmt: skip
     result = CliRunner().invoke(main, options, env={"QUIESCE_TOKEN": ""})
     assert result.exit_code == 0, result.output
@@ -178,3 +178,6 @@ def test_quiesce_serve_passes_500_examples_with_races_restarts_and_resets(
     assert document["ok"] is True and document["examples"] >= 500
     assert document["races"] > 0 and document["duplicates"] > 0
     assert document["restarts"] > 50  # every few examples, not once
+    for table in document["coverage"]["tables"]:  # M2 and the role's own table, each
+        fired, unfired = len(table["fired"]), len(table["unfired"])
+        assert fired >= 0.9 * (fired + unfired), table
