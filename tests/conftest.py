@@ -1,4 +1,6 @@
-"""Hypothesis profiles for the whole suite: `ci` when `CI` is set, `deep` when QUIESCE_DEEP=1.
+"""Hypothesis profiles for the whole suite, and the `local_ray` fixture.
+
+Profiles: `ci` when `CI` is set, `deep` when QUIESCE_DEEP=1.
 
 - `ci`: derandomized (the same examples on every run, so a red CI is reproducible), no
   deadline (virtual-clock and model runs vary in wall time), failure blobs printed.
@@ -13,7 +15,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import settings
 
 # Measured by `uv run python benchmarks/hypothesis_examples.py` on the hand-made 4-step bug
@@ -58,3 +62,22 @@ elif os.environ.get("CI"):
     settings.load_profile("ci")
 else:
     settings.load_profile("dev")
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """A local Ray (2 CPUs, no dashboard, small object store) for one test module, shut down
+    after it; the module is skipped without the `quiesce[ray]` extra."""
+    # Under `uv run`, Ray starts its workers with `uv run` in a fresh environment that lacks
+    # the optional `ray` extra; workers must use this interpreter instead (read at import).
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    ray = pytest.importorskip("ray", reason="a local Ray needs the `quiesce[ray]` extra")
+    ray.init(
+        num_cpus=2,
+        object_store_memory=80_000_000,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    yield
+    ray.shutdown()

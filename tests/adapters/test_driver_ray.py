@@ -4,7 +4,6 @@ started once for this module). Awaiting Ray object refs needs asyncio: asyncio o
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,20 +27,11 @@ from quiesce.protocol.wire import StatusReply
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 ray = pytest.importorskip("ray", reason="the Ray adapter needs the `quiesce[ray]` extra")
 
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray() -> Iterator[None]:
-    ray.init(
-        num_cpus=2,
-        object_store_memory=80_000_000,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    yield
-    ray.shutdown()
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.parametrize("anyio_backend", ["asyncio"]),
+    pytest.mark.usefixtures("local_ray"),
+]
 
 
 async def test_checkpoint_then_restore_through_the_driver_over_ray(

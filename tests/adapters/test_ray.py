@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,20 +34,11 @@ from quiesce.protocol.wire import (
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 ray = pytest.importorskip("ray", reason="the Ray adapter needs the `quiesce[ray]` extra")
 
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def local_ray() -> Iterator[None]:
-    ray.init(
-        num_cpus=2,
-        object_store_memory=80_000_000,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    yield
-    ray.shutdown()
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.parametrize("anyio_backend", ["asyncio"]),
+    pytest.mark.usefixtures("local_ray"),
+]
 
 
 def ctl(op_id: str, timeout_s: float = 30.0) -> ControlRequest:

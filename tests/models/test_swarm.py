@@ -6,7 +6,6 @@ The Ray tests start a local Ray once for their module part (`local_ray`) and are
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Iterator, Sequence
 
@@ -164,21 +163,6 @@ def test_bad_settings_name_the_value() -> None:
 
 
 # ------------------------------------------------------------------ Ray
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
-    ray = pytest.importorskip("ray", reason="the swarm on Ray needs the `quiesce[ray]` extra")
-    ray.init(
-        num_cpus=2,
-        object_store_memory=80_000_000,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-    )
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.slow
