@@ -24,7 +24,8 @@ __all__ = ["CallLog", "CallRecord", "LoggedParticipant", "SystemViolation", "Wor
 
 class SystemViolation(QuiesceError, AssertionError):
     """An invariant of PROTOCOL.md §5 failed on the running system: `invariant` names it
-    (`I1`..`I8`), `detail` says what the independent ledger saw."""
+    (`I1`..`I8`, or `refinement`: a fence move no design step makes), `detail` says
+    what the independent ledger saw."""
 
     def __init__(self, invariant: str, detail: str) -> None:
         self.invariant = invariant

@@ -50,6 +50,15 @@ a property is due ("once the controller is idle").
 - I8 consistent snapshot: every published snapshot verifies, and its id, manifest and
   controller cut name one trainer step.
 
+Refinement (PROTOCOL.md §8, "Two levels of model"), on by default (`refine=False` turns it
+off): every request a participant handles, in every incarnation, is judged as it happens
+against the design model by the fence-log validator (`_log_validation.JudgingFenceLog`,
+the very check `quiesce validate` and `simulate` run), so each fence move must map to one
+design step or stutter. After every rule, the first move that maps to none breaks
+`refinement`, named with its participant, request and both fences. It catches what no
+invariant above sees: a fence move the design never makes (a resume left unrecorded, a
+watermark lowered) on a run whose records all still add up.
+
 >>> from hypothesis.stateful import run_state_machine_as_test
 >>> from quiesce.models import SystemMachine
 >>> run_state_machine_as_test(SystemMachine)  # doctest: +SKIP
@@ -95,7 +104,9 @@ from quiesce.adapters import (
     parse_checkpoint_id,
 )
 from quiesce.fsm import QuiesceError
+from quiesce.models._log_validation import JudgingFenceLog
 from quiesce.models._protocol_model import Hooks, _Patched
+from quiesce.models._refined_model import REFINEMENT
 from quiesce.models._registry import UnsupportedOption
 from quiesce.models._system_ledger import (
     CallLog,
@@ -184,7 +195,8 @@ class SystemRun:
 
     Every public method runs to completion before it returns (virtual time advances only
     inside `advance` and the waits of `start`, `restart_controller` and `drain`). Call
-    `check()` to test I2-I6 and I8 now, `drain()` at the end for I1 and I7, and `close()`.
+    `check()` to test I2-I6, I8 and refinement now, `drain()` at the end for I1 and I7,
+    and `close()`. `refine=False` leaves the participants' fence moves unjudged.
 
     >>> from quiesce.adapters import configure_logging
     >>> configure_logging("critical")
@@ -204,6 +216,7 @@ class SystemRun:
         hooks: Hooks | None = None,
         turns: int = 3,
         agents: int = 1,
+        refine: bool = True,
     ) -> None:
         self.config = config or _default_config(30.0)
         self.hooks = hooks or Hooks()
@@ -217,6 +230,7 @@ class SystemRun:
             )
         self.turns = turns
         self.clock = VirtualClock(seed=seed)
+        self.fence_log = JudgingFenceLog("the machine's fence log") if refine else None
         self.root = Path(tempfile.mkdtemp(prefix="quiesce-machine-", dir=_scratch_dir()))
         self.fleet = InMemoryFleet(
             self.clock,
@@ -225,6 +239,7 @@ class SystemRun:
             resources=1,
             latency_s=(0.001, 0.004),
             work=WorkConfig(policy_latency_s=(0.05, 0.2), max_service_retries=100_000),
+            fence_log=self.fence_log,
         )
         self.log = CallLog(self.clock.now)
         self.participants: dict[str, Participant] = {
@@ -538,9 +553,11 @@ class SystemRun:
     # ------------------------------------------------------------------ the checks
 
     def check(self) -> None:
-        """Raise the first `SystemViolation` of I2-I6 or I8 seen so far (I3 when idle)."""
+        """Raise the first `SystemViolation` of I2-I6, I8 or refinement seen so far (I3
+        when idle)."""
         if self.world.violations:
             raise self.world.violations[0]
+        self._check_refinement()
         self._check_lineage()
         self._check_calls()
         self._check_snapshots()
@@ -555,6 +572,13 @@ class SystemRun:
             return False
         state = driver.state
         return state.phase is CheckpointState.IDLE and not restore_active(state)
+
+    def _check_refinement(self) -> None:
+        if self.fence_log is None:
+            return
+        unmapped = self.fence_log.judge.verdict().unmapped
+        if unmapped is not None:
+            self._fail(REFINEMENT, unmapped.explain())
 
     def _check_lineage(self) -> None:
         counts = Counter(item for batch in self.trainer.lineage() for item in batch.items)
@@ -731,11 +755,13 @@ class SystemRun:
 
 
 class SystemMachine(RuleBasedStateMachine):
-    """Rules over a `SystemRun`; invariants I2-I6 and I8 after every rule, I1 and I7 at
-    teardown (the faults stop and the world drains). `hooks` (class attribute) runs a
-    mutant; `system_machine(hooks)` builds such a subclass."""
+    """Rules over a `SystemRun`; invariants I2-I6, I8 and refinement after every rule, I1
+    and I7 at teardown (the faults stop and the world drains). `hooks` (class attribute)
+    runs a mutant, `refine` (class attribute) judges every fence move against the design;
+    `system_machine(hooks, refine=...)` builds such a subclass."""
 
     hooks: Hooks | None = None
+    refine = True
     max_faults = 6
     max_crashes = 2
     max_groups = 6
@@ -753,7 +779,11 @@ class SystemMachine(RuleBasedStateMachine):
     def start(self, seed: int, rollout_timeout_s: float, turns: int) -> None:
         """A fresh system: one server per role, a deadline drawn short or long."""
         self.run = SystemRun(
-            seed, config=_default_config(rollout_timeout_s), hooks=self.hooks, turns=turns
+            seed,
+            config=_default_config(rollout_timeout_s),
+            hooks=self.hooks,
+            turns=turns,
+            refine=self.refine,
         )
 
     @property
@@ -832,7 +862,7 @@ class SystemMachine(RuleBasedStateMachine):
 
     @invariant()
     def safety(self) -> None:
-        """I2-I6 and I8 (I3 whenever the controller is idle)."""
+        """I2-I6, I8 (I3 whenever the controller is idle) and refinement."""
         if self.run is not None:
             try:
                 self.run.check()
@@ -852,9 +882,12 @@ class SystemMachine(RuleBasedStateMachine):
             run.close()
 
 
-def system_machine(hooks: Hooks | None = None, *, name: str = "") -> type[SystemMachine]:
+def system_machine(
+    hooks: Hooks | None = None, *, name: str = "", refine: bool = True
+) -> type[SystemMachine]:
     """A `SystemMachine` subclass whose controller runs `hooks` (a controller mutant's
     tables and patches; participant rules are refused with `UnsupportedOption` when the
-    run starts); `name` names the class (default: the unmutated protocol)."""
+    run starts), its fence moves judged against the design unless `refine` is False;
+    `name` names the class (default: the unmutated protocol)."""
     label = name or "SystemMachine"
-    return type(label, (SystemMachine,), {"hooks": hooks})
+    return type(label, (SystemMachine,), {"hooks": hooks, "refine": refine})
