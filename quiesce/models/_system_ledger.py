@@ -4,7 +4,7 @@ What lives here: the call log (`CallLog` of `CallRecord`s, written by `LoggedPar
 the client wrapper every control call goes through), what the world itself did (`World`:
 the groups it opened, the switches it began, the faults it injected) and
 `SystemViolation`, the invariant these records show broken. `SystemRun`
-(`quiesce.models._system_machine`) keeps them and judges PROTOCOL.md §5 against them,
+(`quiesce.models._system_run`) keeps them and judges PROTOCOL.md §5 against them,
 never against the coordinator's own bookkeeping.
 """
 
