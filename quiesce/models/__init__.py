@@ -97,7 +97,8 @@ from quiesce.models._swarm import (
 from quiesce.models._swarm_ray import SwarmRayError, ray_runner
 from quiesce.models._system import InFlight, Store, System, SystemState
 from quiesce.models._system_ledger import CallRecord, SystemViolation
-from quiesce.models._system_machine import SystemMachine, SystemRun, system_machine
+from quiesce.models._system_machine import SystemMachine, system_machine
+from quiesce.models._system_run import SystemRun
 from quiesce.models._table_machine import (
     TableMachine,
     arg_examples,

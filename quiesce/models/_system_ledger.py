@@ -4,7 +4,7 @@ What lives here: the call log (`CallLog` of `CallRecord`s, written by `LoggedPar
 the client wrapper every control call goes through), what the world itself did (`World`:
 the groups it opened, the switches it began, the faults it injected) and
 `SystemViolation`, the invariant these records show broken. `SystemRun`
-(`quiesce.models._system_machine`) keeps them and judges PROTOCOL.md §5 against them,
+(`quiesce.models._system_run`) keeps them and judges PROTOCOL.md §5 against them,
 never against the coordinator's own bookkeeping.
 """
 
@@ -24,7 +24,8 @@ __all__ = ["CallLog", "CallRecord", "LoggedParticipant", "SystemViolation", "Wor
 
 class SystemViolation(QuiesceError, AssertionError):
     """An invariant of PROTOCOL.md §5 failed on the running system: `invariant` names it
-    (`I1`..`I8`), `detail` says what the independent ledger saw."""
+    (`I1`..`I8`, or `refinement`: a fence move no design step makes), `detail` says
+    what the independent ledger saw."""
 
     def __init__(self, invariant: str, detail: str) -> None:
         self.invariant = invariant

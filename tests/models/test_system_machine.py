@@ -1,14 +1,17 @@
 """The system-level state machine: the real driver, in-memory fleet and virtual clock under
 Hypothesis, with PROTOCOL.md §5 checked against an independent ledger after every rule.
 
-Three kinds of tests: the unmutated protocol survives the machine (`ci` profile); the
-machine *catches* mutants whose bug needs a deep schedule of the real runtime (`hunt`
-profile); and each hand-forged symptom trips the check that names it, so no check is
-vacuous.
+Four kinds of tests: the unmutated protocol survives the machine (`ci` profile), every
+fence move refining the design; the machine *catches* mutants whose bug needs a deep
+schedule of the real runtime (`hunt` profile); it catches by refinement a planted bug that
+no invariant sees; and each hand-forged symptom trips the check that names it, so no check
+is vacuous.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Iterator
 
 import pytest
@@ -16,9 +19,11 @@ import structlog
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from quiesce.adapters import configure_logging
+from quiesce.adapters import ParticipantHost, configure_logging
 from quiesce.models import (
+    REFINEMENT,
     CallRecord,
+    Hooks,
     SystemMachine,
     SystemRun,
     SystemViolation,
@@ -28,7 +33,8 @@ from quiesce.models import (
 from quiesce.models._mutants import MUTANTS
 from quiesce.protocol import OpId
 from quiesce.protocol.controller import PeriodElapsed
-from quiesce.protocol.participant import ParticipantOp
+from quiesce.protocol.machines import CONTROL_FENCE, FenceData, FenceOp
+from quiesce.protocol.participant import ParticipantOp, ParticipantRules, handle
 
 # The unmutated protocol through the whole machine. Measured at ~13 examples/s, so the
 # `ci` profile's 200 examples of up to 50 rules each take ~15 s.
@@ -49,6 +55,7 @@ def quiet_logs() -> Iterator[None]:
 
 
 def test_the_protocol_survives_the_system_machine() -> None:
+    assert SystemMachine.refine  # every fence move of every run is judged by the design
     run_state_machine_as_test(SystemMachine, settings=SURVIVES)
 
 
@@ -71,6 +78,66 @@ def test_a_participant_mutant_is_refused_not_run_unmutated(mutant: str) -> None:
         SystemRun(hooks=MUTANTS[mutant].hooks())
 
 
+def _retired_results_kept() -> Hooks:
+    """The planted bug, a legal-looking move the design never makes: a fence that retires
+    an id keeps that id's prepare and commit results beside its final resume (M2 keeps the
+    resume alone: the one request of a retired id still answered). Every replay still
+    finds its result and every other request of that id is refused as stale, so the run
+    behaves exactly as the protocol's. The in-memory hosts step the protocol's own
+    participant rules, so the bug is patched into the `handle` their module calls."""
+    fence = CONTROL_FENCE.derive(
+        "retired_results_kept",
+        updates={
+            "retire": lambda data, call: FenceData(
+                None, call.op_id, (*data.recorded, (call.op_id, FenceOp.RESUME, call.result))
+            )
+        },
+    )
+    buggy = functools.partial(handle, rules=ParticipantRules(fence=fence))
+    return Hooks(patches=((inspect.getmodule(ParticipantHost), "handle", buggy),))
+
+
+def _checkpoint_restart_and_drain(run: SystemRun) -> None:
+    run.open_group(2)
+    run.submit(PeriodElapsed())
+    run.advance(0.5)
+    run.check()
+    run.restart_controller()
+    run.open_group(3)
+    run.advance(0.05)
+    run.check()
+    run.drain()
+
+
+def test_the_planted_bug_breaks_no_invariant() -> None:
+    # With refinement off the bug runs a checkpoint, a controller restart and the final
+    # drain with I1-I8 all holding, and so does the whole machine.
+    run = SystemRun(seed=5, hooks=_retired_results_kept(), refine=False)
+    try:
+        _checkpoint_restart_and_drain(run)
+        assert run.store.published()
+    finally:
+        run.close()
+    unrefined = system_machine(
+        _retired_results_kept(), name="Unrefined[retired_results_kept]", refine=False
+    )
+    run_state_machine_as_test(unrefined, settings=SURVIVES)
+
+
+def test_refinement_catches_the_planted_bug_at_its_first_unmapped_step() -> None:
+    machine = system_machine(_retired_results_kept(), name="System[retired_results_kept]")
+    with pytest.raises(SystemViolation) as caught:
+        run_state_machine_as_test(machine, settings=HUNT)
+    assert caught.value.invariant == REFINEMENT
+    # The validators' own wording: where, who and which request, then both fences.
+    first, before, after = caught.value.detail.splitlines()
+    assert first.startswith("the machine's fence log line ") and ", resume(ck-" in first
+    assert first.endswith("which no step of the design does")
+    # A prepared (or committed) id resumes: its prepare result is kept beside the resume.
+    assert '"prepare"]' in before and '"state": "idle"' in after
+    assert '"prepare"], ["ck-' in after and '"resume"]]' in after
+
+
 # ------------------------------------------------------------------ the harness itself
 
 
@@ -84,22 +151,18 @@ def run() -> Iterator[SystemRun]:
 def test_a_scripted_run_trains_every_item_and_publishes_consistent_snapshots(
     run: SystemRun,
 ) -> None:
-    run.open_group(2)
-    run.submit(PeriodElapsed())
-    run.advance(0.5)
-    run.check()
+    _checkpoint_restart_and_drain(run)
     assert run.store.published()
-    run.restart_controller()
-    run.open_group(3)
-    run.advance(0.05)
-    run.check()
-    run.drain()
     trained = run.trainer.trained_items()
     assert {(0, 0), (0, 1), (1, 0), (1, 1), (1, 2)} <= trained
     assert run.generation == 2
     # Calls were logged for every phase the checkpoint went through, in §3's order.
     ops = {c.op for c in run.calls}
     assert {ParticipantOp.PREPARE, ParticipantOp.COMMIT, ParticipantOp.RESUME} <= ops
+    # Every request every participant handled was judged, and each fence move refines.
+    assert run.fence_log is not None
+    verdict = run.fence_log.judge.verdict()
+    assert verdict.ok and verdict.participants == 3 and verdict.moves > 0
 
 
 def _forged(run: SystemRun, role: str, op: ParticipantOp, started: float, **kw: object) -> None:
