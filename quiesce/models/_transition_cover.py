@@ -31,7 +31,10 @@ it cannot prove: that the controllers agree between fence moves (the projection 
 them out, as refinement does; the invariants judge them).
 
 Transitions the System cannot produce by construction are `ABSTRACTED`, each with the
-reason (`ABSTRACTIONS`), never silently skipped; every other step label must replay.
+reason (`ABSTRACTIONS`), never silently skipped; so is a label every design run reaches
+only through such a transition (measured at fault budget 2: a second restore, after a
+first one failed on the participant's side). Every other step label must replay: its
+trace is the shortest that takes no abstracted step before its last.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ __all__ = [
     "DesignTrace",
     "ReplayOutcome",
     "TransitionReplay",
+    "abstraction",
     "design_cover",
     "replay",
     "transition_cover",
@@ -211,33 +215,43 @@ class CoverReport:
 
 
 class DesignCover(NamedTuple):
-    """A shortest trace per distinct step label (ordered by label), and how many states
-    the design has."""
+    """A shortest trace per distinct step label (ordered by label) that takes no
+    abstracted step before its last; the labels no such trace takes (`beyond`: every run
+    taking them takes an abstracted step first); and how many states the design has."""
 
     traces: tuple[DesignTrace, ...]
+    beyond: tuple[str, ...]
     states: int
 
 
+def abstraction(label: str) -> str | None:
+    """Why the System cannot take a design step labelled `label` (None: it can)."""
+    return next((why for tag, why in ABSTRACTIONS.items() if tag in label), None)
+
+
 def design_cover(model: DesignModel) -> DesignCover:
-    """For every distinct step label of `model`, a shortest trace ending by taking it.
+    """For every distinct step label of `model`, a shortest trace ending by taking it and
+    taking no abstracted step before (`ABSTRACTIONS`: such a trace could not be replayed
+    past that step, whatever its last step is).
 
     Breadth-first: the first time a label is taken, it is taken from a state at the least
     depth any state taking it has, so the parent links to that state give a shortest trace.
+    An abstracted step is noted as taken but not followed.
     """
     initial = list(model.init_states())
     parent: dict[Reached, tuple[Reached, str] | None] = dict.fromkeys(initial)
-    first: dict[str, tuple[Reached, str, Reached]] = {}
+    first: dict[str, tuple[Reached, Reached]] = {}
     frontier = deque(initial)
     while frontier:
         state = frontier.popleft()
         for action, following in model.successors(state):
-            first.setdefault(action.label, (state, action.label, following))
-            if following not in parent:
+            first.setdefault(action.label, (state, following))
+            if following not in parent and abstraction(action.label) is None:
                 parent[following] = (state, action.label)
                 frontier.append(following)
     traces = []
     for label in sorted(first):
-        state, _, following = first[label]
+        state, following = first[label]
         steps = [(label, following)]
         link = parent[state]
         while link is not None:
@@ -245,7 +259,22 @@ def design_cover(model: DesignModel) -> DesignCover:
             state = link[0]
             link = parent[state]
         traces.append(DesignTrace(label, state, tuple(reversed(steps))))
-    return DesignCover(tuple(traces), len(parent))
+    labels, states = _every_label(model)
+    return DesignCover(tuple(traces), tuple(sorted(labels - first.keys())), states)
+
+
+def _every_label(model: DesignModel) -> tuple[set[str], int]:
+    """Every step label `model` takes, abstracted steps followed, and its state count."""
+    seen = set(model.init_states())
+    frontier = list(seen)
+    labels = set()
+    while frontier:
+        for action, following in model.successors(frontier.pop()):
+            labels.add(action.label)
+            if following not in seen:
+                seen.add(following)
+                frontier.append(following)
+    return labels, len(seen)
 
 
 class _System:
@@ -275,9 +304,9 @@ class _System:
 def replay(trace: DesignTrace, system: ProtocolModel | _System) -> TransitionReplay:
     """Replay `trace` on the System (see the module doc); a `ProtocolModel` is wrapped."""
     runner = system if isinstance(system, _System) else _System(system)
-    abstraction = next((why for tag, why in ABSTRACTIONS.items() if tag in trace.label), None)
-    if abstraction is not None:
-        return TransitionReplay(trace.label, trace.labels(), ReplayOutcome.ABSTRACTED, abstraction)
+    why = abstraction(trace.label)
+    if why is not None:
+        return TransitionReplay(trace.label, trace.labels(), ReplayOutcome.ABSTRACTED, why)
     before = design_view(trace.initial.state)
     start = _projection(before)
     current = {s for s, p in runner.initial() if p == start}
@@ -346,6 +375,9 @@ def _projection(view: View) -> Projection:
     )
 
 
+_BEYOND = "every design run taking it takes an abstracted step first (see `ABSTRACTIONS`)"
+
+
 def _mismatch(
     trace: DesignTrace,
     index: int,
@@ -383,7 +415,12 @@ def transition_cover(
     design = DesignModel(design_params(params))
     cover = design_cover(design)
     runner = _System(ProtocolModel(params, hooks=hooks))
-    replays = tuple(replay(t, runner) for t in cover.traces)
+    beyond = (
+        TransitionReplay(label, (), ReplayOutcome.ABSTRACTED, _BEYOND) for label in cover.beyond
+    )
+    replays = tuple(
+        sorted((*(replay(t, runner) for t in cover.traces), *beyond), key=lambda r: r.label)
+    )
     return CoverReport(
         params=params,
         design=design.p.describe(),

@@ -22,7 +22,7 @@ from quiesce.models import (
     transition_cover,
 )
 from quiesce.models._refinement import design_params
-from quiesce.models._transition_cover import DesignTrace, design_cover, replay
+from quiesce.models._transition_cover import DesignTrace, abstraction, design_cover, replay
 from quiesce.protocol.machines import CONTROL_FENCE, FenceCall, FenceData
 from quiesce.protocol.participant import ParticipantRules
 
@@ -122,3 +122,16 @@ def test_the_cli_refuses_a_configuration_the_design_has_no_counterpart_of() -> N
     result = CliRunner().invoke(main, ["cover", "--set", "agents=2"])
     assert result.exit_code == 2
     assert "agents=2" in result.output
+
+
+def test_no_trace_takes_an_abstracted_step_before_its_last() -> None:
+    # At fault budget 2 a participant may fail its restore (an abstraction), and a second
+    # restore follows: the cover reaches it without the failure, or lists it as beyond.
+    two_faults = dataclasses.replace(COVER_PARAMS, faults=2)
+    cover = design_cover(DesignModel(design_params(two_faults)))
+    failing = [t for t in cover.traces if abstraction(t.label) is not None]
+    assert {t.label for t in failing} >= {"restore(2) -> agent [restore_failure]"}
+    for trace in cover.traces:
+        assert all(abstraction(label) is None for label in trace.labels()[:-1]), trace.label
+    assert not set(cover.beyond) & {t.label for t in cover.traces}
+    assert cover.states == 4608
