@@ -32,6 +32,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "conform": ("quiesce.cli._conform", "conform"),
     "chaos": ("quiesce.cli._chaos", "chaos"),
     "validate": ("quiesce.cli._validate", "validate"),
+    "cover": ("quiesce.cli._cover", "cover"),
 }
 
 

@@ -6,7 +6,8 @@ too big to exhaust (`quiesce check --walks N`). `TwoPhase` is Lamport's two-phas
 quiesce tables, the standard yardstick (288 distinct states with 3 RMs). `DesignModel` is the
 protocol's design (M1-M9's tables composed with atomic calls), exhausted at §8's reference size.
 `refine` checks every step of the `protocol` model against it (refinement);
-`validate_fence_log` checks a recorded run's fence log against it (`quiesce validate`).
+`validate_fence_log` checks a recorded run's fence log against it (`quiesce validate`);
+`transition_cover` replays a shortest trace of every design step on `System` (`quiesce cover`).
 `swarm` runs many coverage-directed walkers with bitstate visited sets (here, or on Ray:
 `ray_runner`) and merges what they found.
 `SCENARIOS` scripts PROTOCOL.md §7 on the composed `System`; the mutant catalog (`MUTANTS`,
@@ -105,6 +106,13 @@ from quiesce.models._table_machine import (
     arg_strategies,
     table_state_machine,
 )
+from quiesce.models._transition_cover import (
+    COVER_PARAMS,
+    CoverReport,
+    ReplayOutcome,
+    TransitionReplay,
+    transition_cover,
+)
 from quiesce.models._two_phase import (
     RM_TABLE as TWO_PHASE_RM,
 )
@@ -118,6 +126,7 @@ from quiesce.models._two_phase import (
 )
 
 __all__ = [
+    "COVER_PARAMS",
     "DEFAULT_BITSTATE_BITS",
     "DESIGN_SPEC",
     "MAX_FAULTS",
@@ -135,6 +144,7 @@ __all__ = [
     "BadModelParam",
     "CallRecord",
     "CheckResult",
+    "CoverReport",
     "DesignModel",
     "DesignParams",
     "DesignTooLarge",
@@ -157,6 +167,7 @@ __all__ = [
     "RefinedModel",
     "RefinementUnsupported",
     "ReplayFailed",
+    "ReplayOutcome",
     "RmInput",
     "RowReport",
     "Scenario",
@@ -176,6 +187,7 @@ __all__ = [
     "TableMachine",
     "TableStepper",
     "Trace",
+    "TransitionReplay",
     "TwoPhase",
     "TwoPhaseState",
     "UnknownModel",
@@ -205,6 +217,7 @@ __all__ = [
     "swarm",
     "system_machine",
     "table_state_machine",
+    "transition_cover",
     "validate_fence_log",
     "verify",
     "verify_many",

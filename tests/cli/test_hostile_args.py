@@ -37,10 +37,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from quiesce.adapters import FileFenceLog
-from quiesce.cli import _chaos, _conform, _explore, main
+from quiesce.cli import _chaos, _conform, _cover, _explore, main
 from quiesce.cli._paths import InputFile, OutputDir, OutputFile
 from quiesce.cli._values import FiniteFloatRange, HttpUrl, Name, Setting, ShellCommand
 from quiesce.harness import ChaosError
+from quiesce.models import RefinementUnsupported
 from quiesce.testing import ConformanceSetupError
 
 HUGE = 10**15
@@ -281,6 +282,7 @@ def _baselines(files: _Files, port: int) -> dict[str, _Baseline]:
         "chaos": _Baseline((f"--workdir={files.root / 'chaos'}",), late_failure=STUB),
         "explore": _Baseline((), ("two-phase",), late_failure=STUB),
         "validate": _Baseline((), (str(files.fence_log),)),
+        "cover": _Baseline((), late_failure=STUB),
     }
 
 
@@ -315,10 +317,14 @@ def stubs(monkeypatch: pytest.MonkeyPatch) -> None:
     def no_serving(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("serve started serving: a hostile value was accepted")
 
+    def no_cover(*args: Any, **kwargs: Any) -> Any:
+        raise RefinementUnsupported(STUB)
+
     def no_page(*args: Any, **kwargs: Any) -> None:
         raise OSError(errno.EADDRINUSE, STUB)
 
     monkeypatch.setattr(_chaos, "run_chaos", no_chaos)
+    monkeypatch.setattr(_cover, "transition_cover", no_cover)
     monkeypatch.setattr(_explore, "serve", no_page)
     monkeypatch.setattr(_conform, "check_conformance", no_conformance)
     monkeypatch.setattr("uvicorn.Server.run", no_serving)
