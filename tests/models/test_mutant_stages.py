@@ -7,14 +7,22 @@ from __future__ import annotations
 
 from quiesce.models import ProtocolModel, ProtocolParams, check
 from quiesce.models._mutant_pool import verify_many
-from quiesce.models._mutant_stages import STAGES, Site, stage_memo
+from quiesce.models._mutant_stages import STAGES, DesignStage, ProtocolStage, Site, stage_memo
 from quiesce.models._mutants import MUTANTS, verify
 from quiesce.models._protocol_model import Hooks
 from quiesce.models._protocol_state import PState
 from quiesce.models._row_coverage import recording_hooks
 from quiesce.protocol.machines import CHECKPOINT, CONTROL_FENCE, CheckpointState
 
-FAULT_FREE = STAGES[0]
+
+def _stage(name: str) -> ProtocolStage:
+    found = next(stage for stage in STAGES if stage.name == name)
+    assert isinstance(found, ProtocolStage)
+    return found
+
+
+FAULT_FREE = _stage("fault-free")
+ONE_FAULT = _stage("one fault")
 
 
 def test_recording_tables_step_as_the_protocol_and_record_its_rows() -> None:
@@ -87,7 +95,7 @@ def _search(model: ProtocolModel) -> tuple[int, list[str], list[str]]:
 
 
 def test_a_stage_reusing_the_unmutated_steps_searches_the_mutants_own_graph() -> None:
-    one_fault = STAGES[1]
+    one_fault = ONE_FAULT
     params = ProtocolParams(**one_fault.params)
     # Killed late (a stall cycle, after the whole graph), and killed early (I4).
     for name in ("checkpoint.retarget[23]->capturing", "checkpoint.retarget[4]->idle"):
@@ -100,7 +108,7 @@ def test_a_stage_reusing_the_unmutated_steps_searches_the_mutants_own_graph() ->
 
 
 def test_a_step_that_fires_the_mutated_row_is_computed_again() -> None:
-    fault_free = STAGES[0]
+    fault_free = FAULT_FREE
     memo = stage_memo(fault_free)
     site = Site(CHECKPOINT, 1, "retarget", CheckpointState.STOPPED)
     mutant = MUTANTS["checkpoint.retarget[1]->stopped"]
