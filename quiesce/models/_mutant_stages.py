@@ -314,8 +314,9 @@ UNREACHED_INPUTS: Mapping[tuple[str, str], str] = {
     ("checkpoint", "inspected_verified"): "the model's snapshot store never fails to publish",
     ("checkpoint", "inspected_unverifiable"): "the model's snapshot store never fails",
 }
-"""Inputs the implementation model never produces, and why (the rest of the unreached
-rows need a duplicated request, a participant-side restore failure or two faults)."""
+"""Inputs the implementation model never produces, and why (the swarm's coverage report
+reads it too). The design stage produces some of them (policy calls, publish failures):
+a row it fires is not dead by design, whatever this says."""
 
 
 def _unreached(site: Site) -> str:
@@ -325,7 +326,7 @@ def _unreached(site: Site) -> str:
     known = UNREACHED_INPUTS.get((site.table.name, label(row.input)))
     what = "finds its guard false" if site.operator == "drop_guard" else "fires it"
     stages = ", ".join(stage.name for stage in STAGES)
-    because = f": {known}" if known else ""
+    because = f" (in the implementation model, {known})" if known else ""
     return f"{where}: none of the stages ({stages}) {what}{because}"
 
 
