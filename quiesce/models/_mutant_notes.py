@@ -87,7 +87,8 @@ _FENCE: Mapping[str, str] = {
     " again (idle: `start`, as preparing's own retry row does) and an abort's resume"
     " retires it from idle as from preparing. It differs only for a request of another id"
     " meanwhile (accepted instead of refused as a conflict), which needs a duplicated or"
-    " stale request: an input of the design model, not of this one",
+    " stale request: an input only the design stage makes, and it does not meet this"
+    " row's difference there (one sibling; not analysed further)",
 }
 
 # ------------------------------------------------------------------ agent execution (M3)
@@ -95,7 +96,8 @@ _FENCE: Mapping[str, str] = {
 _NO_PROGRESS_SEEN = (
     " without anything completed being lost or run twice, and the checkpoint still reaches"
     " idle: no property of the implementation model asks that a dispatched rollout"
-    " finishes (I9, rollout progress, is a goal of the design model only)"
+    " finishes; the design stage reaches the row too, and its I9 (every group trained *or"
+    " counted abandoned*) accepts the group that the group's deadline abandons"
 )
 _NO_PROGRESS = (
     "blind spot (properties): the rollout stops making progress (the model runs turns only"
@@ -133,7 +135,8 @@ _RETIRE_IGNORED = (
     "blind spot (reach): a retired execution is not tombstoned and lives on; a completion"
     " it still makes is a late one, which the ledger drops and counts (I1 holds), and the"
     " tombstone's work (refusing a stale `begin` of that key) is needed only for a"
-    " duplicated or late request, an input of the design model only"
+    " duplicated or late request, an input only the design stage makes, which does not"
+    " meet this difference there (one sibling; not analysed further)"
 )
 
 _HELD = (
@@ -270,7 +273,8 @@ _AGENT: Mapping[str, str] = {
     ),
     "agent_execution.retarget[19]->new": "blind spot (reach): an ACKed execution goes back to"
     " `new` instead of leaving an acked refusal key; only a duplicated or late `begin` for"
-    " that key would then run it again, an input the design model has and this one lacks",
+    " that key would then run it again, an input only the design stage makes, which does"
+    " not meet it there (one sibling; not analysed further)",
 }
 
 SURVIVOR_NOTES: Mapping[str, str] = {**_CHECKPOINT, **_FENCE, **_AGENT}
