@@ -44,17 +44,6 @@ _ENDS_AS_ABORT = (
 )
 
 _CHECKPOINT: Mapping[str, str] = {
-    "checkpoint.retarget[9]->aborting": "blind spot (reach): a published snapshot's attempt"
-    " goes on in aborting (still updating the intent and calling release), so it ends"
-    " through aborting's row: the same calls and outcome (`completed`), an empty staging"
-    " discarded, but the consecutive-failure count kept instead of reset. I7's stop rule"
-    " sees that only after `max_consecutive_failures` more failed attempts, which no stage"
-    " makes after a success",
-    "checkpoint.retarget[14]->releasing": "blind spot (reach): after a restart finds the"
-    " snapshot absent, the abort round ends through releasing's row: the same calls and"
-    " outcome (`failed`), but the staging is kept and the failure count reset. Only the"
-    " walks reach the row (a controller restart mid-publish), and the staging left behind"
-    " is seen by I3 only when a participant had committed to that id",
     "checkpoint.retarget[23]->release_pending": _ENDS_AS_RELEASE,
     "checkpoint.retarget[24]->abort_pending": _ENDS_AS_ABORT,
     "checkpoint.retarget[25]->releasing": _ENDS_AS_RELEASE,
@@ -71,12 +60,35 @@ _FENCE: Mapping[str, str] = {
     " retry that replays the recorded not-ready result until the prepare deadline aborts"
     " the attempt. Safe (nothing is committed early) but the checkpoint is lost: no"
     " property asks that an attempt whose participants all become ready completes",
+    "control_fence.drop_guard[25]": "blind spot (properties): every restore is refused as"
+    " stale, so a recovery never installs its snapshot and the controller goes on from"
+    " the state it restarted with; a restore happens only after a crash (a fault), and the"
+    " design model's goals (I7, I9) are judged on the fault-free graph, while its safety"
+    " properties see no lost or doubled work. Only the design stage reaches the row",
+    **{
+        f"control_fence.retarget[37]->{target}": "equivalent (in the design model): a"
+        f" discard leaves the fence {target} instead of restored_paused; the restore walk's"
+        " next call to that participant is resume(R), which retires the fence to idle from"
+        " every state (row 23), so the state in between is met only by a second discard"
+        " of R (two continuations to discard: two siblings, while the design stage has one)."
+        " Only the design stage reaches the row (a restart_only continuation discarded)"
+        for target in (
+            "idle",
+            "preparing",
+            "prepared",
+            "committing",
+            "committed_paused",
+            "restoring",
+            "restore_failed_paused",
+        )
+    },
     "control_fence.retarget[8]->idle": "equivalent (in the model): a not-ready answer puts"
     " the fence back to idle instead of keeping it preparing; the retry starts the prepare"
     " again (idle: `start`, as preparing's own retry row does) and an abort's resume"
     " retires it from idle as from preparing. It differs only for a request of another id"
     " meanwhile (accepted instead of refused as a conflict), which needs a duplicated or"
-    " stale request: an input of the design model, not of this one",
+    " stale request: an input only the design stage makes, and it does not meet this"
+    " row's difference there (one sibling; not analysed further)",
 }
 
 # ------------------------------------------------------------------ agent execution (M3)
@@ -84,7 +96,8 @@ _FENCE: Mapping[str, str] = {
 _NO_PROGRESS_SEEN = (
     " without anything completed being lost or run twice, and the checkpoint still reaches"
     " idle: no property of the implementation model asks that a dispatched rollout"
-    " finishes (I9, rollout progress, is a goal of the design model only)"
+    " finishes; the design stage reaches the row too, and its I9 (every group trained *or"
+    " counted abandoned*) accepts the group that the group's deadline abandons"
 )
 _NO_PROGRESS = (
     "blind spot (properties): the rollout stops making progress (the model runs turns only"
@@ -111,20 +124,6 @@ _PARKS_UNASKED = (
     "blind spot (properties): the execution parks with no park request; only the next"
     " checkpoint's resume wakes it, so the rollout stalls in between" + _NO_PROGRESS_SEEN
 )
-_FINISH_UNSEEN = (
-    "blind spot (properties): a finished rollout's execution never becomes completed, so"
-    " its result is never ACKed nor trained, and the model's ledger never counts it as"
-    " completed (it records a completion when an execution enters `completed`): nothing"
-    " it checks is lost. A property tying every `run_finished` to a completion would kill it"
-)
-
-_RUNS_AGAIN = (
-    "blind spot (properties): a completed execution (un-ACKed, or ACKed already) runs"
-    " again and finishes a second time with the same result; the model's ledger counts a"
-    " completion once per key, and I2 judges dispatches, not executions run twice on the"
-    " agent"
-)
-
 _ACK_NOT_KEPT = (
     "blind spot (reach): the exact ACK releases the result but the execution does not"
     " become acked (it stays completed, parks, freezes or is tombstoned), so no acked"
@@ -136,8 +135,48 @@ _RETIRE_IGNORED = (
     "blind spot (reach): a retired execution is not tombstoned and lives on; a completion"
     " it still makes is a late one, which the ledger drops and counts (I1 holds), and the"
     " tombstone's work (refusing a stale `begin` of that key) is needed only for a"
-    " duplicated or late request, an input of the design model only"
+    " duplicated or late request, an input only the design stage makes, which does not"
+    " meet this difference there (one sibling; not analysed further)"
 )
+
+_HELD = (
+    " Only the design stage reaches the row (a turn's policy call held while the policy is"
+    " paused for a checkpoint)"
+)
+_HELD_STALLS = (
+    "blind spot (properties): the execution whose policy call was held leaves the live"
+    " states (or stays frozen past the policy's resume); its rollout makes no more"
+    " progress, the group's deadline then abandons the group, and I9 (every group trained"
+    " *or counted abandoned*) accepts that, while nothing completed is lost or run twice"
+    " (I1, I2). A goal asking that a group no fault touched is trained would kill it." + _HELD
+)
+_HELD_RUNS_ON = (
+    "equivalent (in the design model): the execution is not frozen and runs on (or parks"
+    " at its next turn boundary, as asked); the design model's calls are atomic, so the"
+    " held call's later release (the policy's resume, refused for an execution that is not"
+    " frozen) changes nothing it observes; the checkpoint counts the execution at prepare"
+    " as it counts any running one." + _HELD
+)
+_HELD_PARKS = (
+    "equivalent (in the design model): the held execution is parked instead of frozen;"
+    " the agent's commit saves parked and frozen executions alike, and the fence's resume"
+    " wakes a parked one as the policy's resume wakes a frozen one." + _HELD
+)
+_HELD_DONE = (
+    "blind spot (properties): the execution counts as completed without running its"
+    " remaining turns or reporting a result; no property compares a completion with the"
+    " turns it ran (not analysed further)." + _HELD
+)
+_HELD_TARGETS: Mapping[str, str] = {
+    "new": _HELD_STALLS,
+    "running": _HELD_RUNS_ON,
+    "park_requested": _HELD_RUNS_ON,
+    "parked": _HELD_PARKS,
+    "frozen": _HELD_STALLS,
+    "completed": _HELD_DONE,
+    "acked": _HELD_STALLS,
+    "tombstoned": _HELD_STALLS,
+}
 
 
 def _row(table: str, row: int, notes: Mapping[str, str], targets: Iterable[str]) -> dict[str, str]:
@@ -175,12 +214,7 @@ _AGENT: Mapping[str, str] = {
     ),
     # Row 6: a repeated `fence_prepare` (a prepare retried after a not-ready answer) meets
     # an execution that already answered the first; the target decides as in row 5.
-    **_row(
-        "agent_execution",
-        6,
-        _AGENT_TARGETS,
-        ("new", "running", "park_requested", "parked", "frozen", "completed", "acked"),
-    ),
+    "agent_execution.retarget[6]->completed": _DONE_EARLY,
     # Row 7: a running execution ends a turn (the protocol stays running).
     **_row(
         "agent_execution",
@@ -202,52 +236,45 @@ _AGENT: Mapping[str, str] = {
         {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
         ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
     ),
-    **_row(
-        "agent_execution",
-        16,
-        {
-            **_AGENT_TARGETS,
-            "running": _RUNS_AGAIN,
-            "park_requested": _PARKS_UNASKED,
-            "parked": _PARKS_UNASKED,
-        },
-        ("new", "running", "park_requested", "parked", "frozen", "completed", "acked"),
-    ),
-    # Row 17: the rollout finishes and its execution holds the result.
-    **_row(
-        "agent_execution",
-        17,
-        {
-            **_AGENT_TARGETS,
-            "new": _FINISH_UNSEEN,
-            "parked": _FINISH_UNSEEN,
-            "frozen": _FINISH_UNSEEN,
-            "tombstoned": _FINISH_UNSEEN,
-            "acked": "blind spot (properties): a finished rollout's result is released at"
-            " once, without an ACK (S17's bug by another row); I1 judges a release only"
-            " for an execution that was `completed`, and this one never was",
-        },
-        ("new", "parked", "frozen", "acked", "tombstoned"),
-    ),
+    "agent_execution.retarget[16]->completed": _DONE_EARLY,
     # Row 19: the exact ACK releases a completed execution's result.
-    "agent_execution.retarget[19]->running": _RUNS_AGAIN,
-    "agent_execution.retarget[19]->park_requested": _RUNS_AGAIN,
-    **_row(
-        "agent_execution",
-        19,
-        {target: _ACK_NOT_KEPT for target in ("completed", "frozen", "parked", "tombstoned")},
-        ("completed", "frozen", "parked", "tombstoned"),
-    ),
+    "agent_execution.retarget[19]->tombstoned": _ACK_NOT_KEPT,
     # Row 23: a retire tombstones an execution the coordinator gave up on.
     **_row(
         "agent_execution",
         23,
         {target: _RETIRE_IGNORED for target in _AGENT_TARGETS},
-        ("new", "running", "park_requested", "parked", "frozen", "completed", "acked"),
+        ("new", "acked"),
+    ),
+    # Row 10: a turn's policy call is held by the paused policy: the execution freezes.
+    **_row(
+        "agent_execution",
+        10,
+        _HELD_TARGETS,
+        ("new", "running", "park_requested", "parked", "completed", "acked", "tombstoned"),
+    ),
+    # Rows 12 and 13: the policy resumes and releases the frozen execution (to
+    # park_requested while the agent's fence is still closed, else to running).
+    "agent_execution.drop_guard[12]": "blind spot (properties): a released execution is"
+    " asked to park even when the agent's fence is open, so it parks at its next turn"
+    " boundary with no checkpoint to resume it; the group's deadline abandons the group,"
+    " which I9 accepts (see row 10's retargets)." + _HELD,
+    **_row(
+        "agent_execution",
+        12,
+        _HELD_TARGETS,
+        ("new", "running", "parked", "frozen", "completed", "acked", "tombstoned"),
+    ),
+    **_row(
+        "agent_execution",
+        13,
+        _HELD_TARGETS,
+        ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
     ),
     "agent_execution.retarget[19]->new": "blind spot (reach): an ACKed execution goes back to"
     " `new` instead of leaving an acked refusal key; only a duplicated or late `begin` for"
-    " that key would then run it again, an input the design model has and this one lacks",
+    " that key would then run it again, an input only the design stage makes, which does"
+    " not meet it there (one sibling; not analysed further)",
 }
 
 SURVIVOR_NOTES: Mapping[str, str] = {**_CHECKPOINT, **_FENCE, **_AGENT}

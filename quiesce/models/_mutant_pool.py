@@ -6,7 +6,7 @@ What lives here: `verify_many`, which yields the `Verdict` of each mutant in ord
 How. Mutants hold closures (their hooks), so workers are forked rather than handed
 pickled mutants: each gets a mutant's name, looks it up in the catalog it inherited, and
 sends back the verdict's plain fields. The unmutated run of every stage (its steps and row
-coverage, `stage_memo`) is made first, in this process, so the workers forked afterwards
+coverage, `Stage.coverage`) is made first, in this process, so the workers forked afterwards
 share it rather than each making it again. Workers ignore SIGINT: a Ctrl-C stops the caller,
 which terminates them.
 """
@@ -18,7 +18,7 @@ import signal
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from quiesce.models._mutant_stages import STAGES, stage_memo
+from quiesce.models._mutant_stages import STAGES
 from quiesce.models._mutants import MUTANTS, Mutant, Verdict, verify
 
 __all__ = ["verify_many"]
@@ -32,7 +32,7 @@ def verify_many(mutants: Sequence[Mutant], jobs: int = 1) -> Iterator[Verdict]:
     context = multiprocessing.get_context("fork")
     if any(mutant.site is not None for mutant in mutants):
         for stage in STAGES:
-            stage_memo(stage)
+            stage.coverage()
     with context.Pool(jobs, initializer=_ignore_interrupts) as pool:
         names = [mutant.name for mutant in mutants]
         for mutant, fields in zip(mutants, pool.imap(_verify_named, names), strict=True):

@@ -688,9 +688,7 @@ def generated_mutants() -> list[Mutant]:
 
 def _generated(name: str, doc: str, site: Site) -> Mutant:
     def build() -> Hooks:
-        if site.operator == "drop_guard":
-            return _hooks_for(site.table.without_guard(site.row))
-        return _hooks_for(site.table.retarget(site.row, site.state))
+        return _hooks_for(site.mutated())
 
     return Mutant(name, "generated", None, doc, build, "stages", site=site)
 

@@ -5,16 +5,36 @@ run's steps searches exactly the mutant's own graph."""
 
 from __future__ import annotations
 
+import pytest
+
 from quiesce.models import ProtocolModel, ProtocolParams, check
+from quiesce.models._design_model import DesignModel
+from quiesce.models._design_mutants import small
+from quiesce.models._design_state import DesignParams
 from quiesce.models._mutant_pool import verify_many
-from quiesce.models._mutant_stages import STAGES, Site, stage_memo
+from quiesce.models._mutant_stages import (
+    STAGES,
+    DesignStage,
+    ProtocolStage,
+    Site,
+    StageRaised,
+    stage_memo,
+)
 from quiesce.models._mutants import MUTANTS, verify
 from quiesce.models._protocol_model import Hooks
 from quiesce.models._protocol_state import PState
 from quiesce.models._row_coverage import recording_hooks
 from quiesce.protocol.machines import CHECKPOINT, CONTROL_FENCE, CheckpointState
 
-FAULT_FREE = STAGES[0]
+
+def _stage(name: str) -> ProtocolStage:
+    found = next(stage for stage in STAGES if stage.name == name)
+    assert isinstance(found, ProtocolStage)
+    return found
+
+
+FAULT_FREE = _stage("fault-free")
+ONE_FAULT = _stage("one fault")
 
 
 def test_recording_tables_step_as_the_protocol_and_record_its_rows() -> None:
@@ -87,7 +107,7 @@ def _search(model: ProtocolModel) -> tuple[int, list[str], list[str]]:
 
 
 def test_a_stage_reusing_the_unmutated_steps_searches_the_mutants_own_graph() -> None:
-    one_fault = STAGES[1]
+    one_fault = ONE_FAULT
     params = ProtocolParams(**one_fault.params)
     # Killed late (a stall cycle, after the whole graph), and killed early (I4).
     for name in ("checkpoint.retarget[23]->capturing", "checkpoint.retarget[4]->idle"):
@@ -100,7 +120,7 @@ def test_a_stage_reusing_the_unmutated_steps_searches_the_mutants_own_graph() ->
 
 
 def test_a_step_that_fires_the_mutated_row_is_computed_again() -> None:
-    fault_free = STAGES[0]
+    fault_free = FAULT_FREE
     memo = stage_memo(fault_free)
     site = Site(CHECKPOINT, 1, "retarget", CheckpointState.STOPPED)
     mutant = MUTANTS["checkpoint.retarget[1]->stopped"]
@@ -116,3 +136,35 @@ def test_a_step_that_fires_the_mutated_row_is_computed_again() -> None:
     assert sharing.successors(state) != moves
     untouched = next(s for s, (_, t) in memo.successors.items() if not site.reached(t))
     assert sharing.successors(untouched) is memo.successors[untouched][0]
+
+
+def test_the_design_stage_runs_after_the_fault_free_one_and_before_the_one_fault_one() -> None:
+    names = [stage.name for stage in STAGES]
+    assert names.index("fault-free") < names.index("design") < names.index("one fault")
+
+
+def test_the_unmutated_design_stage_finds_no_violation() -> None:
+    design = next(stage for stage in STAGES if isinstance(stage, DesignStage))
+    result = check(DesignModel(DesignParams(**small(**design.params))))
+    assert result.ok and result.distinct_states == 3421
+
+
+def test_a_row_only_the_design_model_fires_is_killed_there() -> None:
+    # A repeated commit(X) to a participant already committed to X (a duplicated request,
+    # a reply lost and answered again from the record): no protocol-model stage makes one.
+    # Leaving the fence idle there breaks the phase order (I5).
+    site = MUTANTS["control_fence.retarget[10]->idle"].site
+    assert site is not None
+    assert not any(site.reached(s.coverage()) for s in STAGES if isinstance(s, ProtocolStage))
+    verdict = verify(MUTANTS["control_fence.retarget[10]->idle"])
+    assert verdict.killed and verdict.stage == "design" and verdict.killed_by == "I5"
+    assert verdict.detail.startswith("design: I5 fails after ")
+
+
+def test_a_mutated_table_that_raises_in_the_design_model_is_a_kill() -> None:
+    # Row 0 of the checkpoint table (a trigger skipped) reads the skip its guard checks for.
+    site = MUTANTS["checkpoint.drop_guard[0]"].site
+    assert site is not None
+    design = next(stage for stage in STAGES if isinstance(stage, DesignStage))
+    with pytest.raises(StageRaised, match="AssertionError"):
+        design.run(site, Hooks(), "checkpoint.drop_guard[0]", lambda _: None)
