@@ -155,6 +155,23 @@ def test_the_strict_flush_calls_an_agent_whose_background_batch_is_in_flight() -
     assert h.s.background_acks == {"ag"}  # the background batch is still in flight
 
 
+def test_a_background_answer_from_a_restarted_agent_ends_its_batch() -> None:
+    h = Harness()
+    owed = sealed_one(h)
+    h.start()
+    h.step(Reply("ag", Op.ACK, h.x, ack_reply("ag", owed)), 1.0)  # the strict flush
+    h.answer("pol", Op.PREPARE)  # the agent is prepared next: it may hold the id now
+    assert h.s.attempt is not None and "ag" in h.s.attempt.attempted
+    assert h.s.background_acks == {"ag"}
+    # The background batch's answer comes from a new incarnation: the attempt fails (S19)
+    # and the answer is not used, but the batch it answers is over all the same.
+    restarted = ack_reply("ag", owed).model_copy(update={"incarnation": "i2"})
+    h.step(Reply("ag", Op.ACK, None, restarted), 1.0)
+    assert h.s.attempt is not None and h.s.attempt.cause is not None
+    assert h.s.attempt.cause.cause is Cause.PARTICIPANT_RESTARTED
+    assert h.s.background_acks == frozenset()
+
+
 # ------------------------------------------------------------------ matching ACK answers
 
 
