@@ -146,6 +146,15 @@ def test_a_failed_background_batch_waits_for_the_next_drain() -> None:
     assert call.payload == (first, OwedAck(dispatch.rollout_id, dispatch.attempt, "rcpt-g1"))
 
 
+def test_an_answer_that_settles_nothing_is_not_followed_at_once() -> None:
+    h = Harness()
+    sealed_one(h)
+    # The agent answers without naming the receipt: re-sending it now would loop.
+    effects = h.step(Reply("ag", Op.ACK, None, ack_reply("ag")))
+    assert acks(effects) == [] and h.s.background_acks == frozenset()
+    assert h.s.ledger.pending_acks()  # still owed: the next drain or strict flush sends it
+
+
 def test_the_strict_flush_calls_an_agent_whose_background_batch_is_in_flight() -> None:
     h = Harness()
     owed = sealed_one(h)

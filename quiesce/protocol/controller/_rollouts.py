@@ -21,7 +21,7 @@ from quiesce.protocol._causes import Cause
 from quiesce.protocol._errors import LocalProtocolError
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._levels import RecoveryLevel
-from quiesce.protocol._messages import AckReply, RetireReply
+from quiesce.protocol._messages import AckReply, Receipt, RetireReply
 from quiesce.protocol._timers import ArmTimer, TimerKey, TimerKind
 from quiesce.protocol.controller._effects import Call, Dispatch, Metric, Op, Redispatch
 from quiesce.protocol.controller._host import StepHost
@@ -95,6 +95,7 @@ class Rollouts:
 
     def on_ack_reply(self, participant: str, op_id: OpId | None, result: Any) -> None:
         """An agent answered an ACK batch: what it released leaves the outbox."""
+        released: tuple[Receipt, ...] = ()
         if isinstance(result, AckReply):
             released = (*result.acknowledged, *result.unknown)
             state = self.h.state
@@ -110,7 +111,9 @@ class Rollouts:
                 state = replace(state, unowned_acks=kept)
             self.h.state = state
         if op_id is None:
-            self._background_ended(participant, answered=isinstance(result, AckReply))
+            # An answer that settles none of its receipts counts as failed: re-sending them
+            # at once would call that agent in a loop.
+            self._background_ended(participant, answered=bool(released))
         self._ack_settled(participant, op_id, ok=isinstance(result, AckReply))
 
     def on_ack_failed(self, event: CallFailed) -> None:
