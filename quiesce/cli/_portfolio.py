@@ -3,7 +3,7 @@ PROTOCOL.md §7 scenario (`quiesce.models.PORTFOLIO`).
 
 Each distinct configuration is checked once; a line per configuration goes to stderr as
 it ends. Result on stdout: one line per scenario (its configuration's states, or why it
-has none or is not exhausted) and a total, or one JSON document with `--json`. Exit 0
+has none) and a total, or one JSON document with `--json`. Exit 0
 when every configuration is exhausted without a violation, 1 otherwise.
 """
 
@@ -39,8 +39,7 @@ def check_portfolio(as_json: bool) -> NoReturn:
         for entry in run.entries:
             result = run.result_of(entry)
             if result is None:
-                why = "no configuration" if entry.params is None else "not exhausted"
-                click.echo(f"{entry.scenario:4s} {why}: {entry.note}")
+                click.echo(f"{entry.scenario:4s} no configuration: {entry.note}")
                 continue
             failed = [v.property for v in result.violations]
             verdict = f"VIOLATED {', '.join(failed)}" if failed else "holds"

@@ -3,17 +3,14 @@
 What lives here: `PORTFOLIO`, one `PortfolioEntry` per scenario S1-S19 (the smallest
 configuration of the implementation model that exhibits it, and the scenario mutants its
 exhaustive check must kill), and `run_portfolio`, which exhausts each distinct
-configuration once (`quiesce check --portfolio`). Each exhausted configuration stays under
+configuration once (`quiesce check --portfolio`). Each configuration stays under
 `PORTFOLIO_BOUND` states, so the whole portfolio runs in CI where the reference size of
 PROTOCOL.md §8 cannot be exhausted.
 
 Three scenarios have no configuration: S13 and S14 are refusals at setup, before the
 model's first state, and S16 needs a controller crash and a wrong digest at its restore,
 two faults (a budget-2 configuration is far past the bound). Their scripted scenario runs
-(`quiesce.models._scenarios`) cover them, and their mutants' `killed_by` says so. One
-scenario's configuration is not exhausted: S11's smallest (two group-scored siblings, two
-attempts) is far past the bound, so its mutant dies on it (at its violation) but
-`run_portfolio` does not exhaust it.
+(`quiesce.models._scenarios`) cover them, and their mutants' `killed_by` says so.
 
 >>> run_portfolio().ok  # doctest: +SKIP
 True
@@ -66,15 +63,13 @@ def small_params(**overrides: Any) -> dict[str, Any]:
 class PortfolioEntry:
     """Scenario `scenario` of PROTOCOL.md §7: `exhibits` says how `params` (None: no
     configuration, `note` says why) shows it, and `mutants` names the scenario mutants
-    that die on it. `exhausted` False: `params` is past `PORTFOLIO_BOUND` (`note` says
-    why), its mutants still die on it, but `run_portfolio` does not exhaust it."""
+    that die on it."""
 
     scenario: str
     exhibits: str
     params: Mapping[str, Any] | None
     mutants: tuple[str, ...] = ()
     note: str = ""
-    exhausted: bool = True
 
 
 _FAULT = small_params(faults=1)
@@ -152,10 +147,6 @@ PORTFOLIO: tuple[PortfolioEntry, ...] = (
         "a group-scored sibling's deadline may expire while its sibling runs",
         small_params(siblings=2, attempts=2, triggers=0, group_scored=True),
         ("S11_group_scored_sibling_alone",),
-        note="its mutant dies at depth 2, but the configuration is far past the bound"
-        " (50,000 states by depth 9, nearly three times more each level: every completion"
-        " re-sends the whole ACK outbox, and four completions interleave)",
-        exhausted=False,
     ),
     PortfolioEntry(
         "S12",
@@ -225,9 +216,9 @@ class PortfolioRun:
         return all(result.ok and result.complete for _, result in self.results)
 
     def result_of(self, entry: PortfolioEntry) -> CheckResult[Any] | None:
-        """The check of `entry`'s configuration (None: it has none, or not exhausted)."""
+        """The check of `entry`'s configuration (None: it has none)."""
         for params, result in self.results:
-            if entry.exhausted and params == entry.params:
+            if params == entry.params:
                 return result
         return None
 
@@ -241,9 +232,7 @@ class PortfolioRun:
             "configurations": [
                 {
                     "params": dict(params),
-                    "scenarios": [
-                        e.scenario for e in self.entries if e.exhausted and e.params == params
-                    ],
+                    "scenarios": [e.scenario for e in self.entries if e.params == params],
                     "distinct_states": result.distinct_states,
                     "seconds": round(result.seconds, 3),
                     "complete": result.complete,
@@ -257,7 +246,6 @@ class PortfolioRun:
                     "exhibits": e.exhibits,
                     "params": None if e.params is None else dict(e.params),
                     "mutants": list(e.mutants),
-                    "exhausted": e.exhausted and e.params is not None,
                     "note": e.note,
                 }
                 for e in self.entries
@@ -271,7 +259,7 @@ def distinct_configurations(
     """Each configuration of `entries` to exhaust once, in order of first use."""
     out: list[Mapping[str, Any]] = []
     for entry in entries:
-        if entry.exhausted and entry.params is not None and entry.params not in out:
+        if entry.params is not None and entry.params not in out:
             out.append(entry.params)
     return out
 

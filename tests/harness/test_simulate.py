@@ -186,8 +186,8 @@ class _Settling(_Run):
 def test_a_finished_run_settles_what_it_still_owes_before_it_is_judged(tmp_path: Path) -> None:
     # I9 is a goal "with no further faults": an ACK a fault lost at the very end is sent
     # again once the faults stop, and the agents end holding nothing.
-    config = SimulationConfig(**SMALL, fault_rate=0.5, seed=11)
-    clock = VirtualClock(seed=11)
+    config = SimulationConfig(**SMALL, fault_rate=0.5, seed=24)
+    clock = VirtualClock(seed=24)
     run = _Settling(config, clock, tmp_path)
     anyio.run(clock.run, run.main)
     result = run.result(clock.now())
@@ -383,12 +383,13 @@ def _without_retries(config: QuiesceConfig) -> Coordinator:
 def test_a_failed_retire_after_a_restore_is_sent_again() -> None:
     # Found by the I9 oracle (issue 11): the restore's retire of a replaced attempt failed
     # with a 5xx, was never sent again and the group was compacted, so agent-0 kept
-    # p4/0#0 frozen. With call retries off this seed still reaches that path.
+    # p4/0#0 frozen. With call retries off this seed still reaches that path (seed 1011 did
+    # until background ACK batches stopped piling up and the run's random draws moved).
     result = simulate(
         steps=3,
         groups_per_step=2,
         group_size=2,
-        seed=1011,
+        seed=1061,
         fault_rate=0.2,
         crash_at_step=2,
         coordinator_factory=_without_retries,

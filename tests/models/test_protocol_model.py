@@ -55,13 +55,16 @@ def test_reference_size_is_protocol_md_section_8() -> None:
     assert build_model("protocol").params == params.describe()
 
 
+# The two-sibling counts fell (54 -> 26, 21,685 -> 7,252) when the coordinator began to keep
+# at most one background ACK batch per agent in flight: a second completion no longer sends
+# a second batch beside the first, so fewer message multisets are reachable.
 @pytest.mark.parametrize(
     ("params", "distinct"),
     [
         (ONE_ROLLOUT, 1655),
-        (TWO_SIBLINGS, 54),
+        (TWO_SIBLINGS, 26),
         (EVERY_FAULT, 47_381),
-        (TWO_SIBLINGS_ONE_CHECKPOINT, 21_685),
+        (TWO_SIBLINGS_ONE_CHECKPOINT, 7252),
     ],
     ids=["one_rollout", "two_siblings", "every_fault", "two_siblings_one_checkpoint"],
 )

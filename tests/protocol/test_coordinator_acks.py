@@ -82,6 +82,7 @@ def test_a_repeated_report_is_acked_again_but_counted_once() -> None:
     h = Harness()
     event = RolloutCompleted("gone/0", 0, "rcpt", agent="ag")
     h.step(event)
+    h.step(CallFailed("ag", Op.ACK, None, Cause.IO_ERROR))  # its first batch is lost
     effects = h.step(event)
     assert len(acks(effects)) == 1
     assert h.s.unowned_dropped == 1 and len(h.s.unowned_acks) == 1
@@ -106,6 +107,78 @@ def test_an_unowned_ack_that_failed_is_retried_by_the_strict_flush() -> None:
     assert h.s.phase is S.FLUSHING_ACKS
     h.step(Reply("ag", Op.ACK, h.x, ack_reply("ag", OwedAck("gone/0", 0, "rcpt"))))
     assert h.s.phase is S.PREPARING and h.s.unowned_acks == ()
+
+
+# ------------------------------------------------------------------ one background batch per agent
+
+
+def test_receipts_owed_while_a_background_batch_is_in_flight_go_when_it_is_answered() -> None:
+    h = Harness()
+    first = sealed_one(h, "g0")
+    assert h.s.background_acks == {"ag"}
+    # A second completion while g0's batch is in flight: no second batch yet.
+    effects = h.step(GroupOpened("g1", 1, "ag"))
+    [dispatch] = of(effects, Dispatch)
+    effects = h.step(RolloutCompleted(dispatch.rollout_id, dispatch.attempt, "rcpt-g1"))
+    assert acks(effects) == []
+    second = OwedAck(dispatch.rollout_id, dispatch.attempt, "rcpt-g1")
+    # The answer releases g0 and sends the receipt owed meanwhile, alone, as the next batch.
+    effects = h.step(Reply("ag", Op.ACK, None, ack_reply("ag", first)))
+    [call] = acks(effects)
+    assert (call.op_id, call.payload) == (None, (second,))
+    assert h.s.background_acks == {"ag"}
+    # Its answer leaves nothing owed and nothing in flight.
+    assert acks(h.step(Reply("ag", Op.ACK, None, ack_reply("ag", second)))) == []
+    assert h.s.background_acks == frozenset() and not h.s.ledger.pending_acks()
+
+
+def test_a_failed_background_batch_waits_for_the_next_drain() -> None:
+    h = Harness()
+    first = sealed_one(h, "g0")
+    effects = h.step(CallFailed("ag", Op.ACK, None, Cause.TIMEOUT))
+    # Not re-sent at once (an unreachable agent is not called in a loop)...
+    assert acks(effects) == [] and h.s.background_acks == frozenset()
+    # ...but it joins the next batch, beside the next completion's receipt.
+    effects = h.step(GroupOpened("g1", 1, "ag"))
+    [dispatch] = of(effects, Dispatch)
+    effects = h.step(RolloutCompleted(dispatch.rollout_id, dispatch.attempt, "rcpt-g1"))
+    [call] = acks(effects)
+    assert call.payload == (first, OwedAck(dispatch.rollout_id, dispatch.attempt, "rcpt-g1"))
+
+
+def test_an_answer_that_settles_nothing_is_not_followed_at_once() -> None:
+    h = Harness()
+    sealed_one(h)
+    # The agent answers without naming the receipt: re-sending it now would loop.
+    effects = h.step(Reply("ag", Op.ACK, None, ack_reply("ag")))
+    assert acks(effects) == [] and h.s.background_acks == frozenset()
+    assert h.s.ledger.pending_acks()  # still owed: the next drain or strict flush sends it
+
+
+def test_the_strict_flush_calls_an_agent_whose_background_batch_is_in_flight() -> None:
+    h = Harness()
+    owed = sealed_one(h)
+    effects = h.start()
+    [flush] = acks(effects)
+    assert (flush.op_id, flush.payload) == (h.x, (owed,))
+    assert h.s.background_acks == {"ag"}  # the background batch is still in flight
+
+
+def test_a_background_answer_from_a_restarted_agent_ends_its_batch() -> None:
+    h = Harness()
+    owed = sealed_one(h)
+    h.start()
+    h.step(Reply("ag", Op.ACK, h.x, ack_reply("ag", owed)), 1.0)  # the strict flush
+    h.answer("pol", Op.PREPARE)  # the agent is prepared next: it may hold the id now
+    assert h.s.attempt is not None and "ag" in h.s.attempt.attempted
+    assert h.s.background_acks == {"ag"}
+    # The background batch's answer comes from a new incarnation: the attempt fails (S19)
+    # and the answer is not used, but the batch it answers is over all the same.
+    restarted = ack_reply("ag", owed).model_copy(update={"incarnation": "i2"})
+    h.step(Reply("ag", Op.ACK, None, restarted), 1.0)
+    assert h.s.attempt is not None and h.s.attempt.cause is not None
+    assert h.s.attempt.cause.cause is Cause.PARTICIPANT_RESTARTED
+    assert h.s.background_acks == frozenset()
 
 
 # ------------------------------------------------------------------ matching ACK answers

@@ -536,6 +536,8 @@ class _Run:
         result = event.result
         incarnation = getattr(result, "incarnation", None)
         if incarnation is not None and self.restarted(event.participant, incarnation):
+            if event.op is Op.ACK:
+                self.rollouts.on_ack_unused(event.participant, event.op_id)
             return
         if event.op is Op.ACK:
             self.rollouts.on_ack_reply(event.participant, event.op_id, result)

@@ -102,8 +102,9 @@ class StepHost(Protocol):
         ...
 
     def send_acks(self, flush: OpId | None = None) -> frozenset[str]:
-        """Send the whole ACK outbox; the agents called (`flush`: the attempt whose strict
-        flush this is)."""
+        """Send the ACK outbox; the agents called (`flush`: the attempt whose strict flush
+        this is, to every agent owed; None: a background drain, to agents with no batch in
+        flight)."""
         ...
 
     def dispatch_reserved(self) -> None:

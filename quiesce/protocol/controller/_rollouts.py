@@ -4,10 +4,11 @@ What lives here: `Rollouts`, the work of one coordinator step on the ledger (M8)
 opened and dispatched while admission is open, a completion sealed (or, if the ledger does
 not own it, ACKed and dropped), a failed attempt or an expired group retried at its
 environment's live level (S11), retired attempts whose late completion is sealed (S17),
-and the ACK outbox -- sent in the background after every completion and strictly by M1's
-`flush_acks` (S8) -- with what an ACK answer settles. What it does not know: the checkpoint
-lifecycle beyond telling M1 that its strict flush ended (or failed), and the restore at
-start (the coordinator queues new groups with it while it runs).
+and the ACK outbox -- sent in the background after every completion (at most one batch per
+agent in flight) and strictly by M1's `flush_acks` (S8) -- with what an ACK answer settles.
+What it does not know: the checkpoint lifecycle beyond telling M1 that its strict flush
+ended (or failed), and the restore at start (the coordinator queues new groups with it
+while it runs).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from quiesce.protocol._causes import Cause
 from quiesce.protocol._errors import LocalProtocolError
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._levels import RecoveryLevel
-from quiesce.protocol._messages import AckReply, RetireReply
+from quiesce.protocol._messages import AckReply, Receipt, RetireReply
 from quiesce.protocol._timers import ArmTimer, TimerKey, TimerKind
 from quiesce.protocol.controller._effects import Call, Dispatch, Metric, Op, Redispatch
 from quiesce.protocol.controller._host import StepHost
@@ -55,11 +56,33 @@ class Rollouts:
     # ------------------------------------------------------------------ ACKs
 
     def send_acks(self, flush: OpId | None = None) -> frozenset[str]:
-        """Send the whole ACK outbox, one batch per agent; the agents called.
+        """Send the ACK outbox, one batch per agent; the agents called.
 
-        `flush` is the attempt whose strict flush (or re-flush inside the cut) this is: its
-        calls carry that id, so only their own replies and failures settle the flush; a
-        background drain (`flush=None`) is answered under None and never does (S8)."""
+        `flush` is the attempt whose strict flush (or re-flush inside the cut) this is: it
+        calls every agent owed an ACK, and its calls carry that id, so only their own
+        replies and failures settle the flush. A background drain (`flush=None`) is
+        answered under None and never does (S8); it skips every agent that has a
+        background batch in flight: receipts owed meanwhile go into that agent's next
+        batch, sent when the one in flight is answered (a failed one waits for the next
+        drain or strict flush), so at most one background batch per agent is in flight."""
+        outbox = self._outbox()
+        if flush is None:
+            busy = self.h.state.background_acks
+            outbox = {agent: owed for agent, owed in outbox.items() if agent not in busy}
+        self._send(outbox, flush)
+        return frozenset(outbox)
+
+    def _send(self, batches: dict[str, tuple[OwedAck, ...]], flush: OpId | None) -> None:
+        """Call each agent with its batch; a background batch is noted in flight."""
+        if flush is None and batches:
+            busy = self.h.state.background_acks
+            self.h.state = replace(self.h.state, background_acks=busy.union(batches))
+        deadline = self.h.now + self.h.config.control_timeout_s
+        for agent in sorted(batches):
+            self.h.emit(Call(agent, Op.ACK, flush, deadline, batches[agent]))
+
+    def _outbox(self) -> dict[str, tuple[OwedAck, ...]]:
+        """The ACK outbox by agent: the ledger's owed ACKs, then the unowned completions."""
         state = self.h.state
         by_agent: dict[str, list[OwedAck]] = {}
         for owed in state.ledger.pending_acks():
@@ -68,13 +91,11 @@ class Rollouts:
                 by_agent.setdefault(agent, []).append(owed)
         for agent, owed in state.unowned_acks:
             by_agent.setdefault(agent, []).append(owed)
-        deadline = self.h.now + self.h.config.control_timeout_s
-        for agent in sorted(by_agent):
-            self.h.emit(Call(agent, Op.ACK, flush, deadline, tuple(by_agent[agent])))
-        return frozenset(by_agent)
+        return {agent: tuple(owed) for agent, owed in by_agent.items()}
 
     def on_ack_reply(self, participant: str, op_id: OpId | None, result: Any) -> None:
         """An agent answered an ACK batch: what it released leaves the outbox."""
+        released: tuple[Receipt, ...] = ()
         if isinstance(result, AckReply):
             released = (*result.acknowledged, *result.unknown)
             state = self.h.state
@@ -89,6 +110,10 @@ class Rollouts:
                 )
                 state = replace(state, unowned_acks=kept)
             self.h.state = state
+        if op_id is None:
+            # An answer that settles none of its receipts counts as failed: re-sending them
+            # at once would call that agent in a loop.
+            self._background_ended(participant, answered=bool(released))
         self._ack_settled(participant, op_id, ok=isinstance(result, AckReply))
 
     def on_ack_failed(self, event: CallFailed) -> None:
@@ -96,7 +121,29 @@ class Rollouts:
         self.h.log(
             "ack_failed", level="warning", participant=event.participant, cause=event.cause.value
         )
+        if event.op_id is None:
+            self._background_ended(event.participant, answered=False)
         self._ack_settled(event.participant, event.op_id, ok=False, cause=event.cause)
+
+    def on_ack_unused(self, participant: str, op_id: OpId | None) -> None:
+        """An ACK reply from a restarted agent the coordinator does not use (S19): the
+        batch ended all the same; what it carried is still owed."""
+        if op_id is None:
+            self._background_ended(participant, answered=False)
+
+    def _background_ended(self, agent: str, *, answered: bool) -> None:
+        """`agent`'s background batch ended. Answered: the receipts owed to it meanwhile
+        go now, as its next batch. Failed: they wait for the next drain or the strict
+        flush (S8), so an unreachable agent is not called in a loop."""
+        busy = self.h.state.background_acks
+        if agent not in busy:
+            return  # a batch the restarted coordinator never sent (its state starts empty)
+        self.h.state = replace(self.h.state, background_acks=busy - {agent})
+        if not answered:
+            return
+        owed = self._outbox().get(agent)
+        if owed:
+            self._send({agent: owed}, None)
 
     def _ack_settled(
         self,

@@ -116,6 +116,8 @@ class ControllerState:
     `unowned_acks` is the second part of the ACK outbox: `(agent, receipt)` of completions
     the ledger does not own (work of an interval a restore rolled back), owed an ACK so
     their agent can be ready again, never trained; `unowned_dropped` counts them.
+    `background_acks` are the agents with a background ACK batch in flight (unanswered):
+    the next batch to one of them waits for that answer, so batches never pile up.
     `refused_groups` are the groups whose dispatch failed (a refused or failed `begin`) and
     were redispatched at once: a second failure before their deadline expires waits for
     that deadline, so an agent that refuses every `begin` is retried once per
@@ -138,6 +140,7 @@ class ControllerState:
     restoring: RestoreRun | None = None
     unowned_acks: tuple[tuple[str, OwedAck], ...] = ()
     unowned_dropped: int = 0
+    background_acks: frozenset[str] = frozenset()
     refused_groups: frozenset[str] = frozenset()
 
     @property
