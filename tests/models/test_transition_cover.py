@@ -135,3 +135,26 @@ def test_no_trace_takes_an_abstracted_step_before_its_last() -> None:
         assert all(abstraction(label) is None for label in trace.labels()[:-1]), trace.label
     assert not set(cover.beyond) & {t.label for t in cover.traces}
     assert cover.states == 4608
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="open controller bug: a restore refused with checkpoint_conflict is retried as "
+    "is, never resuming the dead restore's id first (tests/protocol/test_restore_flow.py)",
+)
+def test_a_restore_after_two_controller_crashes_replays() -> None:
+    # The design: crash, restore(2) -> policy, crash, restore(3) -> policy refused (policy
+    # is fenced to 2), resume(2) -> policy, restore(3) -> policy again. The System never
+    # resumes 2: its restore is refused until it rejects the snapshot (about 35 s CPU).
+    two_faults = dataclasses.replace(COVER_PARAMS, faults=2)
+    cover = design_cover(DesignModel(design_params(two_faults)))
+    trace = next(t for t in cover.traces if t.label == "restore(3) -> agent")
+    assert trace.labels()[-4:] == (
+        "restore(3) -> policy",
+        "resume(2) -> policy",
+        "restore(3) -> policy",
+        "restore(3) -> agent",
+    )
+    outcome = replay(trace, ProtocolModel(two_faults))
+    assert outcome.outcome is ReplayOutcome.REPLAYED, outcome.explain()
