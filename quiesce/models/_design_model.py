@@ -39,8 +39,7 @@ the same way from its first step to its last.
 
 Sizes (PROTOCOL.md §8 reference size, this 2-core machine): fault budget 1, 216,092 states
 in 35-45 s (`quiesce check design`, pinned in `tests/models/test_design_model.py`);
-budget 2, 1,783,469 states in 4.5-7 minutes and 3.2 GB (`quiesce check design
---faults 2`).
+budget 2, 1,774,928 states in 340 s CPU and 3.2 GB (`quiesce check design --faults 2`).
 
 >>> check(DesignModel()).distinct_states  # doctest: +SKIP
 216092
