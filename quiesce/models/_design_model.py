@@ -39,8 +39,7 @@ the same way from its first step to its last.
 
 Sizes (PROTOCOL.md §8 reference size, this 2-core machine): fault budget 1, 216,092 states
 in 35-45 s (`quiesce check design`, pinned in `tests/models/test_design_model.py`);
-budget 2, 1,783,469 states in 4.5-7 minutes and 3.2 GB (`quiesce check design
---faults 2`).
+budget 2, 1,774,928 states in 340 s CPU and 3.2 GB (`quiesce check design --faults 2`).
 
 >>> check(DesignModel()).distinct_states  # doctest: +SKIP
 216092
@@ -359,7 +358,9 @@ class DesignModel(Model[Reached]):
 
     def _i7(self, state: DesignState) -> bool:
         """I7: the controller is idle with admission open and no participant fenced, or it
-        stopped after more than `max_consecutive_failures` failures.
+        stopped after more than `max_consecutive_failures` retryable failed attempts, as
+        the world counts them from the attempts' outcomes (`World.failed_attempts`): M1's
+        own counter is what this judges, so it is never read here.
 
         PROTOCOL.md also lets a fatal cause stop the run: in the design model every cause
         is a modelled fault or a rule of the design, so a fatal one means the design let the
@@ -367,7 +368,7 @@ class DesignModel(Model[Reached]):
         """
         c = state.controller
         if c.stopped:
-            return self._stopped_by_budget(c)
+            return self._stopped_by_budget(state)
         return (
             c.m1.state == "idle"
             and c.m9 is None
@@ -375,16 +376,18 @@ class DesignModel(Model[Reached]):
             and all(f.state == "idle" for f in state.parts.fences)
         )
 
-    def _stopped_by_budget(self, c: Controller) -> bool:
-        """Did M1 stop after more than `max_consecutive_failures` failures in a row?"""
-        return c.m1.state == "stopped" and c.m1.failures > self.p.max_consecutive_failures
+    def _stopped_by_budget(self, state: DesignState) -> bool:
+        """Did M1 stop after more than `max_consecutive_failures` attempts in a row failed
+        (the world's count, §4)?"""
+        failed = state.world.failed_attempts
+        return state.controller.m1.state == "stopped" and failed > self.p.max_consecutive_failures
 
     def _i9(self, state: DesignState) -> bool:
         """I9: the group is trained or counted abandoned, nothing is dispatched, and no
         execution is left live on the agent (running, parked, frozen, completed-unACKed)."""
         c = state.controller
         if c.stopped:
-            return self._stopped_by_budget(c)
+            return self._stopped_by_budget(state)
         ledger = c.ledger
         return (
             c.m1.state == "idle"

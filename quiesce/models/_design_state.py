@@ -190,12 +190,15 @@ class Snapshot(NamedTuple):
 
 class M1(NamedTuple):
     """M1 `checkpoint`: state label, the attempt's id (0: none), the trainer step it
-    started at, whether it was published, and the consecutive failures."""
+    started at, whether it was published, the disposition of the cause the table noted
+    for it (`""`: none; the table counts an attempt's failure once, when it notes its first
+    cause), and M1's own count of consecutive failures (I7 is judged by the world's)."""
 
     state: str
     attempt: int
     step: int
     published: bool
+    noted: str
     failures: int
 
 
@@ -287,8 +290,11 @@ class World(NamedTuple):
     (trained, or counted: dropped late or unowned, discarded with their group, rolled back
     by a restart); I1 asks each to be held by the agent or sealed in the ledger.
     `unresolved`: checkpoint ids some participant committed whose release (published) or
-    abort (not published) has not completed yet (I3). `bad`: violations only a transition
-    can show, `(property, why)`.
+    abort (not published) has not completed yet (I3). `failed_attempts`: the controller
+    process's consecutive attempts that failed with a retryable cause, counted from the
+    attempts' outcomes (§4), never read from M1's counter, which I7 judges; `failing`: the
+    attempt in progress has failed already (it counts once). `bad`: violations only a
+    transition can show, `(property, why)`.
     """
 
     triggers: int
@@ -300,6 +306,8 @@ class World(NamedTuple):
     delayed: tuple[int, str, int, int] | None
     unaccounted: frozenset[Key]
     unresolved: frozenset[int]
+    failed_attempts: int
+    failing: bool
     bad: tuple[tuple[str, str], ...]
 
 

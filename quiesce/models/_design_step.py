@@ -98,7 +98,7 @@ def initial_state(p: DesignParams, steppers: Steppers) -> DesignState:
     """Discovery done, the prompt group opened and every sibling dispatched."""
     fence = Fence("idle", 0, 0, ())
     controller = Controller(
-        M1("idle", 0, 0, False, 0),
+        M1("idle", 0, 0, False, "", 0),
         EMPTY_WALK,
         0,
         0,
@@ -134,6 +134,8 @@ def initial_state(p: DesignParams, steppers: Steppers) -> DesignState:
         None,
         frozenset(),
         frozenset(),
+        0,
+        False,
         (),
     )
     step = Step(p, steppers, DesignState(controller, parts, Store(0, ()), world))
@@ -179,6 +181,7 @@ class Step(LedgerSide):
             # The attempt is over: what the controller tracked about it goes with it.
             self.staged, self.attempted, self.conflicts = (None, None, None), 0, ()
             self.deadline = self.retry = 0
+            self.judge_end(before.attempt)
         if (
             self.m9 is not None
             and self.m9[0] == "finishing_intent"
@@ -198,7 +201,26 @@ class Step(LedgerSide):
 
     def fail(self, cause: Cause) -> None:
         """Fail the attempt in progress with `cause` (§4 classifies it)."""
+        self.judge_failure(cause)
         self.fire(CI.FAILED, cause)
+
+    def judge_failure(self, cause: Cause) -> None:
+        """I7's own count (§4): the attempt in progress failed with `cause`. Only its first
+        cause counts, and only for an attempt never published (the failed release of a
+        published one is retried by its timer: that attempt has not failed); a skip or a
+        fatal cause is no retryable failure. M1's counter is never read here."""
+        w, attempt = self.w, self.m1.attempt
+        if w.failing or not attempt or any(s.op_id == attempt for s in self.published):
+            return
+        retryable = classify(cause).disposition is Disposition.RETRYABLE
+        self.w = w._replace(failing=True, failed_attempts=w.failed_attempts + retryable)
+
+    def judge_end(self, attempt: int) -> None:
+        """I7's own count: `attempt` ended. A published attempt succeeded, which ends the
+        run of consecutive failures (§4); a failed one was counted when it failed."""
+        published = any(s.op_id == attempt for s in self.published)
+        failed = 0 if published else self.w.failed_attempts
+        self.w = self.w._replace(failing=False, failed_attempts=failed)
 
     def capture(self, reflushed: bool) -> None:
         """The controller's cut (S7, S9): skip if the trainer moved, re-flush pending ACKs
@@ -529,11 +551,15 @@ class Step(LedgerSide):
         self.w = w._replace(
             faults=w.faults - 1,
             unaccounted=frozenset(),  # rolled back: the restore reruns their prompts
+            # The new process counts consecutive failures afresh (`stopped` and its count
+            # are the process's, §2), as its M1 does.
+            failed_attempts=0,
+            failing=False,
             optimizer=0 if w.optimizer == 1 else w.optimizer,
             weight_sync=2 if w.weight_sync == 1 else w.weight_sync,
             train_switch=2 if w.train_switch == 1 else w.train_switch,
         )
-        self.m1 = M1("idle", 0, 0, False, 0)
+        self.m1 = M1("idle", 0, 0, False, "", 0)
         self.walk, self.deadline, self.retry, self.attempted = EMPTY_WALK, 0, 0, 0
         self.conflicts, self.staged = (), (None, None, None)
         self.gate, self.registry = ("open", ()), ("running", (), False, False)
@@ -557,6 +583,8 @@ def _write_intent(step: Step, arg: Any) -> None:
 
 def _inspect(step: Step, arg: Any) -> None:
     published = any(s.op_id == step.m1.attempt for s in step.published)
+    if not published:
+        step.judge_failure(Cause.IO_ERROR)  # §6: a failure to publish, aborted as io_error
     step.fire(CI.INSPECTED_VERIFIED if published else CI.INSPECTED_ABSENT)
 
 

@@ -24,7 +24,7 @@ from typing import Any, TypeVar, cast
 
 from quiesce.fsm import Effect, Table, Value
 from quiesce.models._design_state import M1, Attempt, Fence, Group, Key
-from quiesce.protocol import Cause, OpId, classify
+from quiesce.protocol import Cause, Disposition, OpId, classify
 from quiesce.protocol.controller import ArmTimer, CancelTimer
 from quiesce.protocol.machines import (
     ADMISSION_GATE,
@@ -104,6 +104,17 @@ class DesignTables:
         return replace(self, variant=variant, **tables)
 
 
+# M1 counts an attempt's failure once, when it notes the attempt's first cause, so the
+# compact M1 must keep that a cause was noted (dropping it recounted every failed abort).
+# It keeps the cause's disposition, the most a table's update reads of it, and a cause of
+# that disposition stands for it: keeping the cause itself would split states by a reason
+# no table reads.
+_NOTED = {
+    d.value: next(c for c in (classify(cause) for cause in Cause) if c.disposition is d)
+    for d in Disposition
+}
+
+
 def _op_id(rank: int) -> OpId | None:
     """The `OpId` a rank stands for (0: none). Only `(epoch, seq)` order is ever read."""
     return OpId(0, rank, 0) if rank else None
@@ -168,6 +179,7 @@ class Steppers:
                 m1.step,
                 0.0,
                 0.0,
+                cause=_NOTED[m1.noted] if m1.noted else None,
                 published=m1.published,
             )
         data = CheckpointData(attempt, m1.failures, 0, self.failure_budget)
@@ -191,6 +203,7 @@ class Steppers:
                 0 if kept is None else _rank(kept.op_id),
                 0 if kept is None else kept.trainer_step,
                 False if kept is None else kept.published,
+                "" if kept is None or kept.cause is None else kept.cause.disposition.value,
                 after.data.failures,
             ),
             _names(effects),
