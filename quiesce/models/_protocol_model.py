@@ -188,6 +188,8 @@ class ProtocolModel(Model[PState]):
 
     liveness = True
     stutter_stalls = True
+    # Its states are big (~8 KB kept whole): the explorer keeps 64-bit fingerprints.
+    fingerprints = True
 
     def __init__(
         self,
@@ -429,20 +431,13 @@ class ProtocolModel(Model[PState]):
             why = f"{type(error).__name__}: {error}"
             return self._make(state.system, replace(state.env, raised=why))
 
-    @contextlib.contextmanager
-    def _watchdog(self) -> Iterator[None]:
+    def _watchdog(self) -> contextlib.AbstractContextManager[None]:
         """Arm `step_timeout`: a derived table can make one controller step loop forever
         (a row that re-fires itself, a refusal retried at once); the SIGALRM handler the
         caller installed turns that hang into an exception."""
-        watchdog = self.step_timeout
-        if watchdog is None:
-            yield
-            return
-        signal.setitimer(signal.ITIMER_REAL, watchdog)
-        try:
-            yield
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+        if self.step_timeout is None:
+            return _UNWATCHED  # every step passes here: no generator to build and run
+        return _alarm(self.step_timeout)
 
     def _step(self, state: PState, action: Action) -> PState:
         sys, env = state.system, state.env
@@ -666,6 +661,18 @@ class ProtocolModel(Model[PState]):
 
 
 # ============================================================================ helpers
+
+_UNWATCHED = contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _alarm(seconds: float) -> Iterator[None]:
+    """SIGALRM after `seconds` unless the block ends first."""
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def _call_failed(call: Any, cause: Cause) -> CallFailed:
