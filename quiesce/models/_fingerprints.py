@@ -37,7 +37,7 @@ _GOLDEN = 0x9E3779B97F4A7C15  # 2**64 / the golden ratio, odd
 class FingerprintTable:
     """Fingerprint -> state number, in `12 * capacity` bytes (see the module doc)."""
 
-    __slots__ = ("_count", "_fingerprints", "_mask", "_numbers", "_shift")
+    __slots__ = ("_count", "_fingerprints", "_mask", "_numbers", "_shift", "_zero")
 
     def __init__(self, log2_capacity: int = 10) -> None:
         self._mask = (1 << log2_capacity) - 1
@@ -45,6 +45,7 @@ class FingerprintTable:
         self._fingerprints = array("q", bytes(8 << log2_capacity))
         self._numbers = array("I", bytes(4 << log2_capacity))
         self._count = 0
+        self._zero = -1  # the number of fingerprint 0, which marks empty slots in the array
 
     def __len__(self) -> int:
         return self._count
@@ -59,10 +60,10 @@ class FingerprintTable:
     def number(self, fingerprint: int, new: int) -> int:
         """The number of the state with `fingerprint`; if none has it yet, record `new`
         as its number and return -1. `fingerprint` is any int (`hash()` of a state)."""
-        # 0 marks an empty slot: the fingerprint 0 is filed as 1 (one more collision pair).
         if not -_SIGN <= fingerprint < _SIGN:
             fingerprint = _to_int64(fingerprint)
-        fingerprint = fingerprint or 1
+        if fingerprint == _EMPTY:
+            return self._number_of_zero(new)
         fingerprints, mask = self._fingerprints, self._mask
         # Fibonacci hashing (the top bits of the product) picks the slot from all 64 bits:
         # `hash()` of a small int is the int itself, whose low bits alone would cluster.
@@ -74,13 +75,20 @@ class FingerprintTable:
             if there == _EMPTY:
                 break
             slot = (slot + 1) & mask
-        if new > _MAX_NUMBER:
-            raise OverflowError(f"state number {new} exceeds the table's 32-bit numbers")
+        _check_number(new)
         fingerprints[slot] = fingerprint
         self._numbers[slot] = new
         self._count += 1
         if self._count * 2 > mask:
             self._grow()
+        return -1
+
+    def _number_of_zero(self, new: int) -> int:
+        if self._zero >= 0:
+            return self._zero
+        _check_number(new)
+        self._zero = new
+        self._count += 1
         return -1
 
     def _grow(self) -> None:
@@ -104,6 +112,11 @@ class FingerprintTable:
                 slot = (slot + 1) & mask
             fingerprints[slot] = fingerprint
             numbers[slot] = number
+
+
+def _check_number(number: int) -> None:
+    if not 0 <= number <= _MAX_NUMBER:
+        raise OverflowError(f"state number {number} does not fit the table's 32-bit numbers")
 
 
 def _to_int64(value: int) -> int:
