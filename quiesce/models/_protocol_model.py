@@ -47,6 +47,7 @@ names the check that covers each.
 from __future__ import annotations
 
 import contextlib
+import operator
 import signal
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -550,7 +551,7 @@ class ProtocolModel(Model[PState]):
             sys, effects = system.crash_participant(sys, name, f"{name}-{counts[name]}")
         else:  # pragma: no cover - every payload kind is listed above
             raise ValueError(f"unknown action {action.label!r}")
-        after = self._canonical(sys)
+        after = self._canonical(sys, before)
         env = self.judge.observe(before, after, effects, env, delivered=delivered)
         return self._make(after, env)
 
@@ -584,18 +585,30 @@ class ProtocolModel(Model[PState]):
         )
         return PState(sys, env, key, hash(digest))
 
-    def _canonical(self, sys: SystemState) -> SystemState:
+    def _canonical(self, sys: SystemState, before: SystemState | None = None) -> SystemState:
         """`sys` with every part interned, and without what carries no information: the
         per-phase seconds (time is abstract) and the arrival order of in-flight messages
-        (any one may be delivered next)."""
+        (any one may be delivered next). `before`, a canonical state `sys` was computed
+        from: the parts a step left alone are its, canonical already."""
         intern = self._intern
         controller = self._without_seconds(intern(sys.controller))
         participants = tuple(map(intern, sys.participants))
-        messages = tuple(map(self._message, sys.messages))
-        if len(messages) > 1:
-            messages = tuple(sorted(messages, key=self._message_order))
+        if before is not None and sys.messages is before.messages:
+            messages = before.messages
+        else:
+            messages = tuple(map(self._message, sys.messages))
+            if len(messages) > 1:
+                messages = tuple(sorted(messages, key=self._message_order))
         timers = intern(sys.timers)
         store = intern(sys.store)
+        if (
+            controller is sys.controller
+            and messages is sys.messages
+            and timers is sys.timers
+            and store is sys.store
+            and all(map(operator.is_, participants, sys.participants))
+        ):
+            return sys  # canonical already: no copy
         return SystemState(controller, participants, messages, timers, store, sys.now, sys.anchor)
 
     def _without_seconds(self, controller: ControllerState) -> ControllerState:
