@@ -77,7 +77,7 @@ def _dict_copier(cls: type, names: frozenset[str]) -> Callable[[Any, dict[str, A
     def copy(value: Any, changes: dict[str, Any]) -> Any:
         if not changes.keys() <= names:
             raise TypeError(f"{cls.__name__} has no fields {sorted(changes.keys() - names)}")
-        new = new_object(cls)
+        new: Any = new_object(cls)
         set_attribute(new, "__dict__", {**value.__dict__, **changes})
         return new
 
