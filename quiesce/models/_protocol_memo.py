@@ -137,20 +137,22 @@ class Interner:
     __slots__ = ("_canonical", "_hashes")
 
     def __init__(self) -> None:
-        # Values `==` to each other, each strictly distinct, by their (coarse) value.
-        self._canonical: dict[Any, list[Any]] = {}
+        # The canonical values by hash (each strictly distinct from its kin): filed by the
+        # hash itself, so a new value is hashed once, not again as a key.
+        self._canonical: dict[int, list[Any]] = {}
         self._hashes: dict[int, int] = {}
 
     def __call__(self, value: T) -> T:
         if id(value) in self._hashes:
             return value
-        kin = self._canonical.setdefault(value, [])
+        digest = hash(value)
+        kin = self._canonical.setdefault(digest, [])
         for canonical in kin:
             if same(canonical, value):
                 found: T = canonical
                 return found
         kin.append(value)
-        self._hashes[id(value)] = hash(value)
+        self._hashes[id(value)] = digest
         return value
 
     def hash_of(self, value: object) -> int:

@@ -235,7 +235,7 @@ class ProtocolModel(Model[PState]):
         # (by its identity), per action and the environment values the move reads.
         self._memoise = memoise
         self._systems: dict[tuple[Any, ...], SystemState] = {}
-        self._moves: dict[tuple[int, Action, Any], tuple[SystemState, _Move]] = {}
+        self._moves: dict[tuple[int, int, Any], tuple[SystemState, Action, _Move]] = {}
         self._digests: dict[int, int] = {}  # canonical system (by id) -> its hash
         self.cast = Cast.of(self.p)
         self.judge = Judge(self.cast)
@@ -453,15 +453,17 @@ class ProtocolModel(Model[PState]):
         # those values). The environment's own bookkeeping is redone every time.
         reads = _reads(env, action)
         if self._memoise and reads is not _UNKEYED:
-            key = (id(before), action, reads)
+            # By identity (hashing an action's payload costs more than the lookup): the
+            # entry holds `before` and `action` themselves, so while it is kept no other
+            # object can take an `id` its key names.
+            key = (id(before), id(action), reads)
             remembered = self._moves.get(key)
             if remembered is None:
                 if len(self._moves) >= _MOVES_KEPT:
                     self._forget_systems()
-                # The entry holds `before` itself: while it is kept, no other object can
-                # take the `id` its key names.
-                remembered = self._moves[key] = (before, self._system_step(before, env, action))
-            move = remembered[1]
+                move = self._system_step(before, env, action)
+                remembered = self._moves[key] = (before, action, move)
+            move = remembered[2]
         else:
             move = self._system_step(before, env, action)
         after, effects, delivered, request = move
