@@ -756,9 +756,10 @@ _Move = tuple[SystemState, tuple[Any, ...], InFlight | None, Any]
 """A system's move: the canonical system after it, the controller's effects, the message
 a delivery took out of flight, the request a delay fault held back."""
 
-_MOVES_KEPT = 1 << 19
-"""The most system moves remembered (~400 bytes each, with what they keep alive): past it
-the memo starts over, so it never outgrows the exploration it speeds up."""
+_MOVES_KEPT = 1 << 18
+"""The most system moves remembered (~500 bytes each with what they keep alive, so at most
+~130 MB): past it the memo starts over. Measured on a 30,000-state prefix of the reference
+size: the memo saves ~12% of the CPU (a quarter of the moves are repeats)."""
 
 _UNKEYED = object()
 """`_reads` of a move not to remember: it reads a value `==` does not tell apart."""
