@@ -5,7 +5,9 @@ for the frozen dataclasses the models copy on every step (`SystemState`, `Env`, 
 `dataclasses.replace` re-inspects the class on every call (its fields, which take part in
 `__init__`) and runs the frozen `__init__` through keyword arguments; the model checker
 calls it several times per successor. Here each class gets, once, a function generated
-for its fields that builds the copy directly.
+for its fields that builds the copy directly. A class without `__slots__` is copied by
+its `__dict__` in one merge (a frozen class pays a costly `object.__setattr__` per field
+otherwise, which is what a many-field value like the model's `Env` would spend its copy on).
 
 A class with an `__post_init__`, a field outside `__init__` or no dataclass fields at all
 is copied by `dataclasses.replace` itself: only its contract is reproduced, nothing else.
@@ -47,6 +49,8 @@ def _copier_for(cls: type) -> Callable[[Any, dict[str, Any]], Any]:
     if not plain:
         return lambda value, changes: dataclasses.replace(value, **changes)
     names = [f.name for f in fields]
+    if "__slots__" not in cls.__dict__:
+        return _dict_copier(cls, frozenset(names))
     # A frozen dataclass's own __setattr__ refuses; object.__setattr__ is what its
     # generated __init__ uses too.
     body = "\n".join(
@@ -64,3 +68,17 @@ def _copier_for(cls: type) -> Callable[[Any, dict[str, Any]], Any]:
     exec(source, scope)
     copier: Callable[[Any, dict[str, Any]], Any] = scope["copy"]
     return copier
+
+
+def _dict_copier(cls: type, names: frozenset[str]) -> Callable[[Any, dict[str, Any]], Any]:
+    """The copier of a dataclass whose fields live in its instances' `__dict__`."""
+    new_object, set_attribute = object.__new__, object.__setattr__
+
+    def copy(value: Any, changes: dict[str, Any]) -> Any:
+        if not changes.keys() <= names:
+            raise TypeError(f"{cls.__name__} has no fields {sorted(changes.keys() - names)}")
+        new: Any = new_object(cls)
+        set_attribute(new, "__dict__", {**value.__dict__, **changes})
+        return new
+
+    return copy

@@ -8,7 +8,11 @@ shortest counterexample traces. What it does not know: any particular protocol. 
 
 How it works. States are discovered in BFS order and numbered by discovery, so the list of
 states *is* the queue and a parent pointer (an int) per state gives the shortest path back
-to an initial state. Every `always` property is checked once per distinct state. For the
+to an initial state. The visited set maps each state (`exact`) or its 64-bit fingerprint
+(`hash()`, the default of a model with `fingerprints = True`) to its number; with
+fingerprints a state is dropped once expanded, and a counterexample's states are rebuilt by
+re-running the recorded actions from the initial state (see `_fingerprints` for the
+collision odds). Every `always` property is checked once per distinct state. For the
 liveness property the fault-free edges are stored as a compact adjacency array (CSR: one
 offset per expanded state into one flat array of successor numbers); a deadlock is caught
 while expanding, cycles that avoid the goal states by an iterative Tarjan pass at the end.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import sys
 import time
 from abc import ABC, abstractmethod
 from array import array
@@ -32,6 +37,7 @@ from enum import Enum
 from typing import Any, Generic, Literal, TypeVar
 
 from quiesce.fsm import QuiesceError, Table, Value, label
+from quiesce.models._fingerprints import FingerprintTable
 
 __all__ = [
     "NO_STALL",
@@ -131,6 +137,9 @@ class Model(ABC, Generic[St]):
       every property must be symmetric.
     - `successors(state)`: `(action, next)` pairs; the default filters `actions` through
       `next_state`. Override it for speed, keeping it equal to that default.
+    - `fingerprints = True` makes `check` keep 64-bit fingerprints of the visited states
+      instead of the states (unless asked for `exact`): for a model whose states are big
+      and whose `next_state` is deterministic, so a trace can be rebuilt by re-running it.
     - Traces: `tables()` / `project(trace, table)` give the engine's `--trace FILE` steps
       for one table instance; `message()` and `participants()` feed the Mermaid
       `sequenceDiagram`; `describe_state()` makes a state JSON-ready.
@@ -140,6 +149,7 @@ class Model(ABC, Generic[St]):
     params: Mapping[str, Any] = {}
     liveness: bool = False
     stutter_stalls: bool = True
+    fingerprints: bool = False
 
     @abstractmethod
     def init_states(self) -> Iterable[St]:
@@ -314,6 +324,17 @@ class CheckResult(Generic[St]):
     violations: tuple[Violation[St], ...] = field(default=())
     complete: bool = True
     """Was every reachable state explored (no truncation, no stop at a violation)?"""
+    exact: bool = True
+    """Did the visited set hold whole states (False: 64-bit fingerprints)?"""
+    stored_bytes: int = 0
+    """What the explorer kept for the states it found, in bytes: the visited set, the
+    numbering, the parent pointers and the no-stall graph (not the states themselves, which
+    an exact search keeps too, nor the model's own caches)."""
+
+    @property
+    def bytes_per_state(self) -> float:
+        """`stored_bytes` per distinct state."""
+        return self.stored_bytes / self.distinct_states if self.distinct_states else 0.0
 
     @property
     def ok(self) -> bool:
@@ -342,6 +363,8 @@ class CheckResult(Generic[St]):
             "truncated": self.truncated,
             "complete": self.complete,
             "symmetry": self.symmetry,
+            "exact": self.exact,
+            "bytes_per_state": round(self.bytes_per_state, 1),
             "properties": list(self.properties),
             "violations": [v.to_json(self.model) for v in self.violations],
         }
@@ -355,6 +378,7 @@ def check(
     stop_on_violation: bool = True,
     progress: Callable[[Progress], None] | None = None,
     progress_every: int = 100_000,
+    exact: bool | None = None,
 ) -> CheckResult[St]:
     """Explore every reachable state of `model` breadth-first and check its properties.
 
@@ -362,14 +386,19 @@ def check(
     says `truncated`). `symmetry` identifies states with one `canonical` key. With
     `stop_on_violation` (the default) the search ends at the first violation; otherwise
     it records the first (shortest) violation of each property and goes on. `progress` is
-    called about every `progress_every` distinct states.
+    called about every `progress_every` distinct states. `exact` keeps whole states in
+    the visited set; `False` keeps 64-bit fingerprints (about n**2 / 2**65 odds that two
+    of n states collide and one goes unexplored); `None`: the model's `fingerprints` choice.
     """
     # Millions of live state tuples make every cyclic-GC pass rescan them all; states are
     # immutable and acyclic, so collection finds nothing. Pause it for the search.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _explore(model, max_states, symmetry, stop_on_violation, progress, progress_every)
+        exact = not model.fingerprints if exact is None else exact
+        return _explore(
+            model, max_states, symmetry, stop_on_violation, progress, progress_every, exact
+        )
     finally:
         if collecting:
             gc.enable()
@@ -382,6 +411,7 @@ def _explore(
     stop_on_violation: bool,
     progress: Callable[[Progress], None] | None,
     progress_every: int,
+    exact: bool,
 ) -> CheckResult[St]:
     started = time.perf_counter()
     props = tuple(model.properties())
@@ -400,8 +430,14 @@ def _explore(
         def is_goal(state: St) -> int:
             return sum(1 << bit for bit, (_, reached) in enumerate(goals) if reached(state))
 
+    # The visited set: state (or canonical key) -> number if `exact`, else fingerprint ->
+    # number (`file(fingerprint, number)`: the known number, or -1 after filing `number`).
     index: dict[Hashable, int] = {}
-    states: list[St] = []
+    fingerprints = FingerprintTable()
+    file = fingerprints.number
+    # By number: the state. Without `exact`, only until it is expanded (then None), but for
+    # the initial states, where a rebuilt trace starts.
+    states: list[St | None] = []
     parent = array("q")
     via: list[Action | None] = []
     goal = bytearray()
@@ -414,22 +450,26 @@ def _explore(
     truncated = False
     stop = False
 
+    def state_at(number: int) -> St:
+        return _state_at(model, states, via, parent, number)
+
     def bad(name: str, kind: Literal["always", "deadlock", "cycle"], at: int) -> None:
         nonlocal stop
         if name not in found:
             path = _path_to(at, parent)
-            found[name] = Violation(name, kind, _replay(model, canon, states, via, parent, path))
+            found[name] = Violation(name, kind, _replay(model, canon, state_at, via, parent, path))
             stop = stop_on_violation
 
     for initial in model.init_states():
         generated += 1
         key = initial if canon is None else canon(initial)
-        if key in index:
+        if (key in index) if exact else file(hash(key), len(states)) >= 0:
             continue
         if len(states) == limit:
             truncated = True
             break
-        index[key] = len(states)
+        if exact:
+            index[key] = len(states)
         states.append(initial)
         parent.append(-1)
         via.append(None)
@@ -450,7 +490,7 @@ def _explore(
     checks = tuple((prop.name, prop.holds) for prop in props)
     count = len(states)
     while current < count and not stop and not truncated:
-        moves = successors(states[current])
+        moves = successors(states[current])  # type: ignore[arg-type]  # not expanded yet
         if not isinstance(moves, list):
             moves = list(moves)
         # Every successor computed counts as generated, as in TLC and stateright.
@@ -462,14 +502,15 @@ def _explore(
         store = liveness and goal[current] != every_goal
         for action, following in moves:
             key = following if canon is None else canon(following)
-            number = get(key)
-            if number is None:
+            number = get(key, -1) if exact else file(hash(key), count)
+            if number < 0:
                 if count == limit:
                     truncated = True
                     break
                 number = count
                 count += 1
-                index[key] = number
+                if exact:
+                    index[key] = number
                 append_state(following)
                 append_parent(current)
                 append_via(action)
@@ -488,6 +529,8 @@ def _explore(
                 for bit, (name, _) in enumerate(goals):
                     if not goal[current] >> bit & 1:
                         bad(name, "deadlock", current)
+            if not exact and parent[current] >= 0:
+                states[current] = None  # its successors are known: rebuilt if a trace needs it
             current += 1
         if progress is not None and count >= next_report:
             next_report += progress_every
@@ -511,13 +554,16 @@ def _explore(
                 start, loop = entry
                 path = _path_to(start, parent)
                 lasso = path + loop[1:]
-                trace = _replay(model, canon, states, via, parent, lasso, loop_from=len(path) - 1)
+                trace = _replay(model, canon, state_at, via, parent, lasso, len(path) - 1)
                 found[name] = Violation(name, "cycle", trace)
 
     seconds = time.perf_counter() - started
     depth = len(_path_to(len(states) - 1, parent)) - 1 if states else 0
     names = tuple(p.name for p in props) + tuple(name for name, _ in goals)
     ordered = tuple(found[name] for name in names if name in found)
+    stored = sum(sys.getsizeof(kept) for kept in (states, via, parent, goal, offsets, edges)) + (
+        sys.getsizeof(index) if exact else fingerprints.nbytes
+    )
     return CheckResult(
         model=model,
         distinct_states=len(states),
@@ -529,6 +575,8 @@ def _explore(
         properties=names,
         violations=ordered,
         complete=not (stop or truncated),
+        exact=exact,
+        stored_bytes=stored,
     )
 
 
@@ -541,10 +589,34 @@ def _path_to(number: int, parent: array[int]) -> list[int]:
     return path
 
 
+def _state_at(
+    model: Model[St],
+    states: list[St | None],
+    via: list[Action | None],
+    parent: array[int],
+    number: int,
+) -> St:
+    """State `number`: kept, or rebuilt by re-running the recorded actions from its
+    nearest kept ancestor (an initial state at worst). `next_state` is deterministic, so
+    the rebuilt state is the one that was found."""
+    chain: list[int] = []
+    while (kept := states[number]) is None:
+        chain.append(number)
+        number = parent[number]
+    state = kept
+    for step in reversed(chain):
+        action = via[step]
+        following = None if action is None else model.next_state(state, action)
+        if following is None:  # pragma: no cover - a model whose next_state is not pure
+            raise RuntimeError(f"{model.name}: cannot rebuild state {step} by re-running")
+        state = following
+    return state
+
+
 def _replay(
     model: Model[St],
     canon: Callable[[St], Hashable] | None,
-    states: list[St],
+    state_at: Callable[[int], St],
     via: list[Action | None],
     parent: array[int],
     path: list[int],
@@ -558,11 +630,11 @@ def _replay(
     class, else any fault-free (then any) action that does.
     """
     key: Callable[[St], Hashable] = (lambda s: s) if canon is None else canon
-    current = states[path[0]]
+    current = state_at(path[0])
     initial = current
     steps: list[Step[St]] = []
     for previous, number in itertools.pairwise(path):
-        wanted = key(states[number])
+        wanted = key(state_at(number))
         # The recorded action belongs to the parent edge; loop edges have none recorded.
         recorded = via[number] if parent[number] == previous else None
         chosen: tuple[Action, St] | None = None

@@ -52,7 +52,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _PLAIN = (str, int, float, bool, type(None), Enum)
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_COMPARERS: dict[type, Callable[[Any, Any], bool]] = {}
 
 
 def same(a: Any, b: Any) -> bool:
@@ -69,19 +69,53 @@ def same(a: Any, b: Any) -> bool:
     kind = type(a)
     if kind is not type(b):
         return False
-    if isinstance(a, _PLAIN):
-        return bool(a == b)
+    # The memos compare a few values per successor: deciding how to compare a type (the
+    # isinstance tests, pydantic's metaclass check among them) once per type, not per
+    # call, is most of what `same` costs.
+    compare = _COMPARERS.get(kind)
+    if compare is None:
+        compare = _COMPARERS[kind] = _comparer_for(kind)
+    return compare(a, b)
+
+
+def _comparer_for(kind: type) -> Callable[[Any, Any], bool]:
+    """How `same` compares two distinct values of type `kind`."""
+    if issubclass(kind, _PLAIN):
+        return _equal
     if kind is tuple:
-        return len(a) == len(b) and all(map(same, a, b))
-    if isinstance(a, BaseModel):
-        return same(tuple(a.__dict__.items()), tuple(b.__dict__.items()))
-    names = _FIELDS.get(kind)
-    if names is None and is_dataclass(a):
-        names = _FIELDS[kind] = tuple(f.name for f in fields(a))
-    if names is not None:
-        return all(same(getattr(a, name), getattr(b, name)) for name in names)
+        return _same_items
+    if issubclass(kind, BaseModel):
+        return _same_model_fields
+    if is_dataclass(kind):
+        return _same_fields_of(tuple(f.name for f in fields(kind)))
     # Sets, mappings and anything else: their members' reprs show every field.
-    return a == b and sorted(map(repr, _members(a))) == sorted(map(repr, _members(b)))
+    return _same_reprs
+
+
+def _equal(a: Any, b: Any) -> bool:
+    return bool(a == b)
+
+
+def _same_items(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return len(a) == len(b) and all(map(same, a, b))
+
+
+def _same_model_fields(a: BaseModel, b: BaseModel) -> bool:
+    mine, theirs = a.__dict__, b.__dict__
+    return list(mine) == list(theirs) and all(map(same, mine.values(), theirs.values()))
+
+
+def _same_fields_of(names: tuple[str, ...]) -> Callable[[Any, Any], bool]:
+    """A comparer of the dataclass fields `names`, generated (one expression, no loop)."""
+    terms = " and ".join(f"(a.{n} is b.{n} or same(a.{n}, b.{n}))" for n in names) or "True"
+    scope: dict[str, Any] = {"same": same}
+    exec(f"def compare(a, b):\n    return {terms}\n", scope)
+    compare: Callable[[Any, Any], bool] = scope["compare"]
+    return compare
+
+
+def _same_reprs(a: Any, b: Any) -> bool:
+    return bool(a == b) and sorted(map(repr, _members(a))) == sorted(map(repr, _members(b)))
 
 
 def _members(value: Any) -> list[Any]:
@@ -103,20 +137,22 @@ class Interner:
     __slots__ = ("_canonical", "_hashes")
 
     def __init__(self) -> None:
-        # Values `==` to each other, each strictly distinct, by their (coarse) value.
-        self._canonical: dict[Any, list[Any]] = {}
+        # The canonical values by hash (each strictly distinct from its kin): filed by the
+        # hash itself, so a new value is hashed once, not again as a key.
+        self._canonical: dict[int, list[Any]] = {}
         self._hashes: dict[int, int] = {}
 
     def __call__(self, value: T) -> T:
         if id(value) in self._hashes:
             return value
-        kin = self._canonical.setdefault(value, [])
+        digest = hash(value)
+        kin = self._canonical.setdefault(digest, [])
         for canonical in kin:
             if same(canonical, value):
                 found: T = canonical
                 return found
         kin.append(value)
-        self._hashes[id(value)] = hash(value)
+        self._hashes[id(value)] = digest
         return value
 
     def hash_of(self, value: object) -> int:

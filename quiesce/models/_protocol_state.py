@@ -84,7 +84,9 @@ class ProtocolParams:
         }
 
 
-@dataclass(frozen=True, slots=True)
+# Without slots: a step copies its Env with a change or two, and the copier copies a
+# `__dict__` in one merge where slots would cost a call per field (24 of them).
+@dataclass(frozen=True)
 class Env:
     """The environment's own state and its independent ledger (all small, all hashable).
 

@@ -81,6 +81,7 @@ def test_bench_reports_the_protocol_model_speed() -> None:
     assert figures["protocol_distinct_states"] == 500
     assert figures["protocol_generated_states"] >= 500
     assert figures["protocol_states_per_s"] > 0 and figures["protocol_us_per_successor"] > 0
+    assert not figures["protocol_exact"] and 0 < figures["protocol_bytes_per_state"] <= 100
 
 
 def test_hash_of_a_value_the_interner_never_saw_interns_it_first() -> None:
