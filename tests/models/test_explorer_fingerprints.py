@@ -67,7 +67,7 @@ def test_the_protocol_model_fingerprints_by_default_and_two_phase_does_not() -> 
 
 
 @pytest.mark.parametrize(
-    ("params", "distinct"), [(ONE_ROLLOUT, 1655), (TWO_SIBLINGS, 54)], ids=["one", "two"]
+    ("params", "distinct"), [(ONE_ROLLOUT, 1655), (TWO_SIBLINGS, 26)], ids=["one", "two"]
 )
 def test_pinned_protocol_counts_are_the_same_either_way(
     params: dict[str, Any], distinct: int
