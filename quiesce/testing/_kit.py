@@ -93,6 +93,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis.errors import HypothesisException
 from hypothesis.stateful import get_state_machine_test
 
 from quiesce.adapters import Participant
@@ -275,6 +276,16 @@ def _check(
         violation = outcome
     elif outcome is not None:  # FlakyFailure & co: a replay did not fail the same way
         violation, flaky = run.best, True
+        if violation is None and isinstance(outcome, HypothesisException):
+            # No failure to show: hypothesis saw the same choices run differently (a server
+            # whose answers vary between runs of one sequence), which it cannot search.
+            first = str(outcome).strip().splitlines()[0] if str(outcome).strip() else ""
+            raise ConformanceSetupError(
+                run.url,
+                f"the run stopped on {type(outcome).__name__} ({first}) with no failure "
+                f"found: the server answered one sequence differently on two runs; rerun "
+                f"with another --seed, and report it if it recurs",
+            ) from None
         if violation is None:
             raise outcome
     if violation is not None and unshrinkable:
