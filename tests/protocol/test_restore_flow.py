@@ -315,11 +315,6 @@ def test_a_refused_restore_is_not_aborted_where_it_changed_nothing() -> None:
     assert outcome(effects).rejected == (("ck-1-3-step0", "restore_failed:pol"),)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open bug (found by `quiesce cover --faults 2`): a restore refused with "
-    "checkpoint_conflict is retried as is, never resuming the dead restore's id first",
-)
 def test_a_restore_conflicting_with_a_dead_controllers_restore_resumes_that_id_first() -> None:
     # Two controller crashes: the first one's restore left `pol` restored_paused under its
     # rs id; §4 (and M9, classified as in §4): abort (resume) the reported active id first,
