@@ -161,10 +161,10 @@ class RestoreRun:
 
     `calls` is the remote phase in progress on `op_id` (restore, discard, resume, or the
     abort of a rejected restore or of the conflicting ids; None: none); `touched` the
-    participants a restore call was
-    sent to (aborted if the snapshot is rejected); `replies` and `failures` what the restore
-    calls answered so far (judged role by role, S16); `conflicts` the participants that
-    refused a restore call as fenced to another id, and that id (resumed first, S5).
+    participants a restore call was sent to (aborted if the snapshot is rejected);
+    `replies` and `failures` what the restore calls answered so far (judged role by role,
+    S16); `conflicts` the participants that refused a restore call as fenced to another
+    id, and that id (resumed first, S5).
     """
 
     intent: OpId | None = None
