@@ -138,15 +138,9 @@ def test_no_trace_takes_an_abstracted_step_before_its_last() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="open controller bug: a restore refused with checkpoint_conflict is retried as "
-    "is, never resuming the dead restore's id first (tests/protocol/test_restore_flow.py)",
-)
 def test_a_restore_after_two_controller_crashes_replays() -> None:
     # The design: crash, restore(2) -> policy, crash, restore(3) -> policy refused (policy
-    # is fenced to 2), resume(2) -> policy, restore(3) -> policy again. The System never
-    # resumes 2: its restore is refused until it rejects the snapshot (about 35 s CPU).
+    # is fenced to 2), resume(2) -> policy, restore(3) -> policy again (about 35 s CPU).
     two_faults = dataclasses.replace(COVER_PARAMS, faults=2)
     cover = design_cover(DesignModel(design_params(two_faults)))
     trace = next(t for t in cover.traces if t.label == "restore(3) -> agent")

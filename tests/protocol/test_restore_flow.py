@@ -315,16 +315,11 @@ def test_a_refused_restore_is_not_aborted_where_it_changed_nothing() -> None:
     assert outcome(effects).rejected == (("ck-1-3-step0", "restore_failed:pol"),)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open bug (found by `quiesce cover --faults 2`): a restore refused with "
-    "checkpoint_conflict is retried as is, never resuming the dead restore's id first",
-)
 def test_a_restore_conflicting_with_a_dead_controllers_restore_resumes_that_id_first() -> None:
     # Two controller crashes: the first one's restore left `pol` restored_paused under its
     # rs id; §4 (and M9, classified as in §4): abort (resume) the reported active id first,
-    # then restore again. Retried as is, the restore is refused until the snapshot is
-    # rejected (`retries_exhausted`) and `pol` stays fenced, its admission closed.
+    # then restore again with the same id. Retried as is, the restore would be refused until
+    # the snapshot is rejected (`retries_exhausted`), `pol` still fenced, admission closed.
     h = Harness(prepare_retry_interval_s=2)
     h.step(Recovered(None, 0))
     h.step(SnapshotsListed(ANCHOR, (h.candidate(3),)))
@@ -342,6 +337,16 @@ def test_a_restore_conflicting_with_a_dead_controllers_restore_resumes_that_id_f
     assert [(c.participant, c.op, c.op_id) for c in of(effects, Call)][:1] == [
         ("pol", Op.RESUME, dead)
     ]
+    rs = h.rs
+    resumed = ResumeReply(participant="pol", incarnation="i1", op_id=dead, retired=dead)
+    effects = h.step(Reply("pol", Op.RESUME, dead, resumed), 1.0)
+    assert [(c.participant, c.op, c.op_id) for c in of(effects, Call)] == [("pol", Op.RESTORE, rs)]
+    effects = h.restored("pol", "d-pol")
+    assert [(c.participant, c.op) for c in of(effects, Call)] == [("ag", Op.RESTORE)]
+    h.restored("ag", "d-ag")
+    h.restored("res", "d-res")
+    assert h.s.restore is not None and h.s.restore.state is RestoreState.RESUMING
+    assert h.s.restore.data.rejected == ()
 
 
 def test_fresh_start_at_the_anchor_when_nothing_matches_lists_every_candidate() -> None:

@@ -46,7 +46,11 @@ from quiesce.protocol.controller._effects import (
     WriteStaging,
 )
 from quiesce.protocol.controller._host import StepHost
-from quiesce.protocol.controller._phase_runner import PhaseRunner, prepare_retry_timer
+from quiesce.protocol.controller._phase_runner import (
+    PhaseRunner,
+    conflict_targets,
+    prepare_retry_timer,
+)
 from quiesce.protocol.machines import (
     Attempt,
     CallData,
@@ -110,11 +114,7 @@ class AttemptCalls:
         attempt = self.h.attempt
         fleet = self.h.state.fleet
         if slot.conflicting:
-            return frozenset(
-                (name, other)
-                for name, other in attempt.conflicts
-                if fleet is None or fleet.role_of(name) == slot.role
-            )
+            return conflict_targets(attempt.conflicts, slot, fleet)
         if fleet is None:
             return frozenset()
         # An abort resumes only who may hold the id (S6); the other phases call everyone.

@@ -44,6 +44,7 @@ from quiesce.protocol._messages import (
 from quiesce.protocol._timers import ArmTimer, CancelTimer, TimerKey, TimerKind
 from quiesce.protocol.controller._effects import Call, Metric, Op
 from quiesce.protocol.controller._host import StepHost
+from quiesce.protocol.controller._state import Fleet
 from quiesce.protocol.machines import (
     CallData,
     CallEvent,
@@ -62,6 +63,7 @@ __all__ = [
     "PhaseRunner",
     "backoff_s",
     "call_retry_timer",
+    "conflict_targets",
     "prepare_retry_timer",
     "read_reply",
     "try_deadline",
@@ -102,6 +104,18 @@ def prepare_retry_timer(op_id: OpId) -> TimerKey:
 def call_retry_timer(op_id: OpId, participant: str) -> TimerKey:
     """The timer that sends the call `(participant, op_id)` again after its backoff."""
     return TimerKey(TimerKind.CALL_RETRY, str(op_id), participant)
+
+
+def conflict_targets(
+    conflicts: Iterable[CallKey], slot: Slot, fleet: Fleet | None
+) -> frozenset[CallKey]:
+    """The calls of a conflicting slot (S5): resume each id that a participant of the slot's
+    role reported it is fenced to (`conflicts`: the participant and that id)."""
+    return frozenset(
+        (name, other)
+        for name, other in conflicts
+        if fleet is None or fleet.role_of(name) == slot.role
+    )
 
 
 def backoff_s(config: QuiesceConfig, op_id: OpId, participant: str, retry: int) -> float:

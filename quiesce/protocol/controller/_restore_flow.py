@@ -22,7 +22,9 @@ the M9 table value, and `ControllerState.restoring`, the `RestoreRun` bookkeepin
     RESTORING              LoadSnapshot -> SnapshotLoaded; a fresh `rs-` id; restore calls
                            policy -> agents -> resources; `judge_restore` per role: retry
                            with the same id (timer), or reject -> resume (= abort) the rs id
-                           on everyone touched, then select an older snapshot (S16)
+                           on everyone touched, then select an older snapshot (S16); a
+                           refusal naming another id (`checkpoint_conflict`, a dead
+                           controller's restore): resume that id first, then retry (S5)
     RESTORED_PAUSED        `plan_discards`: restart_only continuations (S12)
     DISCARDING             one DISCARD call per continuation (one at a time per agent)
     RESUMING               resume the rs id: resources -> policy -> agents
@@ -78,7 +80,7 @@ from quiesce.protocol.controller._inputs import (
     SnapshotsListed,
 )
 from quiesce.protocol.controller._ledger import Ledger
-from quiesce.protocol.controller._phase_runner import PhaseRunner
+from quiesce.protocol.controller._phase_runner import PhaseRunner, conflict_targets
 from quiesce.protocol.controller._recovery_levels import EffectiveLevel, LevelPlan
 from quiesce.protocol.controller._restore_plan import (
     DispatchItem,
@@ -340,8 +342,13 @@ class RestoreFlow:
     # ------------------------------------------------------------------ remote phases
 
     def owns(self, op_id: OpId | None) -> bool:
-        """Is a call with `op_id` one of the restore's (an `rs-` id)?"""
-        return op_id is not None and op_id.kind == "rs"
+        """Is a call with `op_id` one of the restore's: an `rs-` id, or an id a restore call
+        was refused as conflicting with (the restore resumes it, S5)?"""
+        if op_id is None:
+            return False
+        run = self.h.state.restoring
+        conflicting = run is not None and any(op_id == other for _, other in run.conflicts)
+        return op_id.kind == "rs" or conflicting
 
     def progress(self) -> PhaseCalls | None:
         run = self.h.state.restoring
@@ -352,11 +359,15 @@ class RestoreFlow:
 
     def targets(self, slot: Slot) -> frozenset[CallKey]:
         run = self.run
-        if slot.conflicting or run.op_id is None:
-            return frozenset()  # a restore reports no conflicting ids to abort first
-        names = set(self.members(slot.role))
+        if slot.conflicting:
+            return conflict_targets(run.conflicts, slot, self.h.state.fleet)
         phase = self.phases.current().phase
-        if phase is Phase.ABORT:
+        if run.op_id is None or (phase is Phase.ABORT and self.clearing()):
+            return frozenset()
+        names = set(self.members(slot.role))
+        if phase is Phase.RESTORE:
+            names -= {name for name, _ in run.replies}  # asked again: only who did not answer
+        elif phase is Phase.ABORT:
             names &= run.touched  # resume (= abort) only where the rejected restore went
         elif phase is Phase.DISCARD:
             names &= {d.participant for d in run.pending_discards}
@@ -399,7 +410,14 @@ class RestoreFlow:
                 self.phases.send_new([key])  # the next discard of this agent
 
     def note_conflict(self, key: CallKey, active_id: OpId) -> None:
-        """A restore refused as conflicting is retried like any refusal."""
+        """S5, as for a checkpoint: the id the participant is fenced to (a dead controller's
+        restore) is resumed before the restore is asked again."""
+        self.update(conflicts=self.run.conflicts | {(key[0], active_id)})
+
+    def clearing(self) -> bool:
+        """Is the abort phase resuming only the conflicting ids, the restore still running
+        (M9 restoring; the abort of a rejected snapshot runs once M9 is selecting again)?"""
+        return self.value.state is RestoreState.RESTORING
 
     def call_failed(self, key: CallKey, cause: Cause, *, refused: bool) -> None:
         if self.phases.current().phase is not Phase.RESTORE:
@@ -427,8 +445,12 @@ class RestoreFlow:
     def phase_done(self) -> None:
         phase = self.phases.current().phase
         if phase is Phase.ABORT:
-            self.update(calls=None)
-            self.select()
+            clearing = self.clearing()
+            self.update(calls=None, conflicts=frozenset())
+            if clearing:
+                self.phases.start(Phase.RESTORE)  # the same op id, to who did not answer
+            else:
+                self.select()
         else:
             self.fire(_DONE[phase])
 
@@ -487,6 +509,10 @@ class RestoreFlow:
                 replies=tuple(p for p in run.replies if p[0] not in names),
                 failures=tuple(p for p in run.failures if p[0] not in names),
             )
+            if run.conflicts:
+                # S5: resume the ids the refusals named; the restore is asked again after.
+                self.phases.start(Phase.ABORT)
+                return
         self.phases.send_new(sorted(retry))  # the same op id (M9 keeps its id on a retry)
 
     def _to_retry(self) -> frozenset[CallKey]:
@@ -634,8 +660,9 @@ def _w_abort_restore(flow: RestoreFlow, _arg: Any) -> None:
     run = flow.run
     if run.op_id is not None:
         flow.h.emit(CancelTimer(restore_retry_timer(run.op_id)))
-    if run.touched:
-        # Resume (= abort) the rejected restore's id everywhere it may hold, then select.
+    if run.touched or run.conflicts:
+        # Resume (= abort) the ids refusals named, then the rejected restore's id everywhere
+        # it may hold; then select.
         flow.phases.start(Phase.ABORT)
     else:
         flow.update(calls=None)

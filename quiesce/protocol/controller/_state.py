@@ -160,9 +160,11 @@ class RestoreRun:
     snapshot and the retries used on it, is the `restore` table value's `RestoreData`).
 
     `calls` is the remote phase in progress on `op_id` (restore, discard, resume, or the
-    abort of a rejected restore; None: none); `touched` the participants a restore call was
-    sent to (aborted if the snapshot is rejected); `replies` and `failures` what the restore
-    calls answered so far (judged role by role, S16).
+    abort of a rejected restore or of the conflicting ids; None: none); `touched` the
+    participants a restore call was sent to (aborted if the snapshot is rejected);
+    `replies` and `failures` what the restore calls answered so far (judged role by role,
+    S16); `conflicts` the participants that refused a restore call as fenced to another
+    id, and that id (resumed first, S5).
     """
 
     intent: OpId | None = None
@@ -179,6 +181,7 @@ class RestoreRun:
     touched: frozenset[str] = frozenset()
     replies: tuple[tuple[str, RestoreReply], ...] = ()
     failures: tuple[tuple[str, bool], ...] = ()  # participant -> retryable
+    conflicts: frozenset[tuple[str, OpId]] = frozenset()
     restored: tuple[tuple[str, Continuation], ...] = ()
     discards: tuple[DiscardContinuation, ...] = ()
     pending_discards: tuple[DiscardContinuation, ...] = ()
