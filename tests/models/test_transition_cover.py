@@ -26,7 +26,7 @@ from quiesce.models._transition_cover import DesignTrace, abstraction, design_co
 from quiesce.protocol.machines import CONTROL_FENCE, FenceCall, FenceData
 from quiesce.protocol.participant import ParticipantRules
 
-# COVER_PARAMS without crashes: 354 design states, 71 step labels, about 4 s CPU.
+# COVER_PARAMS without crashes: 343 design states, 71 step labels, about 4 s CPU.
 NO_CRASHES = dataclasses.replace(COVER_PARAMS, crashes=False)
 
 
@@ -44,7 +44,7 @@ def _forgets_resume() -> Hooks:
 def test_every_design_step_replays_on_the_system() -> None:
     report = transition_cover(NO_CRASHES)
     assert report.ok, "\n".join(m.explain() for m in report.mismatches)
-    assert (report.design_states, len(report.replays)) == (354, 71)
+    assert (report.design_states, len(report.replays)) == (343, 71)
     assert report.count(ReplayOutcome.REPLAYED) == 71
     assert report.system_states > 0
 
@@ -134,7 +134,7 @@ def test_no_trace_takes_an_abstracted_step_before_its_last() -> None:
     for trace in cover.traces:
         assert all(abstraction(label) is None for label in trace.labels()[:-1]), trace.label
     assert not set(cover.beyond) & {t.label for t in cover.traces}
-    assert cover.states == 4608
+    assert cover.states == 4294
 
 
 @pytest.mark.slow
