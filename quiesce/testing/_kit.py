@@ -279,12 +279,11 @@ def _check(
         if violation is None and isinstance(outcome, HypothesisException):
             # No failure to show: hypothesis saw the same choices run differently (a server
             # whose answers vary between runs of one sequence), which it cannot search.
-            first = str(outcome).strip().splitlines()[0] if str(outcome).strip() else ""
             raise ConformanceSetupError(
                 run.url,
-                f"the run stopped on {type(outcome).__name__} ({first}) with no failure "
-                f"found: the server answered one sequence differently on two runs; rerun "
-                f"with another --seed, and report it if it recurs",
+                f"the run stopped on {_first_line(outcome)} with no failure found: the "
+                f"server answered one sequence differently on two runs; rerun with another "
+                f"--seed, and report it if it recurs",
             ) from None
         if violation is None:
             raise outcome
@@ -323,3 +322,13 @@ def assert_conforms(
     if not result.ok:
         raise AssertionError(result.report())
     return result
+
+
+def _first_line(error: BaseException) -> str:
+    """`Type (first line)` of `error`, and of what it groups (hypothesis's FlakyFailure
+    holds the errors a replay did not raise again)."""
+    text = str(error).strip()
+    named = f"{type(error).__name__} ({text.splitlines()[0]})" if text else type(error).__name__
+    if isinstance(error, BaseExceptionGroup) and error.exceptions:
+        named += f", after {_first_line(error.exceptions[0])}"
+    return named
