@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from quiesce.testing import ConformanceSetupError
+from quiesce.testing import ConformanceSetupError, LocalServer, check_conformance
 from quiesce.testing._session import reset_hook, restart_hook
 
 
@@ -37,3 +37,25 @@ def test_a_reset_url_that_answers_nothing_is_a_setup_error() -> None:
         reset_hook("http://127.0.0.1:9/reset", token="secret-tok", timeout=1)()
     assert "the reset hook got no answer" in str(caught.value)
     assert "secret-tok" not in str(caught.value)
+
+
+def test_an_error_that_a_replay_does_not_raise_again_is_a_one_line_setup_error() -> None:
+    # Not a violation (no report to show) and not reproducible: the kit names the error in
+    # one line (the CLI's exit 2) instead of letting hypothesis's FlakyFailure escape.
+    calls: list[int] = []
+    config = {"name": "policy-f", "role": "policy"}
+    with LocalServer.start(config, token="flaky-tok-5c1e") as server:
+
+        def restart_failing_once() -> None:
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("the restart rig hiccuped")
+            server.restart()
+
+        with pytest.raises(ConformanceSetupError) as raised:
+            check_conformance(
+                server.url, "policy", "flaky-tok-5c1e", examples=10, seed=1,
+                reset=server.reset, restart=restart_failing_once,
+            )  # fmt: skip
+    assert "RuntimeError (the restart rig hiccuped)" in str(raised.value)
+    assert "no failure found" in str(raised.value)
