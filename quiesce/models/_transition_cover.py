@@ -47,6 +47,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from quiesce.models._design_model import DesignModel, Reached
+from quiesce.models._portfolio import small_params
 from quiesce.models._protocol_model import Hooks, ProtocolModel
 from quiesce.models._protocol_state import ProtocolParams, PState
 from quiesce.models._refinement import (
@@ -71,18 +72,7 @@ __all__ = [
     "transition_cover",
 ]
 
-COVER_PARAMS = ProtocolParams(
-    siblings=1,
-    turns=1,
-    attempts=1,
-    triggers=1,
-    optimizer_steps=0,
-    weight_sync=0,
-    train_switch=0,
-    prepare_retries=1,
-    faults=1,
-    crashes=True,
-)
+COVER_PARAMS = ProtocolParams(**small_params(faults=1, crashes=True))
 """The configuration `quiesce cover` replays by default: the smallest that crashes every
 process (measured: 654 design states, 82 step labels, all replayed; 15,900 System states
 stepped, about 10 s CPU)."""

@@ -9,14 +9,13 @@ itself (`World.failed_attempts`), and I7 reads that count only.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from quiesce.models import DesignModel, DesignParams, check
 from quiesce.models._design_mutants import small
 from quiesce.models._design_tables import DesignTables
-from quiesce.protocol import Classification, Disposition
-from quiesce.protocol.machines import CHECKPOINT, CheckpointData
+from quiesce.protocol.machines import CHECKPOINT
+from tests.models.planted_bugs import count_every_failure
 
 # One failure is the budget; one fault lets the abort of the attempt that failed fail too
 # (no in-attempt retry, so one lost request fails the call). Two triggers give the failing
@@ -26,19 +25,9 @@ _ONE_FAILED_ABORT = DesignParams(
 )
 
 
-def _count_every_failure(data: CheckpointData, cause: Classification) -> CheckpointData:
-    """M1's count before the fix: every failed call of an abort or release counted again."""
-    attempt = data.attempt
-    if attempt is not None and attempt.cause is None:
-        attempt = replace(attempt, cause=cause)
-    if cause.disposition is Disposition.RETRYABLE:
-        return replace(data, attempt=attempt, failures=data.failures + 1, skips=0)
-    return replace(data, attempt=attempt)
-
-
 def _counting_every_failure() -> DesignTables:
     counting = CHECKPOINT.derive(
-        "abort_failures_count", updates={"note_cause": _count_every_failure}
+        "abort_failures_count", updates={"note_cause": count_every_failure}
     )
     return DesignTables().derive("abort_failures_count", checkpoint=counting)
 

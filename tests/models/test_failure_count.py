@@ -12,14 +12,12 @@ abort stays pending, and its retry timer finishes it.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from quiesce.models import NO_STALL, ProtocolModel, ProtocolParams, check
 from quiesce.models._portfolio import small_params
 from quiesce.models._protocol_model import Hooks
 from quiesce.models._protocol_state import PState
-from quiesce.protocol import Classification, Disposition
-from quiesce.protocol.machines import CHECKPOINT, CheckpointData, CheckpointState
+from quiesce.protocol.machines import CHECKPOINT, CheckpointState
+from tests.models.planted_bugs import count_every_failure
 
 _COUNTEREXAMPLE = (
     "periodic trigger",
@@ -88,16 +86,6 @@ def test_a_failing_abort_is_not_another_failed_attempt() -> None:
     assert done.env.bad == ()
 
 
-def _count_every_failure(data: CheckpointData, cause: Classification) -> CheckpointData:
-    """The count before the fix: every failed call of an abort or release counted again."""
-    attempt = data.attempt
-    if attempt is not None and attempt.cause is None:
-        attempt = replace(attempt, cause=cause)
-    if cause.disposition is Disposition.RETRYABLE:
-        return replace(data, attempt=attempt, failures=data.failures + 1, skips=0)
-    return replace(data, attempt=attempt)
-
-
 # One attempt, one fault: its abort may fail once. With a budget of one failure, counting
 # that failed abort stops a run only one attempt failed in, which I7 refuses.
 _ONE_FAILED_ABORT = ProtocolParams(**small_params(faults=1, max_consecutive_failures=1))
@@ -106,7 +94,7 @@ _ONE_FAILED_ABORT = ProtocolParams(**small_params(faults=1, max_consecutive_fail
 def test_the_exhaustive_check_catches_a_failed_abort_counted_as_a_failed_attempt() -> None:
     assert check(ProtocolModel(_ONE_FAILED_ABORT)).violations == ()
     counting = CHECKPOINT.derive(
-        "abort_failures_count", updates={"note_cause": _count_every_failure}
+        "abort_failures_count", updates={"note_cause": count_every_failure}
     )
     violation = check(ProtocolModel(_ONE_FAILED_ABORT, hooks=Hooks(checkpoint=counting))).violation(
         NO_STALL
