@@ -273,6 +273,50 @@ def test_a_refusal_is_classified_by_its_code_and_conflict_aborts_the_active_id_f
     assert [(c.participant, c.op_id) for c in of(effects, Call)] == [("pol", h.x)]
 
 
+def refusal(code: str, **fields: Any) -> ErrorReply:
+    return ErrorReply(participant="pol", incarnation="i1", code=code, message="", **fields)
+
+
+def test_a_clearing_abort_refused_naming_another_id_resumes_that_one_on_its_retry() -> None:
+    # S5 chained: `pol` reported X, but by the time the abort's resume(X) arrives it is
+    # fenced to Z (a delayed call of another dead controller). The abort waits in
+    # abort_pending; its retry resumes Z, not X again (`pol` does not hold X), then the
+    # attempt's own id, and the attempt ends failed once, the run going on.
+    h = Harness(**NO_RETRIES)
+    h.start()
+    x, z = OpId(0, 9, 0), OpId(0, 11, 0)
+    h.reply("pol", Op.PREPARE, refusal("checkpoint_conflict", active_id=x))
+    effects = h.reply("pol", Op.RESUME, refusal("checkpoint_conflict", active_id=z), x)
+    assert h.s.phase is S.ABORT_PENDING and not of(effects, Call)
+    effects = h.step(TimerDue(retry_timer(h.x)), 30.0)
+    assert [(c.participant, c.op_id) for c in of(effects, Call)] == [("pol", z)]
+    effects = h.answer("pol", Op.RESUME, z)
+    assert [(c.participant, c.op_id) for c in of(effects, Call)] == [("pol", h.x)]
+    _, effects = h.answer_all(Op.RESUME)
+    result = outcome(effects)
+    assert (result.result, result.reason, result.consecutive_failures) == (
+        "failed",
+        "participant_error",
+        1,
+    )
+    assert h.s.phase is S.IDLE and h.s.gate.data == frozenset()
+
+
+def test_a_clearing_abort_refused_as_stale_finds_the_id_retired_and_goes_on() -> None:
+    # `pol` retired X meanwhile (its watermark is at or above X): the refusal as stale says
+    # the id is retired, which is all the abort wanted of it. Not `invariant_error`: the
+    # controller's own ids are not involved, and the run goes on.
+    h = Harness(**NO_RETRIES)
+    h.start()
+    x = OpId(0, 9, 0)
+    h.reply("pol", Op.PREPARE, refusal("checkpoint_conflict", active_id=x))
+    effects = h.reply("pol", Op.RESUME, refusal("stale_checkpoint", high_watermark=x), x)
+    assert [(c.participant, c.op_id) for c in of(effects, Call)] == [("pol", h.x)]
+    _, effects = h.answer_all(Op.RESUME)
+    assert (outcome(effects).result, outcome(effects).reason) == ("failed", "participant_error")
+    assert h.s.phase is S.IDLE
+
+
 def test_reply_naming_the_wrong_id_stops() -> None:
     h = Harness()
     h.start()

@@ -114,6 +114,22 @@ def test_a_reply_is_read_as_one_input_of_the_call_table(
     assert (input.value, event.cause, event.result) == (expected, cause, result)
 
 
+@pytest.mark.parametrize(
+    ("op", "conflicting", "expected"),
+    [
+        (Op.RESUME, True, ("recv_answer", None)),  # the other controller's id is retired
+        (Op.RESUME, False, ("recv_refusal", Cause.STALE_ID)),  # our own id: not fresh
+        (Op.PREPARE, True, ("recv_refusal", Cause.STALE_ID)),  # only a resume retires
+    ],
+)
+def test_a_stale_refusal_answers_only_the_resume_of_a_conflicting_id(
+    op: Op, conflicting: bool, expected: tuple[str, Cause | None]
+) -> None:
+    stale = ErrorReply(**STAMP, code="stale_checkpoint", message="", high_watermark=OpId(1, 5, 0))
+    input, event = read_reply(op, X, stale, conflicting=conflicting)
+    assert (input.value, event.cause) == expected and event.result == stale
+
+
 def test_a_late_reply_to_an_answered_call_is_logged_and_changes_nothing() -> None:
     h = Harness()
     h.start()

@@ -4,6 +4,7 @@ verification, same-id retries, fallback, discards, resume, redispatch, metrics).
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -347,6 +348,143 @@ def test_a_restore_conflicting_with_a_dead_controllers_restore_resumes_that_id_f
     h.restored("res", "d-res")
     assert h.s.restore is not None and h.s.restore.state is RestoreState.RESUMING
     assert h.s.restore.data.rejected == ()
+
+
+def conflict(name: str, active: OpId) -> ErrorReply:
+    """`name`'s refusal: it is fenced to `active`, another id."""
+    return ErrorReply(
+        participant=name,
+        incarnation="i1",
+        code="checkpoint_conflict",
+        message="busy",
+        active_id=active,
+    )
+
+
+def resumed(h: Harness, name: str, op_id: OpId) -> list[Any]:
+    """`name` retired `op_id` (a conflicting id, not the restore's)."""
+    reply = ResumeReply(participant=name, incarnation="i1", op_id=op_id, retired=op_id)
+    return h.step(Reply(name, Op.RESUME, op_id, reply), 1.0)
+
+
+def sent(effects: list[Any]) -> list[tuple[str, Op, OpId | None]]:
+    return [(c.participant, c.op, c.op_id) for c in of(effects, Call)]
+
+
+def stale_replies(effects: list[Any]) -> list[Any]:
+    return [e for e in of(effects, Log) if e.event.startswith("stale")]
+
+
+# Ids that controllers which died before this one left on `pol` (lower epochs, ordered).
+X, Z, W = OpId(1, 4, 0, "rs"), OpId(1, 6, 0, "rs"), OpId(1, 8, 0, "rs")
+
+
+def restoring(h: Harness, *older: int) -> OpId:
+    """Start the restore of snapshot 9 (and `older` ones to fall back to); its rs id."""
+    h.step(Recovered(None, 0))
+    h.step(SnapshotsListed(ANCHOR, tuple(h.candidate(seq) for seq in (*older, 9))))
+    h.step(SnapshotLoaded(OpId(1, 9, 0), DIGESTS, Ledger()))
+    return h.rs
+
+
+def test_a_resent_restore_refused_naming_a_new_id_resumes_that_id_then_restores() -> None:
+    # `pol` is fenced to X; once X is resumed, a delayed restore(Z) of another dead
+    # controller fences it again before our restore is sent again: the same as the first
+    # conflict, Z is resumed and the restore sent again, under the same rs id.
+    h = Harness(prepare_retry_interval_s=2)
+    rs = restoring(h)
+    effects = h.step(Reply("pol", Op.RESTORE, rs, conflict("pol", X)), 1.0)
+    effects += h.step(TimerDue(restore_retry_timer(rs)), 2.0)
+    assert sent(effects) == [("pol", Op.RESUME, X)]
+    effects = resumed(h, "pol", X)
+    assert sent(effects) == [("pol", Op.RESTORE, rs)]
+    effects = h.step(Reply("pol", Op.RESTORE, rs, conflict("pol", Z)), 1.0)
+    effects += h.step(TimerDue(restore_retry_timer(rs)), 2.0)
+    assert sent(effects) == [("pol", Op.RESUME, Z)]  # Z only: X is retired
+    effects += resumed(h, "pol", Z)
+    assert sent(effects)[1:] == [("pol", Op.RESTORE, rs)]
+    effects += restore_all(h)
+    assert not stale_replies(effects)
+    assert (outcome(effects).op_id, outcome(effects).rejected) == (rs, ())
+    assert h.s.restore is not None and h.s.restore.state is RestoreState.IDLE
+
+
+def test_a_clearing_resume_refused_naming_another_id_resumes_that_one_then_restores() -> None:
+    # `pol` reported X, but by the time our resume(X) arrives it is fenced to Z: resume Z
+    # (not X again: `pol` does not hold it), then restore with the same rs id.
+    h = Harness(prepare_retry_interval_s=2)
+    rs = restoring(h)
+    h.step(Reply("pol", Op.RESTORE, rs, conflict("pol", X)), 1.0)
+    effects = h.step(TimerDue(restore_retry_timer(rs)), 2.0)
+    assert sent(effects) == [("pol", Op.RESUME, X)]
+    effects = h.step(Reply("pol", Op.RESUME, X, conflict("pol", Z)), 1.0)
+    assert not sent(effects)  # the next round waits for the restore's retry timer
+    effects += h.step(TimerDue(restore_retry_timer(rs)), 2.0)
+    assert sent(effects) == [("pol", Op.RESUME, Z)]
+    effects += resumed(h, "pol", Z)
+    assert sent(effects)[1:] == [("pol", Op.RESTORE, rs)]
+    effects += restore_all(h)
+    assert not stale_replies(effects)
+    assert (outcome(effects).op_id, outcome(effects).rejected) == (rs, ())
+
+
+def test_a_clearing_resume_refused_as_stale_finds_the_id_retired_and_goes_on() -> None:
+    # `pol` retired X meanwhile (and moved on to Z): X is at or below its watermark, so the
+    # resume is refused as stale. That is what the resume was for: the restore is sent
+    # again at once, and the conflict it meets (Z) is cleared the same way.
+    h = Harness(prepare_retry_interval_s=2)
+    rs = restoring(h)
+    h.step(Reply("pol", Op.RESTORE, rs, conflict("pol", X)), 1.0)
+    h.step(TimerDue(restore_retry_timer(rs)), 2.0)
+    stale = ErrorReply(
+        participant="pol",
+        incarnation="i1",
+        code="stale_checkpoint",
+        message="retired",
+        high_watermark=Z,
+    )
+    effects = h.step(Reply("pol", Op.RESUME, X, stale), 1.0)
+    assert sent(effects) == [("pol", Op.RESTORE, rs)]
+    effects = h.step(Reply("pol", Op.RESTORE, rs, conflict("pol", Z)), 1.0)
+    effects += h.step(TimerDue(restore_retry_timer(rs)), 2.0)
+    assert sent(effects) == [("pol", Op.RESUME, Z)]
+    effects += resumed(h, "pol", Z)
+    effects += restore_all(h)
+    assert not of(effects, Stopped) and outcome(effects).rejected == ()
+
+
+@pytest.mark.parametrize("refused", ["restore", "resume"])
+def test_a_conflict_chain_longer_than_the_retries_rejects_the_snapshot_then_falls_back(
+    refused: str,
+) -> None:
+    # Every round meets a new id (on the restore sent again, or on the resume clearing the
+    # last one): each round spends one of the snapshot's retries (M9 `max_retries`, 2), so
+    # the chain is bounded. Once they are spent the snapshot is rejected as for any failed
+    # restore call: the id `pol` holds now is resumed, then an older snapshot is restored.
+    h = Harness(prepare_retry_interval_s=2)
+    rs = restoring(h, 3)
+    h.step(Reply("pol", Op.RESTORE, rs, conflict("pol", X)), 1.0)
+    for held, new in pairwise((X, Z, W)):
+        assert h.s.restore is not None and h.s.restore.state is RestoreState.RESTORING
+        effects = h.step(TimerDue(restore_retry_timer(rs)), 2.0)
+        assert sent(effects) == [("pol", Op.RESUME, held)]
+        if refused == "resume":
+            effects = h.step(Reply("pol", Op.RESUME, held, conflict("pol", new)), 1.0)
+        else:
+            assert sent(resumed(h, "pol", held)) == [("pol", Op.RESTORE, rs)]
+            effects = h.step(Reply("pol", Op.RESTORE, rs, conflict("pol", new)), 1.0)
+    # Out of retries: resume W (`pol` never took the restore: rs is not resumed there),
+    # then load the older snapshot.
+    assert sent(effects) == [("pol", Op.RESUME, W)]
+    assert h.s.restore is not None and h.s.restore.data.rejected == (
+        ("ck-1-9-step0", "retries_exhausted"),
+    )
+    effects = resumed(h, "pol", W)
+    assert effects[-1] == LoadSnapshot(OpId(1, 3, 0))
+    h.step(SnapshotLoaded(OpId(1, 3, 0), DIGESTS, Ledger()))
+    assert h.rs > rs
+    result = outcome(restore_all(h))
+    assert result.snapshot_id == OpId(1, 3, 0)
 
 
 def test_fresh_start_at_the_anchor_when_nothing_matches_lists_every_candidate() -> None:

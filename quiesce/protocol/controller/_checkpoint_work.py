@@ -50,6 +50,7 @@ from quiesce.protocol.controller._phase_runner import (
     PhaseRunner,
     conflict_targets,
     prepare_retry_timer,
+    with_conflict,
 )
 from quiesce.protocol.machines import (
     Attempt,
@@ -169,7 +170,9 @@ class AttemptCalls:
     def note_conflict(self, key: CallKey, active_id: OpId) -> None:
         # S5: the id the participant is fenced to is aborted before anything else.
         attempt = self.h.attempt
-        self.h.set_attempt(replace(attempt, conflicts=attempt.conflicts | {(key[0], active_id)}))
+        self.h.set_attempt(
+            replace(attempt, conflicts=with_conflict(attempt.conflicts, key, active_id))
+        )
 
     def call_failed(self, key: CallKey, cause: Cause, *, refused: bool) -> None:
         # §4: the attempt fails with the call's cause (after the call's own retries).

@@ -67,6 +67,7 @@ __all__ = [
     "prepare_retry_timer",
     "read_reply",
     "try_deadline",
+    "with_conflict",
 ]
 
 PHASE_OPS: Mapping[Phase, Op] = MappingProxyType(
@@ -118,6 +119,22 @@ def conflict_targets(
     )
 
 
+def with_conflict(
+    conflicts: frozenset[CallKey], key: CallKey, active_id: OpId
+) -> frozenset[CallKey]:
+    """`conflicts` once the call `key` was refused as its participant is fenced to
+    `active_id` (S5): that id is resumed next. If `key` was itself the resume of a
+    conflicting id, the participant does not hold that id, so it is not resumed again (it
+    would be refused the same way, round after round): the chain of conflicts is followed
+    to the id the participant holds now.
+
+    >>> x, z = OpId(1, 4, 0), OpId(1, 6, 0)
+    >>> sorted(with_conflict(frozenset({("pol", x)}), ("pol", x), z)) == [("pol", z)]
+    True
+    """
+    return (conflicts - {key}) | {(key[0], active_id)}
+
+
 def backoff_s(config: QuiesceConfig, op_id: OpId, participant: str, retry: int) -> float:
     """The wait before retry number `retry` (1, 2, ...) of a call: exponential backoff with
     full jitter, a uniform fraction of `min(call_backoff_max_s, call_backoff_s * 2 ** (retry
@@ -159,18 +176,32 @@ def try_deadline(config: QuiesceConfig, now: float, call: CallData) -> float:
     return min(call.deadline_at, now + patience)
 
 
-def read_reply(op: Op, op_id: OpId, result: Any) -> tuple[CallInput, CallEvent]:
+def read_reply(
+    op: Op, op_id: OpId, result: Any, *, conflicting: bool = False
+) -> tuple[CallInput, CallEvent]:
     """What a reply to the call `(op, op_id)` says, as the `call` table's input.
 
     A typed refusal is a refusal (`checkpoint_conflict` naming the active id: a conflict,
     S5); a reply naming another id is invalid (`wrong_id`), so is one of the wrong kind
     (`malformed_reply`) or a commit that failed; a prepare may be not ready; anything else
-    is the answer.
+    is the answer. A `conflicting` call resumes an id another controller left (S5): refused
+    as stale, that id is at or below the participant's watermark, i.e. already retired,
+    which is all the call was for, so that refusal is its answer (for one of the
+    controller's own ids it stays `stale_id`: its ids are fresh and ordered).
+
+    >>> stale = ErrorReply(participant="pol", incarnation="i1", code="stale_checkpoint",
+    ...                    message="", high_watermark=OpId(1, 6, 0))
+    >>> read_reply(Op.RESUME, OpId(1, 4, 0), stale)[0].value
+    'recv_refusal'
+    >>> read_reply(Op.RESUME, OpId(1, 4, 0), stale, conflicting=True)[0].value
+    'recv_answer'
     """
     if isinstance(result, ErrorReply):
         cause = cause_of_refusal(result.code)
         if cause is Cause.CHECKPOINT_CONFLICT and result.active_id is not None:
             return CallInput.RECV_CONFLICT, CallEvent(cause, result)
+        if cause is Cause.STALE_ID and conflicting and op is Op.RESUME:
+            return CallInput.RECV_ANSWER, CallEvent(result=result)
         return CallInput.RECV_REFUSAL, CallEvent(cause, result)
     if getattr(result, "op_id", None) != op_id:
         return CallInput.RECV_INVALID, CallEvent(Cause.WRONG_ID, result)
@@ -296,7 +327,9 @@ class PhaseRunner:
     def on_reply(self, participant: str, op: Op, op_id: OpId | None, result: Any) -> None:
         """`participant` answered the call `(op, op_id)`."""
         key = self._known(participant, op, op_id, "stale_reply")
-        if key is not None and self._step(key, *read_reply(op, key[1], result)):
+        if key is None:
+            return
+        if self._step(key, *read_reply(op, key[1], result, conflicting=self._conflicting())):
             self._settle_role()
 
     def on_failure(self, participant: str, op: Op, op_id: OpId | None, cause: Cause) -> None:
@@ -339,6 +372,13 @@ class PhaseRunner:
                 return key
         self.h.log(stale, participant=participant, op=op.value)
         return None
+
+    def _conflicting(self) -> bool:
+        # Does the slot being called resume conflicting ids? (A call in flight is always
+        # one of that slot's: the next slot is called once every call of this one settled.)
+        calls = self.current()
+        slots = self.h.policy.phase_order[calls.phase]
+        return calls.role < len(slots) and slots[calls.role].conflicting
 
     def _save_call(self, key: CallKey, value: Any) -> None:
         self.owner.save(self.current().with_call(key, value))

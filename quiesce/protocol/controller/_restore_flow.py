@@ -24,7 +24,9 @@ the M9 table value, and `ControllerState.restoring`, the `RestoreRun` bookkeepin
                            with the same id (timer), or reject -> resume (= abort) the rs id
                            on everyone touched, then select an older snapshot (S16); a
                            refusal naming another id (`checkpoint_conflict`, a dead
-                           controller's restore): resume that id first, then retry (S5)
+                           controller's restore): resume that id first, then retry (S5);
+                           a new id named on the way (by the restore sent again, or by
+                           the resume itself) is resumed the same way, each round one retry
     RESTORED_PAUSED        `plan_discards`: restart_only continuations (S12)
     DISCARDING             one DISCARD call per continuation (one at a time per agent)
     RESUMING               resume the rs id: resources -> policy -> agents
@@ -36,9 +38,11 @@ the M9 table value, and `ControllerState.restoring`, the `RestoreRun` bookkeepin
     restore_failed         RestoreOutcome (every candidate and why) and Stopped
 
 Failed calls are retried with the same op id when `restore_retry_timer(op_id)` fires
-(`prepare_retry_interval_s` later): a restore call while the table allows (`max_retries`),
-discards and resumes until they succeed (M9 calls spend no `call_retries`: this timer is
-their retry). A participant that *refused* a restore changed nothing, so it is not aborted.
+(`prepare_retry_interval_s` later): a restore call, and the resume of an id a restore call
+conflicted with, while the table allows (`max_retries`: every round of a chain of conflicts
+spends one), discards and other resumes until they succeed (M9 calls spend no
+`call_retries`: this timer is their retry). A participant that *refused* a restore changed
+nothing, so it is not aborted.
 Checkpoint triggers wait while a restore runs, and groups the dataloader opens meanwhile
 are queued as new work, dispatched after every unfinished group.
 """
@@ -80,7 +84,11 @@ from quiesce.protocol.controller._inputs import (
     SnapshotsListed,
 )
 from quiesce.protocol.controller._ledger import Ledger
-from quiesce.protocol.controller._phase_runner import PhaseRunner, conflict_targets
+from quiesce.protocol.controller._phase_runner import (
+    PhaseRunner,
+    conflict_targets,
+    with_conflict,
+)
 from quiesce.protocol.controller._recovery_levels import EffectiveLevel, LevelPlan
 from quiesce.protocol.controller._restore_plan import (
     DispatchItem,
@@ -412,7 +420,7 @@ class RestoreFlow:
     def note_conflict(self, key: CallKey, active_id: OpId) -> None:
         """S5, as for a checkpoint: the id the participant is fenced to (a dead controller's
         restore) is resumed before the restore is asked again."""
-        self.update(conflicts=self.run.conflicts | {(key[0], active_id)})
+        self.update(conflicts=with_conflict(self.run.conflicts, key, active_id))
 
     def clearing(self) -> bool:
         """Is the abort phase resuming only the conflicting ids, the restore still running
@@ -436,9 +444,11 @@ class RestoreFlow:
             return self.judged(self.judge())
         if not failed:
             return True
-        if phase is Phase.ABORT:
+        if phase is Phase.ABORT and not self.clearing():
             self.arm_retry()  # aborting a rejected restore: M9 is already selecting
         else:
+            # Clearing a conflict is part of the restore: a failed round spends one of the
+            # snapshot's retries, so a chain of conflicts is bounded (M9 `max_retries`).
             self.fire(RestoreInput.CALL_FAILED)
         return False
 
@@ -503,7 +513,8 @@ class RestoreFlow:
         if not retry or self.phases.in_flight():
             self.h.log("stale_timer", timer=str(timer))
             return
-        if self.phases.current().phase is Phase.RESTORE:
+        phase = self.phases.current().phase
+        if phase is Phase.RESTORE:
             names = {name for name, _ in retry}
             self.update(
                 replies=tuple(p for p in run.replies if p[0] not in names),
@@ -513,6 +524,11 @@ class RestoreFlow:
                 # S5: resume the ids the refusals named; the restore is asked again after.
                 self.phases.start(Phase.ABORT)
                 return
+        elif phase is Phase.ABORT:
+            # Walked again (keeping who answered): a refusal may have named the id its
+            # participant holds now, which replaces the one refused (`with_conflict`).
+            self.phases.start(Phase.ABORT)
+            return
         self.phases.send_new(sorted(retry))  # the same op id (M9 keeps its id on a retry)
 
     def _to_retry(self) -> frozenset[CallKey]:
