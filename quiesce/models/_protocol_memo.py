@@ -29,7 +29,7 @@ mutant's step with the protocol's (a global memo once made a mutant survive).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from enum import Enum
 from typing import Any, Generic, TypeVar
@@ -132,6 +132,9 @@ class Interner:
 
     A canonical object is recognised by its `id` without hashing it again, which is what
     makes interning an unchanged part of a state (the common case) cost one dict lookup.
+    A value that cannot be hashed (a finish request's result mapping) is filed under the
+    hash of its `repr` (strictly same values with mappings built in another order may get
+    two canonical objects: a memo then misses, it never answers wrongly).
     """
 
     __slots__ = ("_canonical", "_hashes")
@@ -145,7 +148,10 @@ class Interner:
     def __call__(self, value: T) -> T:
         if id(value) in self._hashes:
             return value
-        digest = hash(value)
+        try:
+            digest = hash(value)
+        except TypeError:
+            digest = hash(repr(value))
         kin = self._canonical.setdefault(digest, [])
         for canonical in kin:
             if same(canonical, value):
@@ -169,28 +175,25 @@ class Interner:
 
 
 class _Memo(Generic[R]):
-    """Answers by `(id of a canonical state, input, *context)`; an input matches a
-    remembered one only if it is `same`. An input that cannot be hashed (a finish
-    request's result mapping) is filed under its `repr`."""
+    """Answers by `(id of a canonical state, id of the canonical input, *context)`: the
+    input is interned first, so a remembered answer is found by identities alone (an
+    input object met before is known by its `id`, without hashing or comparing it again:
+    `MemoSystem` hands out the same request or input object for the same message)."""
 
-    __slots__ = ("_answers",)
+    __slots__ = ("_answers", "_intern")
 
-    def __init__(self) -> None:
-        self._answers: dict[Hashable, list[tuple[Any, R]]] = {}
+    def __init__(self, intern: Interner) -> None:
+        self._intern = intern
+        self._answers: dict[tuple[Any, ...], R] = {}
 
     def answer(
         self, state: int, input: Any, context: tuple[Any, ...], compute: Callable[[], R]
     ) -> R:
-        try:
-            remembered = self._answers.setdefault((state, input, *context), [])
-        except TypeError:
-            remembered = self._answers.setdefault((state, repr(input), *context), [])
-        for seen, found in remembered:
-            if same(seen, input):
-                return found
-        result = compute()
-        remembered.append((input, result))
-        return result
+        key = (state, id(self._intern(input)), *context)
+        found = self._answers.get(key)
+        if found is None:
+            found = self._answers[key] = compute()
+        return found
 
 
 class MemoCoordinator(Coordinator):
@@ -205,7 +208,7 @@ class MemoCoordinator(Coordinator):
         self.__dict__.update(inner.__dict__)
         self._intern = intern
         self._remember = remember
-        self._steps: _Memo[tuple[ControllerState, tuple[ControllerEffect, ...]]] = _Memo()
+        self._steps: _Memo[tuple[ControllerState, tuple[ControllerEffect, ...]]] = _Memo(intern)
 
     def step(
         self, state: ControllerState, now: float, input: ControllerInput
@@ -232,7 +235,11 @@ class MemoSystem(System):
         super().__init__(coordinator, **options)
         self._intern = intern
         self._remember = remember
-        self._answers: _Memo[Answer] = _Memo()
+        self._answers: _Memo[Answer] = _Memo(intern)
+        self._restarts: dict[tuple[int, str], ParticipantState] = {}
+        # What `_made` made, by its parts' identities; the entry keeps the parts alive, so
+        # no other object can take an `id` its key names.
+        self._made_of: dict[tuple[int, ...], tuple[tuple[object, ...], Any]] = {}
 
     def handle(
         self, participant: ParticipantState, op: Any, request: Message, now: float
@@ -246,3 +253,23 @@ class MemoSystem(System):
         if not self._remember:
             return compute()
         return self._answers.answer(id(participant), request, (op, now), compute)
+
+    def restart(self, participant: ParticipantState, incarnation: str) -> ParticipantState:
+        participant = self._intern(participant)
+        if not self._remember:
+            return self._intern(System.restart(self, participant, incarnation))
+        key = (id(participant), incarnation)
+        found = self._restarts.get(key)
+        if found is None:
+            found = self._restarts[key] = self._intern(
+                System.restart(self, participant, incarnation)
+            )
+        return found
+
+    def _made(self, parts: tuple[object, ...], build: Callable[[], T]) -> T:
+        key = tuple(map(id, parts))
+        found = self._made_of.get(key)
+        if found is None:
+            found = self._made_of[key] = (parts, build())
+        made: T = found[1]
+        return made

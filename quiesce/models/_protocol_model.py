@@ -51,7 +51,7 @@ import operator
 import signal
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from quiesce.fsm import Table
 from quiesce.models._copier import replace
@@ -115,6 +115,8 @@ from quiesce.protocol.participant import (
 )
 
 __all__ = ["Hooks", "ProtocolModel"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -227,10 +229,12 @@ class ProtocolModel(Model[PState]):
             recover=self.hooks.recover,
         )
         # Per canonical part (by `id`): the controller without its per-phase seconds, the
-        # canonical in-flight message of a (call, reply) pair, and a message's sort key.
+        # canonical in-flight message of a (call, reply) pair, a canonical message's sort
+        # key, and the canonical tuple of canonical participants, messages or timers.
         self._plain: dict[int, ControllerState] = {}
         self._in_flight: dict[tuple[int, int], InFlight] = {}
         self._order: dict[int, tuple[Any, ...]] = {}
+        self._tuples: dict[tuple[int, ...], tuple[Any, ...]] = {}
         # The canonical systems by their parts' identities, and the system's move from one
         # (by its identity), per action and the environment values the move reads.
         self._memoise = memoise
@@ -611,22 +615,11 @@ class ProtocolModel(Model[PState]):
         """The model state of canonical `sys` and `env`. Its hash combines the system's
         hash (computed once per canonical system, from the hashes the interner computed
         once per canonical part) with the environment's; equality stays the values' own
-        `==` (a canonical part compares by identity first, so a repeat costs a few pointer
-        comparisons)."""
-        key = (
-            sys.controller,
-            sys.participants,
-            sys.messages,
-            sys.timers,
-            sys.store,
-            sys.now,
-            sys.anchor,
-            env,
-        )
+        `==` (one canonical system is one object, so a repeat compares by identity)."""
         digest = self._digests.get(id(sys))
         if digest is None:
             digest = self._system_digest(sys)
-        return PState(sys, env, key, hash((digest, env)))
+        return PState(sys, env, hash((digest, env)))
 
     def _system_digest(self, sys: SystemState) -> int:
         """The hash of `sys` by value, from its parts' hashes the interner keeps."""
@@ -647,46 +640,66 @@ class ProtocolModel(Model[PState]):
         """`sys` with every part interned, and without what carries no information: the
         per-phase seconds (time is abstract) and the arrival order of in-flight messages
         (any one may be delivered next). `before`, a canonical state `sys` was computed
-        from: the parts a step left alone are its, canonical already."""
+        from: the parts a step left alone (the same objects) are its, canonical already,
+        and are not looked at again."""
         intern = self._intern
-        controller = self._without_seconds(intern(sys.controller))
-        participants = tuple(map(intern, sys.participants))
-        if before is not None and sys.messages is before.messages:
-            messages = before.messages
-        else:
-            messages = tuple(map(self._message, sys.messages))
-            if len(messages) > 1:
-                messages = tuple(sorted(messages, key=self._message_order))
-        timers = intern(sys.timers)
-        store = intern(sys.store)
-        if (
-            controller is sys.controller
-            and messages is sys.messages
-            and timers is sys.timers
-            and store is sys.store
-            and all(map(operator.is_, participants, sys.participants))
-        ):
-            canonical = sys  # canonical parts already: no copy
-        else:
-            canonical = SystemState(
-                controller, participants, messages, timers, store, sys.now, sys.anchor
-            )
+        controller = sys.controller
+        if before is None or controller is not before.controller:
+            controller = self._without_seconds(intern(controller))
+        participants = sys.participants
+        if before is None or participants is not before.participants:
+            participants = self._tuple_of(tuple(map(intern, participants)))
+        messages = sys.messages
+        if before is None or messages is not before.messages:
+            messages = self._messages_of(messages)
+        timers = sys.timers
+        if before is None or timers is not before.timers:
+            timers = self._tuple_of(tuple(map(intern, timers)))
+        store = sys.store
+        if before is None or store is not before.store:
+            store = intern(store)
+        anchor = sys.anchor
+        if before is None or anchor is not before.anchor:
+            anchor = intern(anchor)
         # One object per distinct system (its parts' identities are its value), so a
         # system's moves can be remembered by its identity.
         identity = (
             id(controller),
-            tuple(map(id, participants)),
-            tuple(map(id, messages)),
+            id(participants),
+            id(messages),
             id(timers),
             id(store),
             sys.now,
-            sys.anchor,
+            id(anchor),
         )
         found = self._systems.get(identity)
         if found is None:
-            found = self._systems[identity] = canonical
-            self._digests[id(canonical)] = self._system_digest(canonical)
+            parts = (controller, participants, messages, timers, store, sys.now, anchor)
+            # Canonical parts already: no copy.
+            same = all(map(operator.is_, parts, _parts(sys)))
+            found = sys if same else SystemState(*parts)
+            # The entry keeps every part its identity names alive: no other object can
+            # take one of those ids while it is filed.
+            self._systems[identity] = found
+            self._digests[id(found)] = self._system_digest(found)
         return found
+
+    def _tuple_of(self, parts: tuple[T, ...]) -> tuple[T, ...]:
+        """The one canonical tuple of the canonical `parts` (by their identities)."""
+        key = tuple(map(id, parts))
+        found = self._tuples.get(key)
+        if found is None:
+            found = self._tuples[key] = self._intern(parts)
+        return found
+
+    def _messages_of(self, messages: tuple[InFlight, ...]) -> tuple[InFlight, ...]:
+        """The canonical tuple of `messages`: each one canonical, in `_message_order`."""
+        order = self._order
+        # A message with a sort key is canonical already (the key is filed by its `id`).
+        canonical = [m if id(m) in order else self._message(m) for m in messages]
+        if len(canonical) > 1:
+            canonical.sort(key=lambda m: order[id(m)])
+        return self._tuple_of(tuple(canonical))
 
     def _without_seconds(self, controller: ControllerState) -> ControllerState:
         found = self._plain.get(id(controller))
@@ -695,18 +708,15 @@ class ProtocolModel(Model[PState]):
         return found
 
     def _message(self, message: InFlight) -> InFlight:
+        """The canonical message of `message` (its call and reply canonical), with its
+        sort key filed."""
         call = self._intern(message.call)
         reply = None if message.reply is None else self._intern(message.reply)
         pair = (id(call), id(reply))
         found = self._in_flight.get(pair)
         if found is None:
             found = self._in_flight[pair] = self._intern(InFlight(call, reply))
-        return found
-
-    def _message_order(self, message: InFlight) -> tuple[Any, ...]:
-        found = self._order.get(id(message))
-        if found is None:
-            found = self._order[id(message)] = _message_order(message)
+            self._order[id(found)] = _message_order(found)
         return found
 
     # ------------------------------------------------------------------ properties
@@ -799,6 +809,19 @@ def _alarm(seconds: float) -> Iterator[None]:
 
 def _call_failed(call: Any, cause: Cause) -> CallFailed:
     return CallFailed(call.participant, call.op, call.op_id, cause, call.payload)
+
+
+def _parts(sys: SystemState) -> tuple[Any, ...]:
+    """The fields of `sys`, in order."""
+    return (
+        sys.controller,
+        sys.participants,
+        sys.messages,
+        sys.timers,
+        sys.store,
+        sys.now,
+        sys.anchor,
+    )
 
 
 def _message_order(message: InFlight) -> tuple[Any, ...]:
