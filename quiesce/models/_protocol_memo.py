@@ -1,10 +1,12 @@
 """Hash-consing and memoised steps for the `protocol` model, one set per model instance.
 
 What lives here: `Interner` (one canonical object per distinct value: hash-consing, with
-each canonical object's hash computed once), `MemoCoordinator` (the model's coordinator,
-its `step` memoised on the canonical state) and `MemoSystem` (the composed system, every
-participant's `handle` memoised the same way), and `same`, the strict equality both rely
-on. What it does not know: what the steps mean; it only remembers what they returned.
+each canonical object's hash computed once), `CanonicalSystems` (one object per distinct
+composed system, found by its parts' identities), `MemoCoordinator` (the model's
+coordinator, its `step` memoised on the canonical state) and `MemoSystem` (the composed
+system, every participant's `handle` memoised the same way, every request and input it
+makes from a message made once), and `same`, the strict equality they rely on. What it
+does not know: what the steps mean; it only remembers what they returned.
 
 Why it pays. The explorer reaches the same controller state, with the same input, from
 thousands of global states that differ only elsewhere (a participant, a message in flight,
@@ -29,6 +31,7 @@ mutant's step with the protocol's (a global memo once made a mutant survive).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass
 from enum import Enum
@@ -36,7 +39,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from quiesce.models._system import System
+from quiesce.models._copier import replace
+from quiesce.models._system import InFlight, System, SystemState
 from quiesce.protocol.controller import (
     ControllerEffect,
     ControllerInput,
@@ -46,7 +50,7 @@ from quiesce.protocol.controller import (
 from quiesce.protocol.participant import Answer, ParticipantState
 from quiesce.protocol.wire import Message
 
-__all__ = ["Interner", "MemoCoordinator", "MemoSystem", "same"]
+__all__ = ["CanonicalSystems", "Interner", "MemoCoordinator", "MemoSystem", "same"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -198,7 +202,8 @@ class _Memo(Generic[R]):
 
 class MemoCoordinator(Coordinator):
     """`inner` (same configuration, tables and policy) with `step` memoised: a step runs
-    once per distinct `(state, now, input)` and its next state is interned in `intern`.
+    once per distinct `(state, now, input)` and its next state is interned in `intern`
+    (and `initial` once per epoch).
     A step that raises (a mutant's core) is not remembered: it raises every time. With
     `remember=False` every step is computed (its next state still interned).
     """
@@ -209,6 +214,15 @@ class MemoCoordinator(Coordinator):
         self._intern = intern
         self._remember = remember
         self._steps: _Memo[tuple[ControllerState, tuple[ControllerEffect, ...]]] = _Memo(intern)
+        self._initial: dict[int, ControllerState] = {}
+
+    def initial(self, epoch: int) -> ControllerState:
+        found = self._initial.get(epoch)
+        if found is None:
+            found = self._intern(Coordinator.initial(self, epoch))
+            if self._remember:
+                self._initial[epoch] = found
+        return found
 
     def step(
         self, state: ControllerState, now: float, input: ControllerInput
@@ -273,3 +287,172 @@ class MemoSystem(System):
             found = self._made_of[key] = (parts, build())
         made: T = found[1]
         return made
+
+
+class CanonicalSystems:
+    """One object per distinct composed system: `systems(state)` is the canonical system
+    of `state`, every part interned in `intern`, without what carries no information
+    (the per-phase seconds: time is abstract; the arrival order of in-flight messages:
+    any one may be delivered next). `digest(canonical)` is its hash, computed once from
+    its parts' hashes. A system's moves can then be remembered by its identity.
+    """
+
+    __slots__ = ("_digests", "_in_flight", "_intern", "_order", "_plain", "_systems", "_tuples")
+
+    def __init__(self, intern: Interner) -> None:
+        self._intern = intern
+        # Per canonical part (by `id`): the controller without its per-phase seconds, the
+        # canonical in-flight message of a (call, reply) pair, a canonical message's sort
+        # key, and the canonical tuple of canonical participants, messages or timers.
+        self._plain: dict[int, ControllerState] = {}
+        self._in_flight: dict[tuple[int, int], InFlight] = {}
+        self._order: dict[int, tuple[Any, ...]] = {}
+        self._tuples: dict[tuple[int, ...], tuple[Any, ...]] = {}
+        # The canonical systems by their parts' identities, and their hashes (by `id`).
+        self._systems: dict[tuple[Any, ...], SystemState] = {}
+        self._digests: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._systems)
+
+    def __call__(self, sys: SystemState, before: SystemState | None = None) -> SystemState:
+        """The canonical system of `sys`. `before`, a canonical system `sys` was computed
+        from: the parts a step left alone (the same objects) are its, canonical already,
+        and are not looked at again."""
+        intern = self._intern
+        controller = sys.controller
+        if before is None or controller is not before.controller:
+            controller = self._without_seconds(intern(controller))
+        participants = sys.participants
+        if before is None or participants is not before.participants:
+            participants = self._tuple_of(tuple(map(intern, participants)))
+        messages = sys.messages
+        if before is None or messages is not before.messages:
+            messages = self._messages_of(messages)
+        timers = sys.timers
+        if before is None or timers is not before.timers:
+            timers = self._tuple_of(tuple(map(intern, timers)))
+        store = sys.store
+        if before is None or store is not before.store:
+            store = intern(store)
+        anchor = sys.anchor
+        if before is None or anchor is not before.anchor:
+            anchor = intern(anchor)
+        identity = (
+            id(controller),
+            id(participants),
+            id(messages),
+            id(timers),
+            id(store),
+            sys.now,
+            id(anchor),
+        )
+        found = self._systems.get(identity)
+        if found is None:
+            parts = (controller, participants, messages, timers, store, sys.now, anchor)
+            # Canonical parts already: no copy.
+            same_parts = all(map(operator.is_, parts, _parts(sys)))
+            found = sys if same_parts else SystemState(*parts)
+            # The entry keeps every part its identity names alive: no other object can
+            # take one of those ids while it is filed.
+            self._systems[identity] = found
+            self._digests[id(found)] = self._hash(found)
+        return found
+
+    def digest(self, sys: SystemState) -> int:
+        """The hash of `sys` (computed once if it is canonical)."""
+        found = self._digests.get(id(sys))
+        return self._hash(sys) if found is None else found
+
+    def forget(self) -> None:
+        """Drop the canonical systems and their hashes (a hash is dropped with the system
+        that keeps its `id` from being reused); the parts stay canonical."""
+        self._systems.clear()
+        self._digests.clear()
+
+    def _hash(self, sys: SystemState) -> int:
+        """The hash of `sys` by value, from its parts' hashes the interner keeps."""
+        hash_of = self._intern.hash_of
+        return hash(
+            (
+                hash_of(sys.controller),
+                tuple(map(hash_of, sys.participants)),
+                tuple(map(hash_of, sys.messages)),
+                hash_of(sys.timers),
+                hash_of(sys.store),
+                sys.now,
+                sys.anchor,
+            )
+        )
+
+    def _tuple_of(self, parts: tuple[T, ...]) -> tuple[T, ...]:
+        """The one canonical tuple of the canonical `parts` (by their identities)."""
+        key = tuple(map(id, parts))
+        found = self._tuples.get(key)
+        if found is None:
+            found = self._tuples[key] = self._intern(parts)
+        return found
+
+    def _messages_of(self, messages: tuple[InFlight, ...]) -> tuple[InFlight, ...]:
+        """The canonical tuple of `messages`: each one canonical, in `_message_order`."""
+        order = self._order
+        # A message with a sort key is canonical already (the key is filed by its `id`).
+        canonical = [m if id(m) in order else self._message(m) for m in messages]
+        if len(canonical) > 1:
+            canonical.sort(key=lambda m: order[id(m)])
+        return self._tuple_of(tuple(canonical))
+
+    def _without_seconds(self, controller: ControllerState) -> ControllerState:
+        found = self._plain.get(id(controller))
+        if found is None:
+            found = self._plain[id(controller)] = self._intern(_without_seconds(controller))
+        return found
+
+    def _message(self, message: InFlight) -> InFlight:
+        """The canonical message of `message` (its call and reply canonical), with its
+        sort key filed."""
+        call = self._intern(message.call)
+        reply = None if message.reply is None else self._intern(message.reply)
+        pair = (id(call), id(reply))
+        found = self._in_flight.get(pair)
+        if found is None:
+            found = self._in_flight[pair] = self._intern(InFlight(call, reply))
+            self._order[id(found)] = _message_order(found)
+        return found
+
+
+def _parts(sys: SystemState) -> tuple[Any, ...]:
+    """The fields of `sys`, in order."""
+    return (
+        sys.controller,
+        sys.participants,
+        sys.messages,
+        sys.timers,
+        sys.store,
+        sys.now,
+        sys.anchor,
+    )
+
+
+def _message_order(message: InFlight) -> tuple[Any, ...]:
+    """The sort key of an in-flight message: by value, so the order of a state's messages
+    (hence of its actions) is the same in every run."""
+    call = message.call
+    op_id = call.op_id
+    return (
+        call.participant,
+        call.op.value,
+        (-1, -1) if op_id is None else (op_id.epoch, op_id.seq),
+        repr(call.payload),
+        message.reply is not None,
+        repr(message.reply),
+    )
+
+
+def _without_seconds(controller: ControllerState) -> ControllerState:
+    """`controller` without its attempt's per-phase seconds (they feed metrics only)."""
+    attempt = controller.attempt
+    if attempt is None or not attempt.phase_seconds:
+        return controller
+    data = replace(controller.checkpoint.data, attempt=replace(attempt, phase_seconds=()))
+    return replace(controller, checkpoint=replace(controller.checkpoint, data=data))

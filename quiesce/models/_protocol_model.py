@@ -30,7 +30,9 @@ How the state stays small (the explorer's notes):
   the optimizer step, the train switch and the weight sync are counted, so the fault-free
   graph is acyclic except through goal states;
 - ids are already by order of creation (`ck-{epoch}-{seq}`), incarnations are
-  `{name}-{n}`; a state hashes once (`PState` caches its hash).
+  `{name}-{n}`; a state hashes once (`PState` caches its hash), and a system is one
+  object per distinct value (`_protocol_memo.CanonicalSystems`), so its moves are
+  remembered by its identity.
 
 A controller crash restarts the real coordinator: it finishes its intent (§6) and runs the
 M9 restore from the published snapshots, whose restore calls are ordered by I5 and can be
@@ -47,16 +49,20 @@ names the check that covers each.
 from __future__ import annotations
 
 import contextlib
-import operator
 import signal
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple
 
 from quiesce.fsm import Table
 from quiesce.models._copier import replace
 from quiesce.models._explorer import Action, Always, Model, Trace
-from quiesce.models._protocol_memo import Interner, MemoCoordinator, MemoSystem
+from quiesce.models._protocol_memo import (
+    CanonicalSystems,
+    Interner,
+    MemoCoordinator,
+    MemoSystem,
+)
 from quiesce.models._protocol_properties import Judge
 from quiesce.models._protocol_state import (
     CONTROL_OPS,
@@ -79,7 +85,6 @@ from quiesce.models._system import InFlight, SystemState
 from quiesce.protocol import Cause, QuiesceConfig
 from quiesce.protocol.controller import (
     CallFailed,
-    ControllerState,
     Coordinator,
     CoordinatorPolicy,
     GroupOpened,
@@ -115,8 +120,6 @@ from quiesce.protocol.participant import (
 )
 
 __all__ = ["Hooks", "ProtocolModel"]
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -228,22 +231,15 @@ class ProtocolModel(Model[PState]):
             rules=self.hooks.participant,
             recover=self.hooks.recover,
         )
-        # Per canonical part (by `id`): the controller without its per-phase seconds, the
-        # canonical in-flight message of a (call, reply) pair, a canonical message's sort
-        # key, and the canonical tuple of canonical participants, messages or timers.
-        self._plain: dict[int, ControllerState] = {}
-        self._in_flight: dict[tuple[int, int], InFlight] = {}
-        self._order: dict[int, tuple[Any, ...]] = {}
-        self._tuples: dict[tuple[int, ...], tuple[Any, ...]] = {}
-        # The canonical systems by their parts' identities, and the system's move from one
-        # (by its identity), per action and the environment values the move reads.
+        # The canonical systems, and the system's move from one (by its identity), per
+        # action and the environment values the move reads.
         self._memoise = memoise
-        self._systems: dict[tuple[Any, ...], SystemState] = {}
+        self._systems = CanonicalSystems(self._intern)
         self._moves: dict[tuple[int, int, Any], tuple[SystemState, Action, _Move]] = {}
-        self._digests: dict[int, int] = {}  # canonical system (by id) -> its hash
         self.cast = Cast.of(self.p)
         self.judge = Judge(self.cast)
         self._actions: dict[tuple[Any, ...], Action] = {}
+        self._on_messages: dict[tuple[int, int], _MessageMoves] = {}
 
     # ------------------------------------------------------------------ setup
 
@@ -277,9 +273,9 @@ class ProtocolModel(Model[PState]):
                 after, effects = self.system.input(state, opened)
         except Exception as error:  # a mutant's core raised or looped opening the group
             raised = replace(env, raised=f"{type(error).__name__}: {error}")
-            yield self._make(self._canonical(state), raised)
+            yield self._make(self._systems(state), raised)
             return
-        after = self._canonical(after)
+        after = self._systems(after)
         env = self.judge.observe(after, after, effects, env)
         yield self._make(after, env)
 
@@ -326,9 +322,8 @@ class ProtocolModel(Model[PState]):
         act = self._action
         enabled: list[Action] = []
         # Messages: delivery, and the faults that may strike each one.
-        for index, message in enumerate(sys.messages):
-            text = describe_message(message)
-            enabled.append(act(f"deliver {text}", ("deliver", index)))
+        on_messages = [self._message_moves(i, m) for i, m in enumerate(sys.messages)]
+        enabled.extend(moves.deliver for moves in on_messages)
         # Rollouts: each live execution on an agent ends a turn or finishes.
         for agent in self.cast.agents:
             for execution in executions(sys.participant(agent)):
@@ -390,18 +385,10 @@ class ProtocolModel(Model[PState]):
             who, op, _ = env.delayed
             enabled.append(act(f"stale {op.value} redelivered to {who}", ("redeliver",)))
         if env.faults > 0:
-            for index, message in enumerate(sys.messages):
-                text = describe_message(message)
-                if message.reply is None:
-                    enabled.append(act(f"request lost: {text}", ("drop", index), True))
-                    enabled.append(
-                        act(f"5xx: {text}", ("fail", index, Cause.PARTICIPANT_ERROR), True)
-                    )
-                    enabled.append(act(f"timeout: {text}", ("fail", index, Cause.TIMEOUT), True))
-                    if env.delayed is None and message.call.op in CONTROL_OPS:
-                        enabled.append(act(f"delayed: {text}", ("delay", index), True))
-                else:
-                    enabled.append(act(f"reply lost: {text}", ("drop", index), True))
+            for moves in on_messages:
+                enabled.extend(moves.faults)
+                if moves.delay is not None and env.delayed is None:
+                    enabled.append(moves.delay)
             for index in self.system.restore_replies(sys):
                 text = describe_message(sys.messages[index])
                 enabled.append(
@@ -412,6 +399,29 @@ class ProtocolModel(Model[PState]):
                 for who in self.cast.names:
                     enabled.append(act(f"{who} crashes", ("crash_participant", who), True))
         return enabled
+
+    def _message_moves(self, index: int, message: InFlight) -> _MessageMoves:
+        """The actions on in-flight message `index`, labelled once per `(index, message)`."""
+        key = (index, id(message))
+        found = self._on_messages.get(key)
+        if found is None:
+            act = self._action
+            text = describe_message(message)
+            delay = None
+            faults: tuple[Action, ...]
+            if message.reply is None:
+                faults = (
+                    act(f"request lost: {text}", ("drop", index), True),
+                    act(f"5xx: {text}", ("fail", index, Cause.PARTICIPANT_ERROR), True),
+                    act(f"timeout: {text}", ("fail", index, Cause.TIMEOUT), True),
+                )
+                if message.call.op in CONTROL_OPS:
+                    delay = act(f"delayed: {text}", ("delay", index), True)
+            else:
+                faults = (act(f"reply lost: {text}", ("drop", index), True),)
+            deliver = act(f"deliver {text}", ("deliver", index))
+            found = self._on_messages[key] = _MessageMoves(message, deliver, faults, delay)
+        return found
 
     def _may_expire(self, sys: SystemState, group_id: str) -> bool:
         """Deadline expiry within the attempt bound: every sibling it would retry must
@@ -479,8 +489,7 @@ class ProtocolModel(Model[PState]):
         """Drop the remembered moves, the canonical systems and their hashes (by `id`: a
         hash is dropped with the system that keeps its `id` from being reused)."""
         self._moves.clear()
-        self._systems.clear()
-        self._digests.clear()
+        self._systems.forget()
 
     def _system_step(self, sys: SystemState, env: Env, action: Action) -> _Move:
         """The composed system's move on `action` (canonical after), reading from `env`
@@ -546,7 +555,7 @@ class ProtocolModel(Model[PState]):
             sys, effects = system.crash_participant(sys, name, f"{name}-{_crashes(env, name)}")
         else:  # pragma: no cover - every payload kind is listed above
             raise ValueError(f"unknown action {action.label!r}")
-        return self._canonical(sys, before), effects, delivered, request
+        return self._systems(sys, before), effects, delivered, request
 
     def _environment_step(self, sys: SystemState, env: Env, action: Action, request: Any) -> Env:
         """The environment's budgets and ledger after `action` from `sys` (before the
@@ -616,108 +625,7 @@ class ProtocolModel(Model[PState]):
         hash (computed once per canonical system, from the hashes the interner computed
         once per canonical part) with the environment's; equality stays the values' own
         `==` (one canonical system is one object, so a repeat compares by identity)."""
-        digest = self._digests.get(id(sys))
-        if digest is None:
-            digest = self._system_digest(sys)
-        return PState(sys, env, hash((digest, env)))
-
-    def _system_digest(self, sys: SystemState) -> int:
-        """The hash of `sys` by value, from its parts' hashes the interner keeps."""
-        hash_of = self._intern.hash_of
-        return hash(
-            (
-                hash_of(sys.controller),
-                tuple(map(hash_of, sys.participants)),
-                tuple(map(hash_of, sys.messages)),
-                hash_of(sys.timers),
-                hash_of(sys.store),
-                sys.now,
-                sys.anchor,
-            )
-        )
-
-    def _canonical(self, sys: SystemState, before: SystemState | None = None) -> SystemState:
-        """`sys` with every part interned, and without what carries no information: the
-        per-phase seconds (time is abstract) and the arrival order of in-flight messages
-        (any one may be delivered next). `before`, a canonical state `sys` was computed
-        from: the parts a step left alone (the same objects) are its, canonical already,
-        and are not looked at again."""
-        intern = self._intern
-        controller = sys.controller
-        if before is None or controller is not before.controller:
-            controller = self._without_seconds(intern(controller))
-        participants = sys.participants
-        if before is None or participants is not before.participants:
-            participants = self._tuple_of(tuple(map(intern, participants)))
-        messages = sys.messages
-        if before is None or messages is not before.messages:
-            messages = self._messages_of(messages)
-        timers = sys.timers
-        if before is None or timers is not before.timers:
-            timers = self._tuple_of(tuple(map(intern, timers)))
-        store = sys.store
-        if before is None or store is not before.store:
-            store = intern(store)
-        anchor = sys.anchor
-        if before is None or anchor is not before.anchor:
-            anchor = intern(anchor)
-        # One object per distinct system (its parts' identities are its value), so a
-        # system's moves can be remembered by its identity.
-        identity = (
-            id(controller),
-            id(participants),
-            id(messages),
-            id(timers),
-            id(store),
-            sys.now,
-            id(anchor),
-        )
-        found = self._systems.get(identity)
-        if found is None:
-            parts = (controller, participants, messages, timers, store, sys.now, anchor)
-            # Canonical parts already: no copy.
-            same = all(map(operator.is_, parts, _parts(sys)))
-            found = sys if same else SystemState(*parts)
-            # The entry keeps every part its identity names alive: no other object can
-            # take one of those ids while it is filed.
-            self._systems[identity] = found
-            self._digests[id(found)] = self._system_digest(found)
-        return found
-
-    def _tuple_of(self, parts: tuple[T, ...]) -> tuple[T, ...]:
-        """The one canonical tuple of the canonical `parts` (by their identities)."""
-        key = tuple(map(id, parts))
-        found = self._tuples.get(key)
-        if found is None:
-            found = self._tuples[key] = self._intern(parts)
-        return found
-
-    def _messages_of(self, messages: tuple[InFlight, ...]) -> tuple[InFlight, ...]:
-        """The canonical tuple of `messages`: each one canonical, in `_message_order`."""
-        order = self._order
-        # A message with a sort key is canonical already (the key is filed by its `id`).
-        canonical = [m if id(m) in order else self._message(m) for m in messages]
-        if len(canonical) > 1:
-            canonical.sort(key=lambda m: order[id(m)])
-        return self._tuple_of(tuple(canonical))
-
-    def _without_seconds(self, controller: ControllerState) -> ControllerState:
-        found = self._plain.get(id(controller))
-        if found is None:
-            found = self._plain[id(controller)] = self._intern(_without_seconds(controller))
-        return found
-
-    def _message(self, message: InFlight) -> InFlight:
-        """The canonical message of `message` (its call and reply canonical), with its
-        sort key filed."""
-        call = self._intern(message.call)
-        reply = None if message.reply is None else self._intern(message.reply)
-        pair = (id(call), id(reply))
-        found = self._in_flight.get(pair)
-        if found is None:
-            found = self._in_flight[pair] = self._intern(InFlight(call, reply))
-            self._order[id(found)] = _message_order(found)
-        return found
+        return PState(sys, env, hash((self._systems.digest(sys), env)))
 
     # ------------------------------------------------------------------ properties
 
@@ -761,6 +669,18 @@ class ProtocolModel(Model[PState]):
 
 
 # ============================================================================ helpers
+
+
+class _MessageMoves(NamedTuple):
+    """The actions on one in-flight message: its delivery, the faults that may strike it
+    and the delay fault (enabled only while no other request is held back). It keeps
+    `message` alive: its `id` names it in the model's table of these."""
+
+    message: InFlight
+    deliver: Action
+    faults: tuple[Action, ...]
+    delay: Action | None
+
 
 _Move = tuple[SystemState, tuple[Any, ...], InFlight | None, Any]
 """A system's move: the canonical system after it, the controller's effects, the message
@@ -809,40 +729,3 @@ def _alarm(seconds: float) -> Iterator[None]:
 
 def _call_failed(call: Any, cause: Cause) -> CallFailed:
     return CallFailed(call.participant, call.op, call.op_id, cause, call.payload)
-
-
-def _parts(sys: SystemState) -> tuple[Any, ...]:
-    """The fields of `sys`, in order."""
-    return (
-        sys.controller,
-        sys.participants,
-        sys.messages,
-        sys.timers,
-        sys.store,
-        sys.now,
-        sys.anchor,
-    )
-
-
-def _message_order(message: InFlight) -> tuple[Any, ...]:
-    """The sort key of an in-flight message: by value, so the order of a state's messages
-    (hence of its actions) is the same in every run."""
-    call = message.call
-    op_id = call.op_id
-    return (
-        call.participant,
-        call.op.value,
-        (-1, -1) if op_id is None else (op_id.epoch, op_id.seq),
-        repr(call.payload),
-        message.reply is not None,
-        repr(message.reply),
-    )
-
-
-def _without_seconds(controller: ControllerState) -> ControllerState:
-    """`controller` without its attempt's per-phase seconds (they feed metrics only)."""
-    attempt = controller.attempt
-    if attempt is None or not attempt.phase_seconds:
-        return controller
-    data = replace(controller.checkpoint.data, attempt=replace(attempt, phase_seconds=()))
-    return replace(controller, checkpoint=replace(controller.checkpoint, data=data))

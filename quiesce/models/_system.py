@@ -107,6 +107,7 @@ from quiesce.protocol.wire import (
     AckRequest,
     BeginRequest,
     BoundaryRequest,
+    Capabilities,
     ControlRequest,
     DiscardRequest,
     ErrorReply,
@@ -366,9 +367,10 @@ class System:
             now=now,
             anchor=anchor,
         )
-        caps = tuple(capabilities(p) for p in members)
+        caps = tuple(map(self._capabilities, members))
+        discovered = self._made(caps, lambda: Discovered(caps))
         intent = None if state.store.intent is None else state.store.intent[0]
-        return self._feed(state, [Discovered(caps), Recovered(intent, step)])
+        return self._feed(state, [discovered, Recovered(intent, step)])
 
     # ------------------------------------------------------------------ environment
 
@@ -564,6 +566,10 @@ class System:
         message, the cause, ...). Every one is made here, so a model can hand out one
         object per `parts` and know it again by identity (`MemoSystem`)."""
         return build()
+
+    def _capabilities(self, participant: ParticipantState) -> Capabilities:
+        """What `participant` reports at discovery."""
+        return self._made((participant,), lambda: capabilities(participant))
 
     def _request(self, call: Call, store: Store) -> Any:
         """The wire request of `call` (a restore's carries its artifact from `store`)."""
