@@ -40,7 +40,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from quiesce.models._copier import replace
-from quiesce.models._system import InFlight, System, SystemState
+from quiesce.models._system import InFlight, Store, System, SystemState, _Draft
 from quiesce.protocol.controller import (
     ControllerEffect,
     ControllerInput,
@@ -244,10 +244,17 @@ class MemoSystem(System):
     step computed, still interned)."""
 
     def __init__(
-        self, coordinator: Coordinator, intern: Interner, *, remember: bool = True, **options: Any
+        self,
+        coordinator: Coordinator,
+        intern: Interner,
+        systems: CanonicalSystems,
+        *,
+        remember: bool = True,
+        **options: Any,
     ) -> None:
         super().__init__(coordinator, **options)
         self._intern = intern
+        self._systems = systems
         self._remember = remember
         self._answers: _Memo[Answer] = _Memo(intern)
         self._restarts: dict[tuple[int, str], ParticipantState] = {}
@@ -279,6 +286,23 @@ class MemoSystem(System):
                 System.restart(self, participant, incarnation)
             )
         return found
+
+    def _freeze(self, draft: _Draft) -> SystemState:
+        # The canonical system, found from the draft's parts: no frozen copy of a state
+        # the model has already (an action that started from a canonical system changed
+        # only the parts that are not the same objects as there).
+        systems, origin = self._systems, draft.origin
+        return systems.of(
+            None,
+            draft.controller,
+            draft.participants,
+            draft.messages,
+            draft.timers,
+            draft.store,
+            draft.now,
+            draft.anchor,
+            before=origin if systems.knows(origin) else None,
+        )
 
     def _made(self, parts: tuple[object, ...], build: Callable[[], T]) -> T:
         key = tuple(map(id, parts))
@@ -319,23 +343,40 @@ class CanonicalSystems:
         """The canonical system of `sys`. `before`, a canonical system `sys` was computed
         from: the parts a step left alone (the same objects) are its, canonical already,
         and are not looked at again."""
+        if id(sys) in self._digests:
+            return sys  # canonical already
+        return self.of(sys, *_parts(sys), before=before)
+
+    def knows(self, sys: SystemState) -> bool:
+        """Whether `sys` is a canonical system."""
+        return id(sys) in self._digests
+
+    def of(
+        self,
+        built: SystemState | None,
+        controller: ControllerState,
+        participants: tuple[ParticipantState, ...],
+        messages: tuple[InFlight, ...],
+        timers: tuple[Any, ...],
+        store: Store,
+        now: float,
+        anchor: Any,
+        *,
+        before: SystemState | None,
+    ) -> SystemState:
+        """The canonical system with these parts (see `__call__`); `built`, a system with
+        these very parts if there is one, is the canonical one if they are canonical."""
         intern = self._intern
-        controller = sys.controller
         if before is None or controller is not before.controller:
             controller = self._without_seconds(intern(controller))
-        participants = sys.participants
         if before is None or participants is not before.participants:
             participants = self._tuple_of(tuple(map(intern, participants)))
-        messages = sys.messages
         if before is None or messages is not before.messages:
             messages = self._messages_of(messages)
-        timers = sys.timers
         if before is None or timers is not before.timers:
             timers = self._tuple_of(tuple(map(intern, timers)))
-        store = sys.store
         if before is None or store is not before.store:
             store = intern(store)
-        anchor = sys.anchor
         if before is None or anchor is not before.anchor:
             anchor = intern(anchor)
         identity = (
@@ -344,15 +385,15 @@ class CanonicalSystems:
             id(messages),
             id(timers),
             id(store),
-            sys.now,
+            now,
             id(anchor),
         )
         found = self._systems.get(identity)
         if found is None:
-            parts = (controller, participants, messages, timers, store, sys.now, anchor)
+            parts = (controller, participants, messages, timers, store, now, anchor)
             # Canonical parts already: no copy.
-            same_parts = all(map(operator.is_, parts, _parts(sys)))
-            found = sys if same_parts else SystemState(*parts)
+            reuse = built is not None and all(map(operator.is_, parts, _parts(built)))
+            found = built if reuse and built is not None else SystemState(*parts)
             # The entry keeps every part its identity names alive: no other object can
             # take one of those ids while it is filed.
             self._systems[identity] = found

@@ -220,22 +220,24 @@ class ProtocolModel(Model[PState]):
         # `memoise` is False: a model recording which table rows each step fires must run
         # every step, since a remembered step fires none).
         self._intern = Interner()
+        # The canonical systems (every action of the system ends in one), and the system's
+        # move from one (by its identity), per action and the environment values the move
+        # reads.
+        self._systems = CanonicalSystems(self._intern)
+        self._moves: dict[tuple[int, int, Any], tuple[SystemState, Action, _Move]] = {}
         coordinator = MemoCoordinator(
             self.hooks.coordinator(self.config), self._intern, remember=memoise
         )
         self.system = MemoSystem(
             coordinator,
             self._intern,
+            self._systems,
             remember=memoise,
             turns=self.p.turns,
             rules=self.hooks.participant,
             recover=self.hooks.recover,
         )
-        # The canonical systems, and the system's move from one (by its identity), per
-        # action and the environment values the move reads.
         self._memoise = memoise
-        self._systems = CanonicalSystems(self._intern)
-        self._moves: dict[tuple[int, int, Any], tuple[SystemState, Action, _Move]] = {}
         self.cast = Cast.of(self.p)
         self.judge = Judge(self.cast)
         self._actions: dict[tuple[Any, ...], Action] = {}

@@ -384,7 +384,7 @@ class System:
         if isinstance(event, TrainerBoundary) and event.step % self.save_period == 0:
             draft.anchor = trainer_anchor(event.step)  # a durable checkpoint
         effects = self._run(draft, [event])
-        return draft.freeze(), effects
+        return self._freeze(draft), effects
 
     def agent_event(
         self, state: SystemState, agent: str, op: str, request: Message
@@ -404,7 +404,7 @@ class System:
                 ),
             )
             effects = self._run(draft, [completed])
-        return draft.freeze(), reply, effects
+        return self._freeze(draft), reply, effects
 
     def turn(
         self, state: SystemState, agent: str, rollout_id: str, attempt: int, turn: int
@@ -440,25 +440,25 @@ class System:
                 (message,), lambda: Reply(call.participant, call.op, call.op_id, answer)
             )
             effects = self._run(draft, [reply])
-            return draft.freeze(), effects
+            return self._freeze(draft), effects
         participant = state.participant(call.participant)
         request = self._request(call, state.store)
         after, answered, _ = self.handle(participant, call.op, request, state.now)
         draft.put(after)
         draft.messages = (*draft.messages, InFlight(call, answered))
-        return draft.freeze(), ()
+        return self._freeze(draft), ()
 
     def drop(self, state: SystemState, index: int) -> tuple[SystemState, Effects]:
         """Lose message `index`: the controller's call ends `request_lost` or `reply_lost`."""
         draft = _Draft(state)
         effects = self._lose(draft, index)
-        return draft.freeze(), effects
+        return self._freeze(draft), effects
 
     def fail(self, state: SystemState, index: int, cause: Cause) -> tuple[SystemState, Effects]:
         """End message `index`'s call with `cause` (timeout, 5xx, ...), undelivered."""
         draft = _Draft(state)
         effects = self._fail(draft, index, cause)
-        return draft.freeze(), effects
+        return self._freeze(draft), effects
 
     def delay(self, state: SystemState, index: int) -> tuple[SystemState, Message]:
         """Take request `index` out of flight without any answer and return its request, so
@@ -506,7 +506,7 @@ class System:
         draft.now = max(state.now, dict(state.timers)[name])
         draft.timers = tuple(t for t in state.timers if t[0] != name)
         effects = self._run(draft, [TimerDue(name)])
-        return draft.freeze(), effects
+        return self._freeze(draft), effects
 
     def crash_controller(
         self,
@@ -544,7 +544,7 @@ class System:
         while True:
             lost = next((i for i, m in enumerate(draft.messages) if m.call.participant == name), -1)
             if lost < 0:
-                return draft.freeze(), tuple(effects)
+                return self._freeze(draft), tuple(effects)
             effects.extend(self._lose(draft, lost))
 
     # ------------------------------------------------------------------ internals
@@ -560,6 +560,11 @@ class System:
         """`participant` back from its journal as `incarnation` after a crash (every
         restart goes through here, so a model can memoise it)."""
         return self.recover(journal_of(participant), incarnation, self.rules)
+
+    def _freeze(self, draft: _Draft) -> SystemState:
+        """The state `draft` ends an action in (every action's passes here, so a model can
+        hand out one object per distinct state)."""
+        return draft.freeze()
 
     def _made(self, parts: tuple[object, ...], build: Callable[[], T]) -> T:
         """`build()`: a request or a controller input the system makes from `parts` (the
@@ -583,7 +588,7 @@ class System:
         """`state` after the controller takes `events` (and what they lead to)."""
         draft = _Draft(state)
         effects = self._run(draft, events)
-        return draft.freeze(), effects
+        return self._freeze(draft), effects
 
     def _lose(self, draft: _Draft, index: int) -> Effects:
         """Lose message `index` of `draft` (see `drop`)."""
