@@ -30,7 +30,9 @@ How the state stays small (the explorer's notes):
   the optimizer step, the train switch and the weight sync are counted, so the fault-free
   graph is acyclic except through goal states;
 - ids are already by order of creation (`ck-{epoch}-{seq}`), incarnations are
-  `{name}-{n}`; a state hashes once (`PState` caches its hash).
+  `{name}-{n}`; a state hashes once (`PState` caches its hash), and a system is one
+  object per distinct value (`_protocol_memo.CanonicalSystems`), so its moves are
+  remembered by its identity.
 
 A controller crash restarts the real coordinator: it finishes its intent (§6) and runs the
 M9 restore from the published snapshots, whose restore calls are ordered by I5 and can be
@@ -47,16 +49,20 @@ names the check that covers each.
 from __future__ import annotations
 
 import contextlib
-import operator
 import signal
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from quiesce.fsm import Table
 from quiesce.models._copier import replace
 from quiesce.models._explorer import Action, Always, Model, Trace
-from quiesce.models._protocol_memo import Interner, MemoCoordinator, MemoSystem
+from quiesce.models._protocol_memo import (
+    CanonicalSystems,
+    Interner,
+    MemoCoordinator,
+    MemoSystem,
+)
 from quiesce.models._protocol_properties import Judge
 from quiesce.models._protocol_state import (
     CONTROL_OPS,
@@ -79,7 +85,6 @@ from quiesce.models._system import InFlight, SystemState
 from quiesce.protocol import Cause, QuiesceConfig
 from quiesce.protocol.controller import (
     CallFailed,
-    ControllerState,
     Coordinator,
     CoordinatorPolicy,
     GroupOpened,
@@ -215,31 +220,28 @@ class ProtocolModel(Model[PState]):
         # `memoise` is False: a model recording which table rows each step fires must run
         # every step, since a remembered step fires none).
         self._intern = Interner()
+        # The canonical systems (every action of the system ends in one), and the system's
+        # move from one (by its identity), per action and the environment values the move
+        # reads.
+        self._systems = CanonicalSystems(self._intern)
+        self._moves: dict[tuple[int, int, Any], tuple[SystemState, Action, _Move]] = {}
         coordinator = MemoCoordinator(
             self.hooks.coordinator(self.config), self._intern, remember=memoise
         )
         self.system = MemoSystem(
             coordinator,
             self._intern,
+            self._systems,
             remember=memoise,
             turns=self.p.turns,
             rules=self.hooks.participant,
             recover=self.hooks.recover,
         )
-        # Per canonical part (by `id`): the controller without its per-phase seconds, the
-        # canonical in-flight message of a (call, reply) pair, and a message's sort key.
-        self._plain: dict[int, ControllerState] = {}
-        self._in_flight: dict[tuple[int, int], InFlight] = {}
-        self._order: dict[int, tuple[Any, ...]] = {}
-        # The canonical systems by their parts' identities, and the system's move from one
-        # (by its identity), per action and the environment values the move reads.
         self._memoise = memoise
-        self._systems: dict[tuple[Any, ...], SystemState] = {}
-        self._moves: dict[tuple[int, int, Any], tuple[SystemState, Action, _Move]] = {}
-        self._digests: dict[int, int] = {}  # canonical system (by id) -> its hash
         self.cast = Cast.of(self.p)
         self.judge = Judge(self.cast)
         self._actions: dict[tuple[Any, ...], Action] = {}
+        self._on_messages: dict[tuple[int, int], _MessageMoves] = {}
 
     # ------------------------------------------------------------------ setup
 
@@ -273,9 +275,9 @@ class ProtocolModel(Model[PState]):
                 after, effects = self.system.input(state, opened)
         except Exception as error:  # a mutant's core raised or looped opening the group
             raised = replace(env, raised=f"{type(error).__name__}: {error}")
-            yield self._make(self._canonical(state), raised)
+            yield self._make(self._systems(state), raised)
             return
-        after = self._canonical(after)
+        after = self._systems(after)
         env = self.judge.observe(after, after, effects, env)
         yield self._make(after, env)
 
@@ -322,9 +324,8 @@ class ProtocolModel(Model[PState]):
         act = self._action
         enabled: list[Action] = []
         # Messages: delivery, and the faults that may strike each one.
-        for index, message in enumerate(sys.messages):
-            text = describe_message(message)
-            enabled.append(act(f"deliver {text}", ("deliver", index)))
+        on_messages = [self._message_moves(i, m) for i, m in enumerate(sys.messages)]
+        enabled.extend(moves.deliver for moves in on_messages)
         # Rollouts: each live execution on an agent ends a turn or finishes.
         for agent in self.cast.agents:
             for execution in executions(sys.participant(agent)):
@@ -386,18 +387,10 @@ class ProtocolModel(Model[PState]):
             who, op, _ = env.delayed
             enabled.append(act(f"stale {op.value} redelivered to {who}", ("redeliver",)))
         if env.faults > 0:
-            for index, message in enumerate(sys.messages):
-                text = describe_message(message)
-                if message.reply is None:
-                    enabled.append(act(f"request lost: {text}", ("drop", index), True))
-                    enabled.append(
-                        act(f"5xx: {text}", ("fail", index, Cause.PARTICIPANT_ERROR), True)
-                    )
-                    enabled.append(act(f"timeout: {text}", ("fail", index, Cause.TIMEOUT), True))
-                    if env.delayed is None and message.call.op in CONTROL_OPS:
-                        enabled.append(act(f"delayed: {text}", ("delay", index), True))
-                else:
-                    enabled.append(act(f"reply lost: {text}", ("drop", index), True))
+            for moves in on_messages:
+                enabled.extend(moves.faults)
+                if moves.delay is not None and env.delayed is None:
+                    enabled.append(moves.delay)
             for index in self.system.restore_replies(sys):
                 text = describe_message(sys.messages[index])
                 enabled.append(
@@ -408,6 +401,29 @@ class ProtocolModel(Model[PState]):
                 for who in self.cast.names:
                     enabled.append(act(f"{who} crashes", ("crash_participant", who), True))
         return enabled
+
+    def _message_moves(self, index: int, message: InFlight) -> _MessageMoves:
+        """The actions on in-flight message `index`, labelled once per `(index, message)`."""
+        key = (index, id(message))
+        found = self._on_messages.get(key)
+        if found is None:
+            act = self._action
+            text = describe_message(message)
+            delay = None
+            faults: tuple[Action, ...]
+            if message.reply is None:
+                faults = (
+                    act(f"request lost: {text}", ("drop", index), True),
+                    act(f"5xx: {text}", ("fail", index, Cause.PARTICIPANT_ERROR), True),
+                    act(f"timeout: {text}", ("fail", index, Cause.TIMEOUT), True),
+                )
+                if message.call.op in CONTROL_OPS:
+                    delay = act(f"delayed: {text}", ("delay", index), True)
+            else:
+                faults = (act(f"reply lost: {text}", ("drop", index), True),)
+            deliver = act(f"deliver {text}", ("deliver", index))
+            found = self._on_messages[key] = _MessageMoves(message, deliver, faults, delay)
+        return found
 
     def _may_expire(self, sys: SystemState, group_id: str) -> bool:
         """Deadline expiry within the attempt bound: every sibling it would retry must
@@ -475,8 +491,7 @@ class ProtocolModel(Model[PState]):
         """Drop the remembered moves, the canonical systems and their hashes (by `id`: a
         hash is dropped with the system that keeps its `id` from being reused)."""
         self._moves.clear()
-        self._systems.clear()
-        self._digests.clear()
+        self._systems.forget()
 
     def _system_step(self, sys: SystemState, env: Env, action: Action) -> _Move:
         """The composed system's move on `action` (canonical after), reading from `env`
@@ -542,7 +557,7 @@ class ProtocolModel(Model[PState]):
             sys, effects = system.crash_participant(sys, name, f"{name}-{_crashes(env, name)}")
         else:  # pragma: no cover - every payload kind is listed above
             raise ValueError(f"unknown action {action.label!r}")
-        return self._canonical(sys, before), effects, delivered, request
+        return self._systems(sys, before), effects, delivered, request
 
     def _environment_step(self, sys: SystemState, env: Env, action: Action, request: Any) -> Env:
         """The environment's budgets and ledger after `action` from `sys` (before the
@@ -611,103 +626,8 @@ class ProtocolModel(Model[PState]):
         """The model state of canonical `sys` and `env`. Its hash combines the system's
         hash (computed once per canonical system, from the hashes the interner computed
         once per canonical part) with the environment's; equality stays the values' own
-        `==` (a canonical part compares by identity first, so a repeat costs a few pointer
-        comparisons)."""
-        key = (
-            sys.controller,
-            sys.participants,
-            sys.messages,
-            sys.timers,
-            sys.store,
-            sys.now,
-            sys.anchor,
-            env,
-        )
-        digest = self._digests.get(id(sys))
-        if digest is None:
-            digest = self._system_digest(sys)
-        return PState(sys, env, key, hash((digest, env)))
-
-    def _system_digest(self, sys: SystemState) -> int:
-        """The hash of `sys` by value, from its parts' hashes the interner keeps."""
-        hash_of = self._intern.hash_of
-        return hash(
-            (
-                hash_of(sys.controller),
-                tuple(map(hash_of, sys.participants)),
-                tuple(map(hash_of, sys.messages)),
-                hash_of(sys.timers),
-                hash_of(sys.store),
-                sys.now,
-                sys.anchor,
-            )
-        )
-
-    def _canonical(self, sys: SystemState, before: SystemState | None = None) -> SystemState:
-        """`sys` with every part interned, and without what carries no information: the
-        per-phase seconds (time is abstract) and the arrival order of in-flight messages
-        (any one may be delivered next). `before`, a canonical state `sys` was computed
-        from: the parts a step left alone are its, canonical already."""
-        intern = self._intern
-        controller = self._without_seconds(intern(sys.controller))
-        participants = tuple(map(intern, sys.participants))
-        if before is not None and sys.messages is before.messages:
-            messages = before.messages
-        else:
-            messages = tuple(map(self._message, sys.messages))
-            if len(messages) > 1:
-                messages = tuple(sorted(messages, key=self._message_order))
-        timers = intern(sys.timers)
-        store = intern(sys.store)
-        if (
-            controller is sys.controller
-            and messages is sys.messages
-            and timers is sys.timers
-            and store is sys.store
-            and all(map(operator.is_, participants, sys.participants))
-        ):
-            canonical = sys  # canonical parts already: no copy
-        else:
-            canonical = SystemState(
-                controller, participants, messages, timers, store, sys.now, sys.anchor
-            )
-        # One object per distinct system (its parts' identities are its value), so a
-        # system's moves can be remembered by its identity.
-        identity = (
-            id(controller),
-            tuple(map(id, participants)),
-            tuple(map(id, messages)),
-            id(timers),
-            id(store),
-            sys.now,
-            sys.anchor,
-        )
-        found = self._systems.get(identity)
-        if found is None:
-            found = self._systems[identity] = canonical
-            self._digests[id(canonical)] = self._system_digest(canonical)
-        return found
-
-    def _without_seconds(self, controller: ControllerState) -> ControllerState:
-        found = self._plain.get(id(controller))
-        if found is None:
-            found = self._plain[id(controller)] = self._intern(_without_seconds(controller))
-        return found
-
-    def _message(self, message: InFlight) -> InFlight:
-        call = self._intern(message.call)
-        reply = None if message.reply is None else self._intern(message.reply)
-        pair = (id(call), id(reply))
-        found = self._in_flight.get(pair)
-        if found is None:
-            found = self._in_flight[pair] = self._intern(InFlight(call, reply))
-        return found
-
-    def _message_order(self, message: InFlight) -> tuple[Any, ...]:
-        found = self._order.get(id(message))
-        if found is None:
-            found = self._order[id(message)] = _message_order(message)
-        return found
+        `==` (one canonical system is one object, so a repeat compares by identity)."""
+        return PState(sys, env, hash((self._systems.digest(sys), env)))
 
     # ------------------------------------------------------------------ properties
 
@@ -751,6 +671,18 @@ class ProtocolModel(Model[PState]):
 
 
 # ============================================================================ helpers
+
+
+class _MessageMoves(NamedTuple):
+    """The actions on one in-flight message: its delivery, the faults that may strike it
+    and the delay fault (enabled only while no other request is held back). It keeps
+    `message` alive: its `id` names it in the model's table of these."""
+
+    message: InFlight
+    deliver: Action
+    faults: tuple[Action, ...]
+    delay: Action | None
+
 
 _Move = tuple[SystemState, tuple[Any, ...], InFlight | None, Any]
 """A system's move: the canonical system after it, the controller's effects, the message
@@ -799,27 +731,3 @@ def _alarm(seconds: float) -> Iterator[None]:
 
 def _call_failed(call: Any, cause: Cause) -> CallFailed:
     return CallFailed(call.participant, call.op, call.op_id, cause, call.payload)
-
-
-def _message_order(message: InFlight) -> tuple[Any, ...]:
-    """The sort key of an in-flight message: by value, so the order of a state's messages
-    (hence of its actions) is the same in every run."""
-    call = message.call
-    op_id = call.op_id
-    return (
-        call.participant,
-        call.op.value,
-        (-1, -1) if op_id is None else (op_id.epoch, op_id.seq),
-        repr(call.payload),
-        message.reply is not None,
-        repr(message.reply),
-    )
-
-
-def _without_seconds(controller: ControllerState) -> ControllerState:
-    """`controller` without its attempt's per-phase seconds (they feed metrics only)."""
-    attempt = controller.attempt
-    if attempt is None or not attempt.phase_seconds:
-        return controller
-    data = replace(controller.checkpoint.data, attempt=replace(attempt, phase_seconds=()))
-    return replace(controller, checkpoint=replace(controller.checkpoint, data=data))

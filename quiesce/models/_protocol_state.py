@@ -10,7 +10,7 @@ the composed system plus `Env`, hashed once), `Cast` (the participants at given 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,17 +129,17 @@ class Env:
 class PState:
     """One model state: the composed system and the environment, hashed once.
 
-    Equality is that of `key` (the system's parts without what carries no information,
-    plus the environment); `digest` is its hash, which the model computes from hashes
-    cached on the interned parts (`_protocol_memo.Interner`) instead of re-hashing them.
+    Equality is that of `system` and `env` (the model keeps one object per distinct
+    system, so comparing two systems is mostly an identity check); `digest` is the hash,
+    which the model computes from hashes cached on the interned parts
+    (`_protocol_memo.Interner`) instead of re-hashing them.
     """
 
-    __slots__ = ("_hash", "env", "key", "system")
+    __slots__ = ("_hash", "env", "system")
 
-    def __init__(self, system: SystemState, env: Env, key: Hashable, digest: int) -> None:
+    def __init__(self, system: SystemState, env: Env, digest: int) -> None:
         self.system = system
         self.env = env
-        self.key = key
         self._hash = digest
 
     def __hash__(self) -> int:
@@ -150,7 +150,7 @@ class PState:
             return True
         if not isinstance(other, PState):
             return NotImplemented
-        return self._hash == other._hash and self.key == other.key
+        return self._hash == other._hash and self.system == other.system and self.env == other.env
 
     def __repr__(self) -> str:
         return f"PState(phase={label(self.system.controller.phase)}, env={self.env!r})"

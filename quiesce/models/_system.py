@@ -40,11 +40,12 @@ these very actions.
 
 from __future__ import annotations
 
+import operator
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from types import EllipsisType
-from typing import Any
+from typing import Any, TypeVar
 
 from quiesce.models._copier import replace
 from quiesce.protocol import Cause, OpId
@@ -106,6 +107,7 @@ from quiesce.protocol.wire import (
     AckRequest,
     BeginRequest,
     BoundaryRequest,
+    Capabilities,
     ControlRequest,
     DiscardRequest,
     ErrorReply,
@@ -119,6 +121,8 @@ from quiesce.protocol.wire import (
 )
 
 __all__ = ["WRONG_DIGEST", "InFlight", "Snapshot", "Store", "System", "SystemState"]
+
+T = TypeVar("T")
 
 WRONG_DIGEST = "0" * 64
 """The digest `System.wrong_digest_at_restore` makes a restore reply report."""
@@ -206,12 +210,7 @@ class SystemState:
 
     def participant(self, name: str) -> ParticipantState:
         """The participant called `name`."""
-        for state in self.participants:
-            if state.config.name == name:
-                return state
-        raise KeyError(
-            f"no participant {name!r}; have {[p.config.name for p in self.participants]}"
-        )
+        return _member(self.participants, name)
 
     def requests(self, op: Op | None = None) -> tuple[int, ...]:
         """Indexes of in-flight requests (of `op`, if given), oldest first."""
@@ -227,9 +226,90 @@ class SystemState:
 
     def with_participant(self, participant: ParticipantState) -> SystemState:
         """This state with `participant` in place of the one of the same name."""
-        name = participant.config.name
-        members = tuple(participant if p.config.name == name else p for p in self.participants)
-        return replace(self, participants=members)
+        return replace(self, participants=_put(self.participants, participant))
+
+
+def _member(participants: tuple[ParticipantState, ...], name: str) -> ParticipantState:
+    """The participant called `name` among `participants`."""
+    for state in participants:
+        if state.config.name == name:
+            return state
+    raise KeyError(f"no participant {name!r}; have {[p.config.name for p in participants]}")
+
+
+def _put(
+    participants: tuple[ParticipantState, ...], participant: ParticipantState
+) -> tuple[ParticipantState, ...]:
+    """`participants` with `participant` in place of the one of the same name (the very
+    tuple if that one is `participant` already)."""
+    name = participant.config.name
+    members = tuple(participant if p.config.name == name else p for p in participants)
+    return participants if all(map(operator.is_, members, participants)) else members
+
+
+class _Draft:
+    """A `SystemState` one action is changing: the action's changes (the controller's
+    steps, the effects it carries out) are made here in place, and `freeze` builds the
+    frozen state once at the end. A frozen copy per change was most of what an action
+    cost (a step carries out several effects)."""
+
+    __slots__ = (
+        "anchor",
+        "controller",
+        "messages",
+        "now",
+        "origin",
+        "participants",
+        "store",
+        "timers",
+    )
+
+    def __init__(self, origin: SystemState) -> None:
+        self.origin = origin
+        self.controller = origin.controller
+        self.participants = origin.participants
+        self.messages = origin.messages
+        self.timers = origin.timers
+        self.store = origin.store
+        self.now = origin.now
+        self.anchor = origin.anchor
+
+    def participant(self, name: str) -> ParticipantState:
+        """The participant called `name`."""
+        return _member(self.participants, name)
+
+    def put(self, participant: ParticipantState) -> None:
+        """Put `participant` in place of the one of the same name."""
+        self.participants = _put(self.participants, participant)
+
+    def take(self, index: int) -> InFlight:
+        """Take message `index` out of flight."""
+        messages = self.messages
+        self.messages = messages[:index] + messages[index + 1 :]
+        return messages[index]
+
+    def freeze(self) -> SystemState:
+        """The state drafted (the state it started from if nothing changed)."""
+        origin = self.origin
+        if (
+            self.controller is origin.controller
+            and self.participants is origin.participants
+            and self.messages is origin.messages
+            and self.timers is origin.timers
+            and self.store is origin.store
+            and self.now == origin.now
+            and self.anchor is origin.anchor
+        ):
+            return origin
+        return SystemState(
+            self.controller,
+            self.participants,
+            self.messages,
+            self.timers,
+            self.store,
+            self.now,
+            self.anchor,
+        )
 
 
 Effects = tuple[ControllerEffect, ...]
@@ -287,9 +367,10 @@ class System:
             now=now,
             anchor=anchor,
         )
-        caps = tuple(capabilities(p) for p in members)
+        caps = tuple(map(self._capabilities, members))
+        discovered = self._made(caps, lambda: Discovered(caps))
         intent = None if state.store.intent is None else state.store.intent[0]
-        return self._feed(state, [Discovered(caps), Recovered(intent, step)])
+        return self._feed(state, [discovered, Recovered(intent, step)])
 
     # ------------------------------------------------------------------ environment
 
@@ -297,11 +378,13 @@ class System:
         self, state: SystemState, event: ControllerInput, now: float | None = None
     ) -> tuple[SystemState, Effects]:
         """The controller's environment (trainer, schedule, dataloader) sends `event`."""
+        draft = _Draft(state)
         if now is not None:
-            state = replace(state, now=max(state.now, now))
+            draft.now = max(state.now, now)
         if isinstance(event, TrainerBoundary) and event.step % self.save_period == 0:
-            state = replace(state, anchor=trainer_anchor(event.step))  # a durable checkpoint
-        return self._feed(state, [event])
+            draft.anchor = trainer_anchor(event.step)  # a durable checkpoint
+        effects = self._run(draft, [event])
+        return self._freeze(draft), effects
 
     def agent_event(
         self, state: SystemState, agent: str, op: str, request: Message
@@ -309,28 +392,38 @@ class System:
         """An agent execution reports progress (`boundary`, `finish`); a finish that
         completes is reported to the controller as `RolloutCompleted`."""
         after, reply, _ = self.handle(state.participant(agent), op, request, state.now)
-        state = state.with_participant(after)
-        events: list[ControllerInput] = []
+        draft = _Draft(state)
+        draft.put(after)
+        effects: Effects = ()
         if isinstance(reply, ExecutionReply) and reply.receipt is not None and op == "finish":
             receipt = reply.receipt
-            events.append(
-                RolloutCompleted(receipt.rollout_id, receipt.attempt, receipt.receipt, agent)
+            completed = self._made(
+                (reply, agent),
+                lambda: RolloutCompleted(
+                    receipt.rollout_id, receipt.attempt, receipt.receipt, agent
+                ),
             )
-        state, effects = self._feed(state, events)
-        return state, reply, effects
+            effects = self._run(draft, [completed])
+        return self._freeze(draft), reply, effects
 
     def turn(
         self, state: SystemState, agent: str, rollout_id: str, attempt: int, turn: int
     ) -> tuple[SystemState, Message, Effects]:
         """Attempt `(rollout_id, attempt)` on `agent` reached the end of `turn`."""
-        request = BoundaryRequest(rollout_id=rollout_id, attempt=attempt, turn=turn)
+        request = self._made(
+            ("boundary", rollout_id, attempt, turn),
+            lambda: BoundaryRequest(rollout_id=rollout_id, attempt=attempt, turn=turn),
+        )
         return self.agent_event(state, agent, "boundary", request)
 
     def finish(
         self, state: SystemState, agent: str, rollout_id: str, attempt: int
     ) -> tuple[SystemState, Message, Effects]:
         """Attempt `(rollout_id, attempt)` on `agent` finished its `/run`."""
-        request = FinishRequest(rollout_id=rollout_id, attempt=attempt)
+        request = self._made(
+            ("finish", rollout_id, attempt),
+            lambda: FinishRequest(rollout_id=rollout_id, attempt=attempt),
+        )
         return self.agent_event(state, agent, "finish", request)
 
     # ------------------------------------------------------------------ messages
@@ -338,39 +431,41 @@ class System:
     def deliver(self, state: SystemState, index: int) -> tuple[SystemState, Effects]:
         """Deliver message `index`: a request to its participant (whose reply then flies
         back), or a reply to the controller."""
-        message = state.messages[index]
-        rest = state.messages[:index] + state.messages[index + 1 :]
+        draft = _Draft(state)
+        message = draft.take(index)
         call = message.call
         if message.reply is not None:
-            state = replace(state, messages=rest)
-            return self._feed(state, [Reply(call.participant, call.op, call.op_id, message.reply)])
+            answer = message.reply
+            reply = self._made(
+                (message,), lambda: Reply(call.participant, call.op, call.op_id, answer)
+            )
+            effects = self._run(draft, [reply])
+            return self._freeze(draft), effects
         participant = state.participant(call.participant)
-        request = _request(call, state.store)
-        after, reply, _ = self.handle(participant, call.op, request, state.now)
-        state = replace(state, messages=rest).with_participant(after)
-        return replace(state, messages=(*state.messages, InFlight(call, reply))), ()
+        request = self._request(call, state.store)
+        after, answered, _ = self.handle(participant, call.op, request, state.now)
+        draft.put(after)
+        draft.messages = (*draft.messages, InFlight(call, answered))
+        return self._freeze(draft), ()
 
     def drop(self, state: SystemState, index: int) -> tuple[SystemState, Effects]:
         """Lose message `index`: the controller's call ends `request_lost` or `reply_lost`."""
-        message = state.messages[index]
-        cause = Cause.REQUEST_LOST if message.reply is None else Cause.REPLY_LOST
-        return self.fail(state, index, cause)
+        draft = _Draft(state)
+        effects = self._lose(draft, index)
+        return self._freeze(draft), effects
 
     def fail(self, state: SystemState, index: int, cause: Cause) -> tuple[SystemState, Effects]:
         """End message `index`'s call with `cause` (timeout, 5xx, ...), undelivered."""
-        call = state.messages[index].call
-        rest = state.messages[:index] + state.messages[index + 1 :]
-        state = replace(state, messages=rest)
-        return self._feed(
-            state, [CallFailed(call.participant, call.op, call.op_id, cause, call.payload)]
-        )
+        draft = _Draft(state)
+        effects = self._fail(draft, index, cause)
+        return self._freeze(draft), effects
 
     def delay(self, state: SystemState, index: int) -> tuple[SystemState, Message]:
         """Take request `index` out of flight without any answer and return its request, so
         it can be redelivered later with `redeliver` (a stale delayed request, S15)."""
         call = state.messages[index].call
         rest = state.messages[:index] + state.messages[index + 1 :]
-        return replace(state, messages=rest), _request(call, state.store)
+        return replace(state, messages=rest), self._request(call, state.store)
 
     def wrong_digest_at_restore(self, state: SystemState, index: int) -> SystemState:
         """Fault: the in-flight reply `index` to a restore call reports a digest that differs
@@ -407,10 +502,11 @@ class System:
 
     def fire_timer(self, state: SystemState, name: TimerKey) -> tuple[SystemState, Effects]:
         """Fire the armed timer `name` (time advances to it)."""
-        at = dict(state.timers)[name]
-        timers = tuple(t for t in state.timers if t[0] != name)
-        state = replace(state, timers=timers, now=max(state.now, at))
-        return self._feed(state, [TimerDue(name)])
+        draft = _Draft(state)
+        draft.now = max(state.now, dict(state.timers)[name])
+        draft.timers = tuple(t for t in state.timers if t[0] != name)
+        effects = self._run(draft, [TimerDue(name)])
+        return self._freeze(draft), effects
 
     def crash_controller(
         self,
@@ -441,15 +537,15 @@ class System:
     ) -> tuple[SystemState, Effects]:
         """Participant `name` dies and restarts as `incarnation`, keeping its journal (§6);
         requests and replies in flight to or from it are lost."""
-        rebuilt = self.recover(journal_of(state.participant(name)), incarnation, self.rules)
-        state = state.with_participant(rebuilt)
+        draft = _Draft(state)
+        draft.put(self.restart(state.participant(name), incarnation))
         effects: list[ControllerEffect] = []
+        # Losing one message may make the controller send another to `name`: lost too.
         while True:
-            lost = [i for i, m in enumerate(state.messages) if m.call.participant == name]
-            if not lost:
-                return state, tuple(effects)
-            state, more = self.drop(state, lost[0])
-            effects.extend(more)
+            lost = next((i for i, m in enumerate(draft.messages) if m.call.participant == name), -1)
+            if lost < 0:
+                return self._freeze(draft), tuple(effects)
+            effects.extend(self._lose(draft, lost))
 
     # ------------------------------------------------------------------ internals
 
@@ -460,45 +556,95 @@ class System:
         here, so a model can memoise it)."""
         return handle(participant, op, request, now, rules=self.rules)
 
+    def restart(self, participant: ParticipantState, incarnation: str) -> ParticipantState:
+        """`participant` back from its journal as `incarnation` after a crash (every
+        restart goes through here, so a model can memoise it)."""
+        return self.recover(journal_of(participant), incarnation, self.rules)
+
+    def _freeze(self, draft: _Draft) -> SystemState:
+        """The state `draft` ends an action in (every action's passes here, so a model can
+        hand out one object per distinct state)."""
+        return draft.freeze()
+
+    def _made(self, parts: tuple[object, ...], build: Callable[[], T]) -> T:
+        """`build()`: a request or a controller input the system makes from `parts` (the
+        message, the cause, ...). Every one is made here, so a model can hand out one
+        object per `parts` and know it again by identity (`MemoSystem`)."""
+        return build()
+
+    def _capabilities(self, participant: ParticipantState) -> Capabilities:
+        """What `participant` reports at discovery."""
+        return self._made((participant,), lambda: capabilities(participant))
+
+    def _request(self, call: Call, store: Store) -> Any:
+        """The wire request of `call` (a restore's carries its artifact from `store`)."""
+        # Only a restore's request reads the store.
+        parts = (call, store) if call.op is Op.RESTORE else (call,)
+        return self._made(parts, lambda: _request(call, store))
+
     def _feed(
         self, state: SystemState, events: Iterable[ControllerInput]
     ) -> tuple[SystemState, Effects]:
+        """`state` after the controller takes `events` (and what they lead to)."""
+        draft = _Draft(state)
+        effects = self._run(draft, events)
+        return self._freeze(draft), effects
+
+    def _lose(self, draft: _Draft, index: int) -> Effects:
+        """Lose message `index` of `draft` (see `drop`)."""
+        cause = Cause.REQUEST_LOST if draft.messages[index].reply is None else Cause.REPLY_LOST
+        return self._fail(draft, index, cause)
+
+    def _fail(self, draft: _Draft, index: int, cause: Cause) -> Effects:
+        """End message `index`'s call in `draft` with `cause` (see `fail`)."""
+        call = draft.take(index).call
+        failed = self._made(
+            (call, cause),
+            lambda: CallFailed(call.participant, call.op, call.op_id, cause, call.payload),
+        )
+        return self._run(draft, [failed])
+
+    def _run(self, draft: _Draft, events: Iterable[ControllerInput]) -> Effects:
+        """Feed the controller `events` in `draft`, and what carrying out its effects
+        answers, until nothing is left; the effects, in order."""
         queue: deque[ControllerInput] = deque(events)
         produced: list[ControllerEffect] = []
         while queue:
-            controller, effects = self.coordinator.step(
-                state.controller, state.now, queue.popleft()
+            draft.controller, effects = self.coordinator.step(
+                draft.controller, draft.now, queue.popleft()
             )
-            state = replace(state, controller=controller)
             produced.extend(effects)
             for effect in effects:
-                state = self._carry(state, effect, queue)
-        return state, tuple(produced)
+                self._carry(draft, effect, queue)
+        return tuple(produced)
 
     def _carry(
-        self, state: SystemState, effect: ControllerEffect, queue: deque[ControllerInput]
-    ) -> SystemState:
-        store = state.store
+        self, draft: _Draft, effect: ControllerEffect, queue: deque[ControllerInput]
+    ) -> None:
+        """Carry out `effect` in `draft`; what answers the controller joins `queue`."""
+        store = draft.store
         if isinstance(effect, Call):
-            return replace(state, messages=(*state.messages, InFlight(effect)))
-        if isinstance(effect, ArmTimer):
-            timers = tuple(t for t in state.timers if t[0] != effect.name)
-            return replace(state, timers=tuple(sorted((*timers, (effect.name, effect.at)))))
-        if isinstance(effect, CancelTimer):
-            return replace(state, timers=tuple(t for t in state.timers if t[0] != effect.name))
-        if isinstance(effect, WriteIntent):
+            draft.messages = (*draft.messages, InFlight(effect))
+        elif isinstance(effect, ArmTimer):
+            arm = effect
+            timers = tuple(t for t in draft.timers if t[0] != arm.name)
+            timer = self._made((arm,), lambda: (arm.name, arm.at))
+            draft.timers = tuple(sorted((*timers, timer)))
+        elif isinstance(effect, CancelTimer):
+            draft.timers = tuple(t for t in draft.timers if t[0] != effect.name)
+        elif isinstance(effect, WriteIntent):
             queue.append(LocalDone(LocalOp.INTENT, effect.checkpoint_id))
-            return replace(state, store=replace(store, intent=(effect.checkpoint_id, effect.phase)))
-        if isinstance(effect, ClearIntent):
-            return replace(state, store=replace(store, intent=None))
-        if isinstance(effect, WriteStaging):
+            draft.store = replace(store, intent=(effect.checkpoint_id, effect.phase))
+        elif isinstance(effect, ClearIntent):
+            draft.store = replace(store, intent=None)
+        elif isinstance(effect, WriteStaging):
             staged = self._staged(store, effect.checkpoint_id)
             artifacts = tuple(a for a in staged.artifacts if a[0] != effect.participant)
             artifact = (effect.participant, effect.digest, effect.artifact)
             staged = replace(staged, artifacts=tuple(sorted((*artifacts, artifact))))
             store = replace(store, staging=store.staging | {effect.checkpoint_id})
-            return replace(state, store=store.with_contents(staged))
-        if isinstance(effect, CaptureCut):
+            draft.store = store.with_contents(staged)
+        elif isinstance(effect, CaptureCut):
             queue.append(LocalDone(LocalOp.CUT, effect.checkpoint_id))
             ledger = effect.ledger if isinstance(effect.ledger, Ledger) else None
             staged = replace(
@@ -506,7 +652,7 @@ class System:
                 trainer_step=effect.trainer_step,
                 ledger=ledger,
             )
-            return replace(state, store=store.with_contents(staged))
+            draft.store = store.with_contents(staged)
         elif isinstance(effect, Validate):
             queue.append(LocalDone(LocalOp.VALIDATE, effect.checkpoint_id))
             staged = replace(
@@ -514,7 +660,7 @@ class System:
                 fingerprint=effect.fingerprint,
                 at_trainer_anchor=effect.at_trainer_anchor,
             )
-            return replace(state, store=store.with_contents(staged))
+            draft.store = store.with_contents(staged)
         elif isinstance(effect, Publish):
             queue.append(LocalDone(LocalOp.PUBLISH, effect.checkpoint_id))
             published = sorted(store.published | {effect.checkpoint_id})
@@ -524,9 +670,9 @@ class System:
                 staging=store.staging - {effect.checkpoint_id},
                 published=frozenset(published) - frozenset(pruned),
             )
-            return replace(state, store=store.without(pruned))
+            draft.store = store.without(pruned)
         elif isinstance(effect, ListSnapshots):
-            queue.append(_listing(state))
+            queue.append(_listing(store, draft.anchor))
         elif isinstance(effect, LoadSnapshot):
             queue.append(_load(store, effect.snapshot_id))
         elif isinstance(effect, InspectPublished):
@@ -535,38 +681,41 @@ class System:
         elif isinstance(effect, Quarantine):
             moved = store.published - {effect.checkpoint_id}
             quarantined = store.quarantined | {effect.checkpoint_id}
-            return replace(state, store=replace(store, published=moved, quarantined=quarantined))
+            draft.store = replace(store, published=moved, quarantined=quarantined)
         elif isinstance(effect, DiscardStaging):
             cid = effect.checkpoint_id
             store = replace(store, staging=store.staging - {cid})
             if cid not in store.published and cid not in store.quarantined:
                 store = store.without([cid])
-            return replace(state, store=store)
+            draft.store = store
         elif isinstance(effect, Dispatch):
-            request = BeginRequest(
-                rollout_id=effect.rollout_id,
-                attempt=effect.attempt,
-                group_id=effect.group_id,
-                turns=self.turns,
-                resume_from_turn=effect.resume_from_turn,
+            dispatch = effect
+            request = self._made(
+                (dispatch,),
+                lambda: BeginRequest(
+                    rollout_id=dispatch.rollout_id,
+                    attempt=dispatch.attempt,
+                    group_id=dispatch.group_id,
+                    turns=self.turns,
+                    resume_from_turn=dispatch.resume_from_turn,
+                ),
             )
-            agent = state.participant(effect.agent)
-            after, reply, _ = self.handle(agent, "begin", request, state.now)
+            agent = draft.participant(effect.agent)
+            after, reply, _ = self.handle(agent, "begin", request, draft.now)
             if isinstance(reply, ErrorReply):
                 queue.append(RolloutFailed(effect.rollout_id, effect.attempt))
-            return state.with_participant(after)
-        return state
+            draft.put(after)
 
     @staticmethod
     def _staged(store: Store, snapshot_id: OpId) -> Snapshot:
         return store.contents(snapshot_id) or Snapshot(snapshot_id)
 
 
-def _listing(state: SystemState) -> SnapshotsListed:
-    """The answer to `ListSnapshots`: the trainer anchor and every snapshot with contents."""
-    store = state.store
+def _listing(store: Store, anchor: TrainerAnchor | SourceUnreadable | None) -> SnapshotsListed:
+    """The answer to `ListSnapshots`: the trainer `anchor` and every snapshot of `store`
+    with contents."""
     if store.unreadable:
-        return SnapshotsListed(state.anchor, SourceUnreadable("snapshot_store", "unreadable"))
+        return SnapshotsListed(anchor, SourceUnreadable("snapshot_store", "unreadable"))
     candidates = []
     for snapshot in store.snapshots:
         if snapshot.snapshot_id in store.published:
@@ -585,7 +734,7 @@ def _listing(state: SystemState) -> SnapshotsListed:
                 snapshot.at_trainer_anchor,
             )
         )
-    return SnapshotsListed(state.anchor, tuple(candidates))
+    return SnapshotsListed(anchor, tuple(candidates))
 
 
 def _load(store: Store, snapshot_id: OpId) -> SnapshotLoaded | SnapshotLoadFailed:
