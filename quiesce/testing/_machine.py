@@ -214,6 +214,9 @@ class ConformanceMachine(JudgedExample):
         """Different control requests in flight at once (`_race.RACES`: a resume or the
         next prepare arriving while a prepare long-polls), judged by linearizability: some
         order of the overlapping requests must explain every reply and the state after."""
+        fresh_prepare = shape[0][0] == "prepare" and shape[0][1] != "active"
+        if fresh_prepare and self.oracle.fence.state is not FenceState.IDLE:
+            self.resume("active")  # else the fresh prepare is refused, and nothing races it
         if self.run.executions and any(at in EXECUTION_TARGETS for _, at in shape):
             self._execution_to_race(next(at for _, at in shape if at in EXECUTION_TARGETS))
         requests: list[tuple[str, Any]] = []

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
 import anyio
@@ -113,6 +113,14 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+@cache
+def _tls() -> ssl.SSLContext:
+    """The one TLS context of every client in this process. Loading the CA bundle costs
+    tens of milliseconds of CPU, and the kit opens a client per example (and a shrink
+    replays hundreds of examples), so a context per client took half a run's CPU time."""
+    return httpx.create_ssl_context()
+
+
 class WireClient:
     """A synchronous client for one participant server: `send(op, body)` -> `Exchange`.
 
@@ -137,7 +145,9 @@ class WireClient:
         self.url = url.rstrip("/")
         self._token = token
         self._timeout = timeout
-        self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
+        self._http = httpx.Client(
+            base_url=self.url, timeout=timeout, transport=transport, verify=_tls()
+        )
         self._async_transport = async_transport
         self._background = ExitStack()
         self.requests = 0
@@ -293,15 +303,11 @@ class WireClient:
             return httpx.AsyncClient(
                 base_url=self.url, timeout=self._timeout, transport=self._async_transport
             )
-        return httpx.AsyncClient(base_url=self.url, timeout=self._timeout, verify=self._tls)
+        return httpx.AsyncClient(base_url=self.url, timeout=self._timeout, verify=_tls())
 
     @cached_property
     def _portal(self) -> anyio.from_thread.BlockingPortal:
         return self._background.enter_context(anyio.from_thread.start_blocking_portal())
-
-    @cached_property
-    def _tls(self) -> ssl.SSLContext:
-        return httpx.create_ssl_context()  # made once: it costs tens of milliseconds
 
     def _encode(
         self, body: Any, auth: str, raw: bytes | None

@@ -452,7 +452,9 @@ def test_a_prepare_overtaken_by_a_resume_that_sticks_the_fence_is_caught() -> No
 
 
 def test_a_stale_prepare_that_clobbers_the_next_is_caught() -> None:
-    result = _check_with_hooks("agent", StalePrepareClobbersNextHost, examples=100, seed=1)
+    # seed 0: seed 1's shrink keeps a needless stale duplicate (7 requests), see
+    # tests/testing/test_broken_any_seed.py
+    result = _check_with_hooks("agent", StalePrepareClobbersNextHost, examples=100, seed=0)
     assert not result.ok and result.violation is not None, result.report()
     assert result.violation.rule.startswith("M2 (linearizability)"), result.report()
     assert _sent(result)[-3:] == ["prepare", "resume", "prepare"], result.report()
