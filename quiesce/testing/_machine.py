@@ -47,8 +47,15 @@ from quiesce.testing._requests import (
     post_ops,
     valid_body,
 )
-from quiesce.testing._results import RESTART_METHOD, KitStep
-from quiesce.testing._rules import INCARNATION_RULE, RACE_RULE, describe_differences, hint
+from quiesce.testing._results import RESTART_METHOD, ConformanceSetupError, KitStep
+from quiesce.testing._rules import (
+    INCARNATION_RULE,
+    RACE_RULE,
+    RESTART_RULE,
+    describe_differences,
+    hint,
+)
+from quiesce.testing._session import Abort
 from quiesce.testing._wire import OPERATIONS, Exchange, ServerUnreachable
 
 __all__ = ["DEADLINE_AT", "ConformanceMachine"]
@@ -294,8 +301,8 @@ class ConformanceMachine(JudgedExample):
             return
         before = self.run.capabilities.incarnation if self.run.capabilities else ""
         self.run.restarts += 1
-        self.run.restart()
-        self.run.connect(self.run.url)
+        self._restart_server()
+        self._rediscover()
         assert self.run.capabilities is not None
         incarnation = self.run.capabilities.incarnation
         self._restarted("the kit killed and restarted the server", before, incarnation)
@@ -312,9 +319,9 @@ class ConformanceMachine(JudgedExample):
         before, body = self.oracle, self._control(at)
         killed = self.run.capabilities.incarnation
         self.sent.append((op, body, body))
-        exchange = self.client.send_while(op, body, self.run.restart)
+        exchange = self.client.send_while(op, body, self._restart_server)
         self.run.restarts += 1
-        self.run.connect(self.run.url)
+        self._rediscover()
         incarnation = self.run.capabilities.incarnation
         answered = exchange is not None and exchange.status < 500
         if exchange is not None and answered and _incarnation_of(exchange) == incarnation:
@@ -333,6 +340,27 @@ class ConformanceMachine(JudgedExample):
         self._judge_recovered(recoveries(before, after, answered, incarnation, self.run.rules))
         if not answered:
             self._op(op, body)
+
+    def _restart_server(self) -> None:
+        """Run the restart hook. A hook that fails (a command exiting non-zero or running
+        over the timeout) ends the run with its `ConformanceSetupError`: hypothesis must not
+        take a broken rig for a failure of the sequence and replay it."""
+        assert self.run.restart is not None
+        try:
+            self.run.restart()
+        except ConformanceSetupError as error:
+            self.run.setup_error = error
+            raise Abort(error) from None
+
+    def _rediscover(self) -> None:
+        """Learn who answers after the kit's own restart. The hook has returned, so the
+        server must be back: one that does not answer discovery is a violation of this
+        sequence (replayed and shrunk like any other), not a setup error."""
+        try:
+            self.run.connect(self.run.url)
+        except ConformanceSetupError as error:
+            self.steps.append(KitStep(_RESTART, note="the kit killed and restarted the server"))
+            self._fail(RESTART_RULE, (f"the server did not come back after restart: {error}",))
 
     def _restarted(self, note: str, killed: str, incarnation: str) -> None:
         """Show the restart in the report (`note`: when it came); the server must be back

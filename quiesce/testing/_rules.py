@@ -18,6 +18,7 @@ __all__ = [
     "DURABILITY_RULE",
     "INCARNATION_RULE",
     "RACE_RULE",
+    "RESTART_RULE",
     "SECTIONS",
     "describe_differences",
     "describe_disagreement",
@@ -77,6 +78,13 @@ DUPLICATE_RULE = (
 INCARNATION_RULE = (
     "§6: a restarted participant answers under a new incarnation (docs/wire.md: every reply "
     "carries the incarnation of the running process)"
+)
+
+RESTART_RULE = (
+    "§6: a restarted participant serves again: once the restart hook returns, the server "
+    "answers discovery (capabilities, same role) on the same URL; fix: make the restart "
+    "command wait until the new server answers /healthz, and read the server's log for why "
+    "it did not come back"
 )
 
 DURABILITY_RULE = (

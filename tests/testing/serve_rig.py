@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -22,13 +23,16 @@ _SIGNALS = {signal.SIGUSR1, signal.SIGTERM}
 
 
 def restart_command(supervisor: int, state_dir: Path, url: str) -> str:
-    """Ask `supervisor` for a restart; exit once a new server (another pid in the state dir's
-    lock file) answers /healthz at `url`."""
+    """Ask `supervisor` for a restart; exit 0 once a new server (another pid in the state
+    dir's lock file) answers /healthz at `url`, or 1 as soon as the supervisor is gone (its
+    server exited on its own, and the rig with it: waiting longer would only hit the kit's
+    timeout)."""
     lock = state_dir / ".lock"
+    alive = f"kill -0 {supervisor} 2>/dev/null || exit 1"
     return (
-        f'old=$(cat "{lock}"); kill -USR1 {supervisor}; '
-        f'while [ "$(cat "{lock}")" = "$old" ]; do sleep 0.01; done; '
-        f"until curl -sf {url}/healthz >/dev/null; do sleep 0.02; done"
+        f'old=$(cat "{lock}"); kill -USR1 {supervisor} || exit 1; '
+        f'while [ "$(cat "{lock}")" = "$old" ]; do {alive}; sleep 0.01; done; '
+        f"until curl -sf {url}/healthz >/dev/null; do {alive}; sleep 0.02; done"
     )
 
 
@@ -42,7 +46,10 @@ def _spawn(serve: Callable[[], object]) -> int:
         serve()
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else 1
+    except BaseException:
+        traceback.print_exc()  # os._exit below would end the process without a word
     finally:
+        sys.stderr.flush()
         os._exit(code)
 
 
@@ -66,7 +73,9 @@ def supervise(options: Sequence[str]) -> None:
         if received == signal.SIGCHLD:
             pid, status = os.waitpid(child, os.WNOHANG)
             if pid == child:  # the server exited on its own (it says why on stderr)
-                sys.exit(os.waitstatus_to_exitcode(status))
+                code = os.waitstatus_to_exitcode(status)
+                print(f"serve_rig: the server (pid {pid}) exited {code}", file=sys.stderr)
+                sys.exit(code)
             continue  # the one this loop killed and reaped
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)

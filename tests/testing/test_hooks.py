@@ -59,3 +59,35 @@ def test_an_error_that_a_replay_does_not_raise_again_is_a_one_line_setup_error()
             )  # fmt: skip
     assert "RuntimeError (the restart rig hiccuped)" in str(raised.value)
     assert "no failure found" in str(raised.value)
+
+
+def test_a_restart_command_failing_mid_run_ends_the_run_with_its_setup_error() -> None:
+    # The rig is broken, not the sequence: no hypothesis replay, no "no failure found".
+    config = {"name": "policy-c", "role": "policy"}
+    with (
+        LocalServer.start(config, token="cmd-tok-81d2") as server,
+        pytest.raises(ConformanceSetupError) as raised,
+    ):
+        check_conformance(
+            server.url, "policy", "cmd-tok-81d2", examples=10, seed=1,
+            reset=server.reset, restart="exit 3",
+        )  # fmt: skip
+    assert "the restart command exited 3" in str(raised.value)
+    assert "no failure found" not in str(raised.value)
+
+
+def test_a_server_that_does_not_come_back_after_the_kits_restart_is_a_violation() -> None:
+    config = {"name": "policy-d", "role": "policy"}
+    with LocalServer.start(config, token="dead-tok-4a7e") as server:
+
+        def restart_that_leaves_it_dead() -> None:
+            server._in_server_loop(server.host.crash)  # stopped, never recovered: 503s
+
+        result = check_conformance(
+            server.url, "policy", "dead-tok-4a7e", examples=10, seed=1,
+            reset=server.reset, restart=restart_that_leaves_it_dead,
+        )  # fmt: skip
+    assert result.violation is not None and result.shrunk and not result.flaky
+    assert result.violation.rule.startswith("§6: a restarted participant serves again")
+    assert "the server did not come back after restart" in result.violation.differences[0]
+    assert "capabilities answered 503" in result.violation.differences[0]

@@ -160,6 +160,10 @@ def test_the_rig_restarts_the_server_from_its_journal(
 
 
 @pytest.mark.slow
+# Not the suite's 300 s: 500 examples make 600-800 real restarts and ~50,000 requests; at
+# 150 examples an agent took 4 minutes on a quiet machine, a policy's 500 about 20 on a busy
+# one (2 cores, load 3-15).
+@pytest.mark.timeout(2700)
 @pytest.mark.parametrize("role", ["agent", "policy", "resources"])
 def test_quiesce_serve_passes_500_examples_with_races_restarts_and_resets(
     tmp_path: Path, started: list[Served], role: str
