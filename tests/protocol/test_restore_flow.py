@@ -326,21 +326,13 @@ def test_a_restore_conflicting_with_a_dead_controllers_restore_resumes_that_id_f
     h.step(SnapshotsListed(ANCHOR, (h.candidate(3),)))
     h.step(SnapshotLoaded(OpId(1, 3, 0), DIGESTS, Ledger()))
     dead = OpId(1, 4, 0, "rs")  # the crashed controller's restore id
-    refusal = ErrorReply(
-        participant="pol",
-        incarnation="i1",
-        code="checkpoint_conflict",
-        message="busy",
-        active_id=dead,
-    )
-    effects = h.step(Reply("pol", Op.RESTORE, h.rs, refusal), 1.0)
+    effects = h.step(Reply("pol", Op.RESTORE, h.rs, conflict("pol", dead)), 1.0)
     effects += h.step(TimerDue(restore_retry_timer(h.rs)), 2.0)
     assert [(c.participant, c.op, c.op_id) for c in of(effects, Call)][:1] == [
         ("pol", Op.RESUME, dead)
     ]
     rs = h.rs
-    resumed = ResumeReply(participant="pol", incarnation="i1", op_id=dead, retired=dead)
-    effects = h.step(Reply("pol", Op.RESUME, dead, resumed), 1.0)
+    effects = resumed(h, "pol", dead)
     assert [(c.participant, c.op, c.op_id) for c in of(effects, Call)] == [("pol", Op.RESTORE, rs)]
     effects = h.restored("pol", "d-pol")
     assert [(c.participant, c.op) for c in of(effects, Call)] == [("ag", Op.RESTORE)]
