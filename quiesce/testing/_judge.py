@@ -24,6 +24,7 @@ from quiesce.protocol.machines import FenceOp
 from quiesce.protocol.participant import ParticipantState, handle, new_participant
 from quiesce.protocol.wire import ErrorReply, Message
 from quiesce.testing._latitude import begin_refusals
+from quiesce.testing._program import Step
 from quiesce.testing._projection import (
     Receipts,
     allowed_failure,
@@ -71,6 +72,8 @@ class JudgedExample(RuleBasedStateMachine):
         self.last = "setup"
         self.latest = 0
         self.fresh_keys = 0
+        self.program: list[Step] = []  # the top-level rule calls (`_program.recorded_rule`)
+        self.depth = 0
         self.context: AbstractContextManager[Any] | None = None
         if not isinstance(run.server, str | Participant):
             self.context = run.server()
@@ -129,7 +132,7 @@ class JudgedExample(RuleBasedStateMachine):
         violation = ConformanceViolation(
             rule, differences, tuple(self.steps), section_of(rule), state_diff
         )
-        self.run.found(violation)
+        self.run.found(violation, tuple(self.program))
         raise violation
 
     def _state_diff(self, after: ParticipantState) -> tuple[str, ...]:

@@ -100,6 +100,7 @@ from quiesce.adapters import Participant
 from quiesce.protocol.wire import Role
 from quiesce.testing._coverage import coverage_of
 from quiesce.testing._machine import ConformanceMachine
+from quiesce.testing._program import shorten
 from quiesce.testing._results import ConformanceResult, ConformanceSetupError, ConformanceViolation
 from quiesce.testing._session import (
     NO_FACTORY,
@@ -274,6 +275,8 @@ def _check(
         violation, unshrunk = run.best, STUCK
     elif isinstance(outcome, ConformanceViolation):
         violation = outcome
+        if not unshrinkable:
+            violation = _shorten(run, machine, violation)
     elif outcome is not None:  # FlakyFailure & co: a replay did not fail the same way
         violation, flaky = run.best, True
         if violation is None and isinstance(outcome, HypothesisException):
@@ -308,6 +311,21 @@ def _check(
         coverage=coverage_of(run.role, run.config.fenced, run.rows) if run.config else None,
         min_coverage=min_coverage,
     )
+
+
+def _shorten(
+    run: KitRun, machine: type[ConformanceMachine], violation: ConformanceViolation
+) -> ConformanceViolation:
+    """`violation` after the kit's own pass over hypothesis's shrunk sequence: its steps
+    deleted one at a time while the rest still fails (`_program`). A setup that breaks
+    during the pass ends it with hypothesis's sequence."""
+    failure = run.last_failure
+    if failure is None or failure[0] is not violation:
+        return violation
+    try:
+        return shorten(machine, failure[1], violation)
+    except Abort:
+        return violation
 
 
 def assert_conforms(

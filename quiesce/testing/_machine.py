@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import precondition, rule
+from hypothesis.stateful import precondition
 
 from quiesce.protocol.machines import FenceState
 from quiesce.protocol.participant import (
@@ -27,6 +27,7 @@ from quiesce.protocol.participant import (
     journal_of,
 )
 from quiesce.testing._judge import JudgedExample
+from quiesce.testing._program import recorded_rule
 from quiesce.testing._projection import allowed_failure
 from quiesce.testing._race import (
     EXECUTION_TARGETS,
@@ -134,7 +135,7 @@ class ConformanceMachine(JudgedExample):
 
     # ------------------------------------------------------------------ fence rules
 
-    @rule()
+    @recorded_rule()
     def pause(self) -> None:
         """Send nothing. The rule hypothesis shrinks towards (it has no arguments, so it sorts
         first): a needless request in a failing sequence becomes a pause, and the printed
@@ -143,19 +144,19 @@ class ConformanceMachine(JudgedExample):
     def _control(self, at: str | int, kind: str = "ck") -> dict[str, Any]:
         return {"op_id": self._id(at, kind), "deadline_at": DEADLINE_AT}
 
-    @rule(at=TARGETS)
+    @recorded_rule(at=TARGETS)
     def prepare(self, at: str | int) -> None:
         self._op("prepare", self._control(at))
 
-    @rule(at=TARGETS)
+    @recorded_rule(at=TARGETS)
     def commit(self, at: str | int) -> None:
         self._op("commit", self._control(at))
 
-    @rule(at=TARGETS)
+    @recorded_rule(at=TARGETS)
     def resume(self, at: str | int) -> None:
         self._op("resume", self._control(at))
 
-    @rule(at=TARGETS, source=st.integers(0, 3), intact=st.booleans())
+    @recorded_rule(at=TARGETS, source=st.integers(0, 3), intact=st.booleans())
     def restore(self, at: str | int, source: int, intact: bool) -> None:
         server, oracle = self._restore_bodies(at, source, intact)
         self._op("restore", server, oracle_body=oracle)
@@ -185,7 +186,7 @@ class ConformanceMachine(JudgedExample):
         bad = {**body, "snapshot_id": named, "artifact": corrupt, "expected_digest": BAD_DIGEST}
         return bad, bad
 
-    @rule(
+    @recorded_rule(
         op=st.sampled_from(DUPLICATED_OPS),
         at=TARGETS,
         source=st.integers(0, 3),
@@ -200,7 +201,7 @@ class ConformanceMachine(JudgedExample):
             server = oracle = self._control(at)
         self._op(op, server, oracle_body=oracle, copies=2)
 
-    @rule()
+    @recorded_rule()
     def checkpoint(self) -> None:
         """Two requests: prepare a fresh id and commit it. Random single steps rarely name
         the same id twice in a row, and a fence past `prepared` is where replays (and the
@@ -209,14 +210,14 @@ class ConformanceMachine(JudgedExample):
         self.commit("active")
 
     @precondition(lambda self: bool(self.sent))
-    @rule(index=st.integers(0, 7))
+    @recorded_rule(index=st.integers(0, 7))
     def replay(self, index: int) -> None:
         """Send an earlier control request of this example again, unchanged (a controller's
         retry arriving after the fence moved on: answered from the record, or refused)."""
         op, body, oracle_body = self.sent[-1 - index % len(self.sent)]
         self._op(op, body, oracle_body=oracle_body)
 
-    @rule(shape=st.sampled_from(RACES))
+    @recorded_rule(shape=st.sampled_from(RACES))
     def race(self, shape: tuple[tuple[str, str], ...]) -> None:
         """Different control requests in flight at once (`_race.RACES`: a resume or the
         next prepare arriving while a prepare long-polls), judged by linearizability: some
@@ -289,7 +290,7 @@ class ConformanceMachine(JudgedExample):
     # Mostly between requests; shrinking prefers that (None comes first): a kill during a
     # request may or may not beat the reply, so a failure is shrunk towards a deterministic
     # kill when one shows it too.
-    @rule(during=st.sampled_from((None, None, "prepare", "commit", "resume")), at=TARGETS)
+    @recorded_rule(during=st.sampled_from((None, None, "prepare", "commit", "resume")), at=TARGETS)
     def restart(self, during: str | None, at: str | int) -> None:
         """Kill and restart the server (§6): it must come back under a new incarnation with
         exactly what its journal must keep (`journal_of` of the oracle), so everything
@@ -392,13 +393,13 @@ class ConformanceMachine(JudgedExample):
         self._remember(after, op, body, body, exchange, reply)
         return after
 
-    @rule(at=TARGETS, key=KEYS)
+    @recorded_rule(at=TARGETS, key=KEYS)
     def discard(self, at: str | int, key: int) -> None:
         rollout_id, attempt = self._key(key)
         body = {"op_id": self._id(at, "rs"), "rollout_id": rollout_id, "attempt": attempt}
         self._op("discard", body)
 
-    @rule(
+    @recorded_rule(
         kind=st.sampled_from(SCENARIOS),
         turns=st.integers(2, 3),
         pick=st.integers(0, 3),
@@ -465,7 +466,7 @@ class ConformanceMachine(JudgedExample):
     @precondition(_drives_executions)
     # Mostly a fresh start: resume_from_turn > 0 claims a restored continuation, which
     # exists only after a restore, so it is mostly refused (unknown_execution).
-    @rule(key=KEYS, turns=st.integers(1, 3), resume=st.sampled_from([0, 0, 0, 1, 2]))
+    @recorded_rule(key=KEYS, turns=st.integers(1, 3), resume=st.sampled_from([0, 0, 0, 1, 2]))
     def begin(self, key: int, turns: int, resume: int) -> None:
         if key < 0:  # a key never used in this example (begin's -1: a new execution)
             self.fresh_keys += 1
@@ -482,7 +483,7 @@ class ConformanceMachine(JudgedExample):
         self._op("begin", body)
 
     @precondition(_drives_executions)
-    @rule(turns=st.integers(1, 3), reward=st.integers(0, 2))
+    @recorded_rule(turns=st.integers(1, 3), reward=st.integers(0, 2))
     def begin_and_finish(self, turns: int, reward: int) -> None:
         """Two requests: begin a new execution and finish it at once. Random single steps
         rarely complete an execution while the fence stays idle, and a completed, un-ACKed
@@ -555,20 +556,20 @@ class ConformanceMachine(JudgedExample):
         self._op("begin", body)
 
     @precondition(_drives_executions)
-    @rule(key=KEYS, turn=st.integers(0, 3))
+    @recorded_rule(key=KEYS, turn=st.integers(0, 3))
     def boundary(self, key: int, turn: int) -> None:
         rollout_id, attempt = self._key(key)
         self._op("boundary", {"rollout_id": rollout_id, "attempt": attempt, "turn": turn})
 
     @precondition(_drives_executions)
-    @rule(key=KEYS, reward=st.integers(0, 2))
+    @recorded_rule(key=KEYS, reward=st.integers(0, 2))
     def finish(self, key: int, reward: int) -> None:
         rollout_id, attempt = self._key(key)
         body = {"rollout_id": rollout_id, "attempt": attempt, "result": {"reward": reward}}
         self._op("finish", body)
 
     @precondition(_agent)
-    @rule(items=st.lists(st.tuples(KEYS, st.booleans()), min_size=1, max_size=3))
+    @recorded_rule(items=st.lists(st.tuples(KEYS, st.booleans()), min_size=1, max_size=3))
     def ack(self, items: list[tuple[int, bool]]) -> None:
         bodies: dict[str, list[dict[str, Any]]] = {"server": [], "oracle": []}
         for index, exact in items:
@@ -580,13 +581,13 @@ class ConformanceMachine(JudgedExample):
         self._op("ack", {"receipts": bodies["server"]}, oracle_body={"receipts": bodies["oracle"]})
 
     @precondition(_agent)
-    @rule(key=KEYS)
+    @recorded_rule(key=KEYS)
     def retire(self, key: int) -> None:
         rollout_id, attempt = self._key(key)
         self._op("retire", {"rollout_id": rollout_id, "attempt": attempt})
 
     @precondition(_not_agent)
-    @rule(op=st.sampled_from(AGENT_OPS))
+    @recorded_rule(op=st.sampled_from(AGENT_OPS))
     def agent_operation_elsewhere(self, op: str) -> None:
         self._op(op, valid_body(op, self.prefix, self._id("next", "ck")))
 
@@ -594,7 +595,7 @@ class ConformanceMachine(JudgedExample):
 
     @precondition(_has_post_ops)
     @precondition(lambda self: self.run.over_http)
-    @rule(
+    @recorded_rule(
         index=st.integers(0, len(CONTROL_OPS) + len(AGENT_OPS) - 1),
         flaw=st.sampled_from(["unknown_field", "wrong_type", "missing_field", "not_json"]),
     )
@@ -619,7 +620,7 @@ class ConformanceMachine(JudgedExample):
         self._expect_refused(self._send(op, body, raw=raw), expected, op)
 
     @precondition(lambda self: self.run.over_http)
-    @rule(
+    @recorded_rule(
         op=st.sampled_from(["status", "prepare", "resume"]), auth=st.sampled_from(["none", "wrong"])
     )
     def unauthenticated(self, op: str, auth: str) -> None:

@@ -85,6 +85,15 @@ class ConformanceViolation(QuiesceError):
         self.state_diff = state_diff
         super().__init__(f"{rule}: {'; '.join(differences)} (after {len(steps)} requests)")
 
+    @property
+    def sequence(self) -> tuple[KitStep, ...]:
+        """The requests a report prints: every one that can change state, and the failing
+        one (passing `status`/`completions` reads change nothing and only add noise)."""
+        last = self.steps[-1] if self.steps else None
+        return tuple(
+            s for s in self.steps if s is last or not (s.check or s.exchange.method == "GET")
+        )
+
 
 class ConformanceSetupError(QuiesceError):
     """The kit cannot start: the server at `url` is unreachable, or is not what was asked
@@ -153,7 +162,7 @@ class ConformanceResult:
                 "not_shrunk_because": self.not_shrunk_because,
                 "see": self.violation.see,
                 "state_diff": list(self.violation.state_diff),
-                "sequence": [s.to_json() for s in _shown(self.violation.steps)],
+                "sequence": [s.to_json() for s in self.violation.sequence],
             }
         return {
             "ok": self.ok,
@@ -203,7 +212,7 @@ class ConformanceResult:
             lines.append("note: the sequence did not fail again on replay (flaky server)")
         if not self.shrunk:
             lines.append(f"note: not shrunk: {self.not_shrunk_because}")
-        shown = _shown(violation.steps)
+        shown = violation.sequence
         which = "shortest failing" if self.shrunk else "failing"
         lines.append(f"{which} sequence ({len(shown)} requests):")
         for number, step in enumerate(shown, 1):
@@ -235,13 +244,6 @@ class ConformanceResult:
             lines.append("  dead by design (cannot fire over the control routes; not counted):")
             lines += [f"    {t.machine} {t.table} {row}: {why}" for t, row, why in dead]
         return lines
-
-
-def _shown(steps: tuple[KitStep, ...]) -> list[KitStep]:
-    """The steps worth printing: every request that can change state, and the failing one
-    (passing `status`/`completions` reads change nothing and only add noise)."""
-    last = steps[-1] if steps else None
-    return [s for s in steps if s is last or not (s.check or s.exchange.method == "GET")]
 
 
 def _format_step(number: int, step: KitStep, *, last: bool) -> list[str]:

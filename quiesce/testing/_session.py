@@ -24,6 +24,7 @@ from quiesce.protocol.participant import ParticipantConfig, ParticipantRules
 from quiesce.protocol.wire import Capabilities, Role
 from quiesce.testing._coverage import kit_rules
 from quiesce.testing._inprocess import IN_PROCESS_URL, ParticipantTransport
+from quiesce.testing._program import Program
 from quiesce.testing._results import (
     ConformanceSetupError,
     ConformanceViolation,
@@ -169,6 +170,8 @@ class KitRun:
     races: int = 0
     restarts: int = 0
     best: ConformanceViolation | None = None
+    last_failure: tuple[ConformanceViolation, Program] | None = None
+    """The violation raised last and the rule calls that led to it (`_program`)."""
     previous: tuple[KitStep, ...] = ()
     stuck: bool = False
     setup_error: ConformanceSetupError | None = None
@@ -215,8 +218,10 @@ class KitRun:
             self.client.close()
             self.client = None
 
-    def found(self, violation: ConformanceViolation) -> None:
-        """Keep the shortest violation seen (reported if the run cannot finish shrinking)."""
+    def found(self, violation: ConformanceViolation, program: Program = ()) -> None:
+        """Keep the shortest violation seen (reported if the run cannot finish shrinking),
+        and the last one with its `program`."""
+        self.last_failure = (violation, program)
         if self.best is None or len(violation.steps) < len(self.best.steps):
             self.best = violation
 
