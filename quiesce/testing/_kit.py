@@ -62,7 +62,10 @@ runs it now.
 Shrinking: a shrunk sequence must replay from the state its original started in, so the kit
 shrinks only with a fresh participant per example: a factory of servers, or a reset hook on a
 shared URL (`reset=`, `--reset-url`). Without either, the failing sequence is reported as found
-and `ConformanceResult.not_shrunk_because` says why.
+and `ConformanceResult.not_shrunk_because` says why. After hypothesis's shrinking, the kit
+deletes whole recorded steps of the failing sequence while the rest still breaks the same
+rule (`_program`: hypothesis's shrinker stops where deleting a step shifts how the later
+choices decode).
 
 In process (`check_participant`): a `Participant` object of the user's (the client interface
 the driver calls) is checked without a server, its calls made through `_inprocess`'s httpx
