@@ -12,7 +12,7 @@ import structlog
 
 from quiesce.protocol.wire import Role
 from quiesce.testing import BROKEN_HOSTS, LocalServer
-from quiesce.testing._machine import ConformanceMachine
+from quiesce.testing._machine import ENDINGS, ConformanceMachine
 from quiesce.testing._program import Program, replay, shorten
 from quiesce.testing._session import KitRun, reset_hook
 
@@ -41,12 +41,8 @@ def machine() -> Iterator[type[ConformanceMachine]]:
 
 
 def _lifecycle(ending: str) -> tuple[str, dict[str, object]]:
-    variant = (
-        "ack_twice ack_unknown ack_then_unknown ack_then_retire ack_then_begin "
-        "retire_then_ack retire_then_finish begin_retired"
-    ).split()
     arguments = {"kind": "execution_lifecycle", "turns": 2, "pick": 0, "intact": True}
-    return ("scenario", {**arguments, "variant": variant.index(ending)})
+    return ("scenario", {**arguments, "variant": ENDINGS.index(ending)})
 
 
 def test_an_example_records_its_top_level_rule_calls(machine: type[ConformanceMachine]) -> None:
@@ -70,7 +66,8 @@ def test_steps_the_failure_does_not_need_are_deleted(machine: type[ConformanceMa
     found = replay(machine, program)
     assert found is not None
     long, recorded = found
-    assert recorded == program and len(long.sequence) == 1 + 3 * 5 + 4  # setup, 3 lifecycles, the failing one
+    assert recorded == program
+    assert len(long.sequence) == 1 + 3 * 5 + 4  # the setup, 3 lifecycles, the failing one
 
     short = shorten(machine, program, long)
 
