@@ -134,7 +134,8 @@ def test_the_mutant_that_resumes_the_checkpoint_instead_is_caught(failure: str) 
         assert (stopped.reason, stopped.cause) == ("invariant_error", "topology_mismatch")
     else:
         # Everyone committed: the id its participants were just resumed from (aborted) is
-        # published and reported completed, and the failure count is reset (I3, I8).
+        # published and reported completed (I8: no fence is committed to it any more), and
+        # the failure count is reset.
         assert wrong == [
             "keeps its staging",
             "then CaptureCut",
