@@ -49,11 +49,18 @@ _CHECKPOINT: Mapping[str, str] = {
     "checkpoint.retarget[25]->releasing": _ENDS_AS_RELEASE,
     "checkpoint.retarget[26]->releasing": _ENDS_AS_RELEASE,
     "checkpoint.retarget[27]->aborting": _ENDS_AS_ABORT,
-    "checkpoint.retarget[26]->committing": "blind spot (reach): the row fires only on a"
-    " trigger while an abort waits for its retry timer, which only the walks reach; the"
-    " row's effects (cancel the retry, call abort) still run, so the abort calls go out"
-    " with the same id and no walk has ended the round differently. Not analysed further:"
-    " it became a survivor when one ACK batch per agent moved the walks (session 7)",
+    "checkpoint.retarget[26]->committing": "blind spot (reach): a trigger that retries a"
+    " pending abort moves M1 to committing; the abort's resumes still go out with the same"
+    " id, but their roles_done then carries the checkpoint on: a capture, then a fatal"
+    " topology mismatch that stops the run after one failure (nobody had committed: I7),"
+    " or the aborted id published and reported completed (everyone had: I8, its fences are"
+    " no longer committed to it). Only the walks fire the row (no exhaustive stage has a"
+    " second trigger), three times, each after the trainer moved: the capture fails again"
+    " (S9), and the abort restarted from it, its resumes all answered, ends at once with the"
+    " protocol's calls, outcome and count."
+    " Killed at S5's portfolio configuration (no_stall) and by the traces of"
+    " tests/models/test_pending_abort_trigger.py; a stage at that configuration would kill"
+    " it here too",
 }
 
 # ------------------------------------------------------------------ control fence (M2)
