@@ -31,7 +31,7 @@ _ENDS_AS_RELEASE = (
     " I3 sees the staging left behind only for an attempt aborted after its commit whose"
     " abort call then failed (two faults, or a trainer step and a fault), and I7's stop"
     " rule sees the reset count only after `max_consecutive_failures` more failures: no"
-    " stage reaches either (the exhaustive one-fault stage has one fault and no trainer"
+    " stage reaches either (the exhaustive stages with a fault have one, and no trainer"
     " step; the walks rarely)"
 )
 _ENDS_AS_ABORT = (
@@ -40,7 +40,8 @@ _ENDS_AS_ABORT = (
     " published) are the protocol's, and the staging it discards is already empty; only the"
     " consecutive-failure count is kept instead of reset (and the row may stop over budget"
     " after a success). I7's stop rule sees that only after `max_consecutive_failures` more"
-    " failed attempts, which no stage makes after a success"
+    " failed attempts, which no stage makes after a success (in the two-trigger stage, the"
+    " only one with a trigger after the release failed, that failure spent its one fault)"
 )
 
 _CHECKPOINT: Mapping[str, str] = {
@@ -49,18 +50,7 @@ _CHECKPOINT: Mapping[str, str] = {
     "checkpoint.retarget[25]->releasing": _ENDS_AS_RELEASE,
     "checkpoint.retarget[26]->releasing": _ENDS_AS_RELEASE,
     "checkpoint.retarget[27]->aborting": _ENDS_AS_ABORT,
-    "checkpoint.retarget[26]->committing": "blind spot (reach): a trigger that retries a"
-    " pending abort moves M1 to committing; the abort's resumes still go out with the same"
-    " id, but their roles_done then carries the checkpoint on: a capture, then a fatal"
-    " topology mismatch that stops the run after one failure (nobody had committed: I7),"
-    " or the aborted id published and reported completed (everyone had: I8, its fences are"
-    " no longer committed to it). Only the walks fire the row (no exhaustive stage has a"
-    " second trigger), three times, each after the trainer moved: the capture fails again"
-    " (S9), and the abort restarted from it, its resumes all answered, ends at once with the"
-    " protocol's calls, outcome and count."
-    " Killed at S5's portfolio configuration (no_stall) and by the traces of"
-    " tests/models/test_pending_abort_trigger.py; a stage at that configuration would kill"
-    " it here too",
+    "checkpoint.retarget[28]->aborting": _ENDS_AS_ABORT,
 }
 
 # ------------------------------------------------------------------ control fence (M2)

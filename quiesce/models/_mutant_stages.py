@@ -238,6 +238,15 @@ STAGES: tuple[Stage, ...] = (
         "exhaustive: the same with a budget of one fault, no crash (11,672 states)",
     ),
     ProtocolStage(
+        "two triggers",
+        # S5's portfolio configuration: the only exhaustive stage with a second trigger, so
+        # the only one where a trigger meets a pending abort or release (M1 retries it).
+        # After the one-fault stage although a little cheaper: it reaches far fewer rows.
+        small_params(siblings=0, triggers=2, faults=1),
+        _exhaustive,
+        "exhaustive: no rollout, two triggers, a budget of one fault, no crash (10,210 states)",
+    ),
+    ProtocolStage(
         "walks",
         {},
         _walks,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from quiesce.models import ProtocolModel, ProtocolParams, check
+from quiesce.models import PORTFOLIO, ProtocolModel, ProtocolParams, check
 from quiesce.models._design_model import DesignModel
 from quiesce.models._design_mutants import small
 from quiesce.models._design_state import DesignParams
@@ -35,6 +35,7 @@ def _stage(name: str) -> ProtocolStage:
 
 FAULT_FREE = _stage("fault-free")
 ONE_FAULT = _stage("one fault")
+TWO_TRIGGERS = _stage("two triggers")
 
 
 def test_recording_tables_step_as_the_protocol_and_record_its_rows() -> None:
@@ -141,6 +142,25 @@ def test_a_step_that_fires_the_mutated_row_is_computed_again() -> None:
 def test_the_design_stage_runs_after_the_fault_free_one_and_before_the_one_fault_one() -> None:
     names = [stage.name for stage in STAGES]
     assert names.index("fault-free") < names.index("design") < names.index("one fault")
+
+
+def test_the_two_trigger_stage_runs_s5s_configuration_after_the_one_fault_one() -> None:
+    [s5] = [entry for entry in PORTFOLIO if entry.scenario == "S5"]
+    assert TWO_TRIGGERS.params == s5.params
+    names = [stage.name for stage in STAGES]
+    assert names.index("one fault") < names.index("two triggers") < names.index("walks")
+
+
+def test_a_trigger_meeting_a_pending_abort_is_reached_only_with_two_triggers() -> None:
+    # M1's abort_pending -TRIGGER-> row sent to committing: the retried abort's resumes
+    # carry the checkpoint on (tests/models/test_pending_abort_trigger.py). Only a second
+    # trigger meets a pending abort: of the exhaustive stages, only this one has one.
+    mutant = MUTANTS["checkpoint.retarget[26]->committing"]
+    assert mutant.site is not None
+    exhaustive = [s for s in STAGES if isinstance(s, ProtocolStage) and s.name != "walks"]
+    assert [s.name for s in exhaustive if mutant.site.reached(s.coverage())] == ["two triggers"]
+    verdict = verify(mutant)
+    assert verdict.killed and verdict.stage == "two triggers" and verdict.killed_by == "no_stall"
 
 
 def test_the_unmutated_design_stage_finds_no_violation() -> None:

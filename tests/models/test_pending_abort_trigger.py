@@ -3,10 +3,11 @@ abort (M1 row `abort_pending -TRIGGER-> aborting`, PROTOCOL.md M1 "publish-or-ab
 
 The generated mutant `checkpoint.retarget[N]->committing` (N: that row) sends the row to
 `committing` instead: the abort's resumes still go out with the same id, but their
-`roles_done` then continues the checkpoint (capture, validate, publish). No mutant stage
-kills it (only the walks fire the row, each time after the trainer moved, where the capture
-fails again and the attempt aborts as the protocol's); these tests do, and its survivor
-note (`quiesce/models/_mutant_notes.py`) names them.
+`roles_done` then continues the checkpoint (capture, validate, publish). These tests kill
+it, and so does the mutant stage "two triggers" (`quiesce/models/_mutant_stages.py`, S5's
+configuration: the only exhaustive stage with a second trigger); before that stage only
+the walks fired the row, each time after the trainer moved, where the capture fails again
+and the attempt aborts as the protocol's.
 """
 
 from __future__ import annotations
