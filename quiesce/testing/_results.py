@@ -108,7 +108,8 @@ class ConformanceSetupError(QuiesceError):
 @dataclass(frozen=True)
 class ConformanceResult:
     """The outcome of a conformance run. `ok` is False iff `violation` is set (its `steps`
-    are the shortest failing sequence hypothesis found) or the run fired fewer than
+    are the shortest failing sequence found: hypothesis's shrink, then the kit's deletion
+    of whole steps) or the run fired fewer than
     `min_coverage` percent of the role's live table rows (`coverage`, `covered`).
     `examples` counts the sequences run (shrinking included), `requests` the HTTP requests
     sent, `checks` the replies compared with the oracle, `allowed_failures` the
