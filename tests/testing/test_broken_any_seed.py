@@ -4,24 +4,13 @@ at most six state-changing requests (issue 13's acceptance). Slow: ninety runs."
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
-
 import pytest
-import structlog
 
 from quiesce.testing import BROKEN_HOSTS, LocalServer, check_conformance
 
 TOKEN = "any-seed-tok-2a7e"
 _AGENT_BUGS = {"release-on-retire", "whole-batch-ack", "stale-prepare-clobbers-next"}
 _NEEDS_RESTARTS = {"reply-before-fsync"}
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    yield
-    structlog.reset_defaults()
 
 
 @pytest.mark.slow

@@ -7,7 +7,6 @@ shrinking against a live server replays hundreds of sequences for some seeds).""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -19,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-import structlog
 from click.testing import CliRunner
 
 from quiesce.adapters import ParticipantHost
@@ -52,14 +50,6 @@ if TYPE_CHECKING:
 pytest_plugins = ["quiesce.testing.plugin"]  # what a user's conftest.py does
 
 TOKEN = "conform-tok-5b1e9a"
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    # The in-thread servers log every request at debug level; keep test output readable.
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    yield
-    structlog.reset_defaults()
 
 
 def _serve(role: str, tmp: Path) -> tuple[subprocess.Popen[bytes], str, Path]:

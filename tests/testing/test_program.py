@@ -4,11 +4,9 @@ stops at a local minimum."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 
 import pytest
-import structlog
 
 from quiesce.protocol.wire import Role
 from quiesce.testing import BROKEN_HOSTS, LocalServer
@@ -17,13 +15,6 @@ from quiesce.testing._program import Program, replay, shorten
 from quiesce.testing._session import KitRun, reset_hook
 
 TOKEN = "program-tok-5d1e"
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    yield
-    structlog.reset_defaults()
 
 
 @pytest.fixture

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Iterator
 
 import anyio
-import pytest
-import structlog
 from starlette.types import Receive, Scope, Send
 
 from quiesce.adapters import ParticipantHost
@@ -23,13 +19,6 @@ from quiesce.testing import DEADLINE_AT, LocalServer, WireClient, check_conforma
 from quiesce.testing._race import RACES, recoveries
 
 TOKEN = "during-tok-81c2"
-
-
-@pytest.fixture(autouse=True)
-def _quiet_logs() -> Iterator[None]:
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
-    yield
-    structlog.reset_defaults()
 
 
 class SlowJournalHost(ParticipantHost):
