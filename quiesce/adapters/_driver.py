@@ -552,7 +552,7 @@ class Driver:
         else:
             if isinstance(result, PrepareReply):
                 self._prepared(call.participant, result)
-            self.submit(Reply(call.participant, call.op, call.op_id, result))
+            self.submit(Reply(call.participant, call.op, call.op_id, result, call.payload))
 
     def _prepared(self, participant: str, reply: PrepareReply) -> None:
         """Keep (and log) a `not_ready` answer: who is not ready, and why."""

@@ -68,6 +68,7 @@ from quiesce.protocol.machines import (
     CheckpointInput,
     IntentAction,
     RegistryInput,
+    Restart,
     RestoreInput,
 )
 
@@ -76,7 +77,7 @@ __all__ = ["DELAYABLE", "TRANSIENT", "Step", "initial_state"]
 CI, TI = CheckpointInput, AttemptInput
 _DONE_INPUT = {"prepare": CI.ROLES_DONE, "commit": CI.ROLES_DONE, "release": CI.ROLES_DONE}
 _DONE_INPUT.update(abort=CI.ROLES_DONE, flush=CI.ACKS_FLUSHED)
-_TOUCHED = ("preparing", "committing", "capturing", "validating")
+_RESTARTED = classify(Cause.PARTICIPANT_RESTARTED)
 # §4: a refusal answered to a control call is classified by its code.
 _REFUSAL_CAUSE = {
     "checkpoint_conflict": Cause.CHECKPOINT_CONFLICT,
@@ -409,10 +410,16 @@ class Step(LedgerSide):
             # Its running executions died with the old process, but a completed result whose
             # report was lost survives in its journal: retiring the attempts finds it.
             self.expire_group()
-        if self.m1.state in _TOUCHED and self.walk.phase in M1_PHASE:
-            self.fail(Cause.PARTICIPANT_RESTARTED)
-            return True
-        return False
+        # M1's rows decide: the attempt fails if it touched `p` (called it with its id).
+        if self.walk.phase not in M1_PHASE:
+            return False
+        before = self.m1.state
+        touched = bool(self.attempted >> p & 1)
+        self.fire(CI.RESTARTED, Restart(NAMES[p], touched, _RESTARTED))
+        if self.m1.state == before:
+            return False
+        self.judge_failure(Cause.PARTICIPANT_RESTARTED)
+        return True
 
     def check_order(self, p: int, op: str, op_id: int, extra: Any) -> None:
         """I5: a control call goes to `p` only after every earlier participant of the

@@ -17,6 +17,7 @@ from quiesce.protocol.machines import (
     CheckpointData,
     CheckpointInput,
     CheckpointState,
+    Restart,
     Trigger,
 )
 
@@ -26,6 +27,8 @@ ATTEMPT = Attempt(op_id=X, trainer_step=0, started_at=0.0, phase_started_at=0.0)
 RETRYABLE = classify(Cause.TIMEOUT)
 SKIP = classify(Cause.TRAINER_STATE_CHANGED)
 FATAL = classify(Cause.WRONG_ID)
+TOUCHED = Restart("agent-0", True, classify(Cause.PARTICIPANT_RESTARTED))
+UNTOUCHED = Restart("agent-0", False, classify(Cause.PARTICIPANT_RESTARTED))
 
 
 def at(state: S, *, failures: int = 0, budget: int = 3, attempt: Attempt | None = ATTEMPT) -> Value:
@@ -84,6 +87,15 @@ CASES = [
     ],
     *[
         (s, I.FAILED, RETRYABLE, {}, S.ABORTING, ["cancel_prepare_timers", "call_abort"])
+        for s in (S.PREPARING, S.COMMITTING, S.CAPTURING, S.VALIDATING)
+    ],
+    # S19: a restart fails the attempt only if the attempt touched that participant.
+    *[
+        (s, I.RESTARTED, TOUCHED, {}, S.ABORTING, ["cancel_prepare_timers", "call_abort"])
+        for s in (S.PREPARING, S.COMMITTING, S.CAPTURING, S.VALIDATING)
+    ],
+    *[
+        (s, I.RESTARTED, UNTOUCHED, {}, s, [])
         for s in (S.PREPARING, S.COMMITTING, S.CAPTURING, S.VALIDATING)
     ],
     (
@@ -223,3 +235,17 @@ def test_dropping_an_effect_name_is_a_mutant_that_keeps_the_rest() -> None:
     mutant = CHECKPOINT.without_effect(index, "write_intent")
     _, effects = mutant.step(at(S.IDLE), I.TRIGGER, Trigger(ATTEMPT))
     assert names(effects) == ["hold"]
+
+
+def test_a_restart_that_fails_the_attempt_counts_once_and_a_stop_names_the_participant() -> None:
+    # One failure more than the budget allows: the attempt aborts, then stops, and the stop
+    # names who restarted (§4: the reason names the participant of the last failure).
+    after, _ = CHECKPOINT.step(at(S.COMMITTING, failures=3), I.RESTARTED, TOUCHED)
+    assert after.state is S.ABORTING and after.data.failures == 4
+    assert after.data.attempt is not None and after.data.attempt.failed_by == "agent-0"
+    # Within the budget, nobody is named.
+    after, _ = CHECKPOINT.step(at(S.COMMITTING), I.RESTARTED, TOUCHED)
+    assert after.data.failures == 1 and after.data.attempt.failed_by is None
+    # A restart the attempt did not touch changes nothing.
+    value = at(S.COMMITTING)
+    assert CHECKPOINT.step(value, I.RESTARTED, UNTOUCHED) == (value, ())

@@ -347,7 +347,8 @@ def test_a_restart_seen_before_the_attempt_touched_the_participant_does_not_fail
     ack = AckReply(participant="ag", incarnation="i2", acknowledged=(), unknown=())
     effects = h.step(Reply("ag", Op.ACK, None, ack))
     assert h.s.phase is S.PREPARING and h.s.attempt.cause is None
-    assert [e.event for e in of(effects, Log)] == ["participant_restarted"]
+    # Noted (and the ACK, of no batch this controller sent, is stale news).
+    assert [e.event for e in of(effects, Log)] == ["participant_restarted", "stale_reply"]
     h.answer_all(Op.PREPARE)
     assert h.s.phase is S.COMMITTING
 
@@ -610,18 +611,33 @@ def test_a_second_failed_call_of_a_role_in_a_pending_state_is_absorbed(pending: 
     assert sorted((c.participant, c.op_id) for c in of(effects, Call)) == [("ag1", x), ("ag2", x)]
 
 
-def test_a_failed_retire_is_sent_again_by_its_timer_until_answered() -> None:
+def test_a_failed_retire_is_sent_again_on_its_backoff_until_answered() -> None:
     from quiesce.protocol.controller import TimerKey, TimerKind
 
-    h = Harness()
+    h = Harness(call_retries=2, call_backoff_s=0.5, call_backoff_max_s=4.0)
     key = ("p4/0", 0)
+    # No retire in flight yet: its failure is stale news, nothing is armed.
     effects = h.step(CallFailed("ag", Op.RETIRE, None, Cause.PARTICIPANT_ERROR, key), 1.0)
-    [timer] = of(effects, ArmTimer)
-    assert timer.name == TimerKey(TimerKind.RETIRE_RETRY, "p4/0#0", "ag")
-    assert timer.at == h.now + QuiesceConfig().snapshot_attempt_interval_s
-    effects = h.step(TimerDue(timer.name), timer.at - h.now)
-    [again] = of(effects, Call)
-    assert (again.participant, again.op, again.op_id, again.payload) == ("ag", Op.RETIRE, None, key)
-    # Failing again re-arms the same timer; an answer arms nothing.
-    effects = h.step(CallFailed("ag", Op.RETIRE, None, Cause.TIMEOUT, key), 2.0)
-    assert [t.name for t in of(effects, ArmTimer)] == [timer.name]
+    assert of(effects, ArmTimer) == []
+    # A retire in flight (a group's deadline expired): each transient failure backs off,
+    # with full jitter, and the same retire goes again; the budget spent, it stops.
+    h.step(GroupOpened("p4", 1, "ag"))
+    effects = h.step(TimerDue(deadline_timer("p4")), 10_000.0)
+    [retire] = [c for c in of(effects, Call) if c.op is Op.RETIRE]
+    assert retire.payload == key
+    timer_name = TimerKey(TimerKind.BACKGROUND_RETRY, "retire p4/0#0", "ag")
+    for retry in (1, 2):
+        effects = h.step(CallFailed("ag", Op.RETIRE, None, Cause.TIMEOUT, key), 1.0)
+        [timer] = of(effects, ArmTimer)
+        assert timer.name == timer_name
+        assert h.now <= timer.at < h.now + 0.5 * 2 ** (retry - 1)
+        effects = h.step(TimerDue(timer.name), timer.at - h.now)
+        [again] = of(effects, Call)
+        assert (again.participant, again.op, again.op_id, again.payload) == (
+            "ag",
+            Op.RETIRE,
+            None,
+            key,
+        )
+    effects = h.step(CallFailed("ag", Op.RETIRE, None, Cause.TIMEOUT, key), 1.0)
+    assert of(effects, ArmTimer) == [] and of(effects, Call) == []

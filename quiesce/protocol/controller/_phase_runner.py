@@ -135,7 +135,7 @@ def with_conflict(
     return (conflicts - {key}) | {(key[0], active_id)}
 
 
-def backoff_s(config: QuiesceConfig, op_id: OpId, participant: str, retry: int) -> float:
+def backoff_s(config: QuiesceConfig, op_id: OpId | None, participant: str, retry: int) -> float:
     """The wait before retry number `retry` (1, 2, ...) of a call: exponential backoff with
     full jitter, a uniform fraction of `min(call_backoff_max_s, call_backoff_s * 2 ** (retry
     - 1))`. The fraction is a hash of the call and the retry number: the core stays pure (no

@@ -21,6 +21,7 @@ doing that work (the mutants of `quiesce.models` rely on it).
                                                       INSPECTED_ABSENT -> aborting
       aborting --FAILED--> abort_pending --RETRY_DUE | TRIGGER--> aborting   (same id)
       releasing --FAILED--> release_pending --RETRY_DUE | TRIGGER--> releasing (same id)
+      preparing .. validating --RESTARTED [touched]--> aborting   (S19: never retried)
       any attempt state --FAILED [fatal]--> stopped
       closing_admission, flushing_acks --FAILED [exhausted]--> stopped
       aborting --ROLES_DONE | FAILED [over_budget]--> stopped
@@ -31,6 +32,9 @@ Rules encoded in the rows:
   published) or `aborting` (X not published), each retried with the same X; nothing mints a
   new id while `abort_pending` or `release_pending` holds (a TRIGGER there retries X);
 - a fatal cause stops at once, keeping the intent record for the next start (§6);
+- a participant restart (S19) fails the attempt only while participants may hold its id
+  and only if the attempt touched that participant (it may have lost the id with its
+  process); one the attempt never called holds nothing, and the attempt goes on (§4);
 - every attempt that fails retryably counts once, with its first cause (a failing abort
   or release is retried by its timer and counts nothing more); `exhausted` = more than
   `failure_budget` (= `max_consecutive_failures`) in a row: `stopped`, or, once
@@ -60,6 +64,7 @@ __all__ = [
     "CheckpointData",
     "CheckpointInput",
     "CheckpointState",
+    "Restart",
     "Trigger",
     "stops_the_run",
 ]
@@ -96,6 +101,7 @@ class CheckpointInput(Enum):
     INSPECTED_ABSENT = "inspected_absent"  # not there
     FAILED = "failed"  # a step failed or was skipped (arg: Classification)
     RETRY_DUE = "retry_due"  # the retry timer of a pending abort or release fired
+    RESTARTED = "restarted"  # a reply showed a participant's new incarnation (arg: Restart)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +183,16 @@ class Trigger:
     skip: Classification | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """The argument of RESTARTED: who restarted, whether the attempt `touched` it (called it
+    with its id, S6), and how §4 classifies a restart."""
+
+    participant: str
+    touched: bool
+    cause: Classification
+
+
 # ----------------------------------------------------------------------------- the rows
 
 _S = CheckpointState
@@ -218,6 +234,9 @@ _ROWS = (
     on(_BEFORE_PARTICIPANTS, _I.FAILED, _S.STOPPED, guard="exhausted", update="note_cause", effects=("clear_intent", "outcome", "stop")),
     on(_BEFORE_PARTICIPANTS, _I.FAILED, _S.IDLE, update="abandon", effects=("clear_intent", "drop_holds", "outcome")),
     on(_PARTICIPANTS_TOUCHED, _I.FAILED, _S.ABORTING, update="note_cause", effects=("cancel_prepare_timers", "call_abort")),
+    # A restart fails the attempt only if the attempt touched that participant (S19).
+    on(_PARTICIPANTS_TOUCHED, _I.RESTARTED, _S.ABORTING, guard="touched", update="note_restart", effects=("cancel_prepare_timers", "call_abort")),
+    on(_PARTICIPANTS_TOUCHED, _I.RESTARTED, None),
     on(_S.ABORTING, _I.ROLES_DONE, _S.STOPPED, guard="over_budget", update="finished", effects=("discard_staging", "clear_intent", "outcome", "stop")),
     on(_S.ABORTING, _I.ROLES_DONE, _S.IDLE, update="finished", effects=("discard_staging", "clear_intent", "drop_holds", "outcome")),
     on(_S.ABORTING, _I.FAILED, _S.STOPPED, guard="over_budget", update="note_cause", effects=("outcome", "stop")),
@@ -237,6 +256,9 @@ _ROWS = (
 # row maps is refused (`unmapped="forbidden"` below).
 _IGNORED = (
     *each(_BUSY, _I.TRIGGER),
+    # A restart outside preparing .. validating: nobody may hold the id, or its abort or
+    # release is retried with the same id anyway.
+    *each(tuple(s for s in _S if s not in _PARTICIPANTS_TOUCHED), _I.RESTARTED),
     *each((_S.IDLE, *_BUSY), _I.RETRY_DUE),
     *each(_S.STOPPED, (_I.TRIGGER, _I.RETRY_DUE)),
 )
@@ -266,6 +288,10 @@ def stops_the_run(data: CheckpointData, cause: Classification) -> bool:
     failure more than `failure_budget` (the `fatal` and `exhausted` guards)?"""
     value = Value(CheckpointState.IDLE, data)
     return _fatal(value, cause) or _exhausted(value, cause)
+
+
+def _touched(_value: Value[Any, CheckpointData], arg: Restart) -> bool:
+    return arg.touched
 
 
 def _over_budget(value: Value[Any, CheckpointData], _arg: object) -> bool:
@@ -308,6 +334,14 @@ def _note_cause(data: CheckpointData, cause: Classification) -> CheckpointData:
         return data
     noted = replace(data, attempt=replace(attempt, cause=cause))
     return noted if attempt.published else _count(noted, cause)
+
+
+def _note_restart(data: CheckpointData, arg: Restart) -> CheckpointData:
+    # As any failure; if it stops the run, the stop names the restarted participant (§4).
+    noted = _note_cause(data, arg.cause)
+    if noted.attempt is not None and stops_the_run(data, arg.cause):
+        return replace(noted, attempt=replace(noted.attempt, failed_by=arg.participant))
+    return noted
 
 
 def _abandon(data: CheckpointData, cause: Classification) -> CheckpointData:
@@ -361,12 +395,14 @@ CHECKPOINT: Table[CheckpointState, CheckpointInput] = Table(
         "fatal": _fatal,
         "exhausted": _exhausted,
         "over_budget": _over_budget,
+        "touched": _touched,
     },
     updates={
         "begin": _begin,
         "skipped": _skipped,
         "adopt": _adopt,
         "note_cause": _note_cause,
+        "note_restart": _note_restart,
         "abandon": _abandon,
         "published": _published,
         "unverifiable": _unpublished(_UNVERIFIABLE),
@@ -394,6 +430,10 @@ ARG_EXAMPLES: Mapping[CheckpointInput, tuple[object, ...]] = {
     ),
     _I.RECOVERED: _ATTEMPTS,
     _I.FAILED: _CLASSIFICATIONS,
+    _I.RESTARTED: tuple(
+        Restart("agent-0", touched, classify(Cause.PARTICIPANT_RESTARTED))
+        for touched in (True, False)
+    ),
 }
 """Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): a `Trigger`,
 the recovered `Attempt`, every cause's `Classification`; the other inputs take none."""
