@@ -282,6 +282,11 @@ class Step(LedgerSide):
         if self.next_call() is None:
             self.finish_walk()
 
+    def call_again(self, p: int) -> None:
+        """`p` is called again in this walk, in its turn (a restarted participant is
+        prepared again)."""
+        self.walk = self.walk._replace(done=self.walk.done & ~(1 << p))
+
     def finish_walk(self) -> None:
         """Every call of the walk answered: its machine moves on."""
         phase = self.walk.phase
@@ -415,7 +420,8 @@ class Step(LedgerSide):
             return False
         before = self.m1.state
         touched = bool(self.attempted >> p & 1)
-        self.fire(CI.RESTARTED, Restart(NAMES[p], touched, _RESTARTED))
+        # Seen in the reply of a call of the walk: `p`'s role is the one being called.
+        self.fire(CI.RESTARTED, Restart(NAMES[p], touched, _RESTARTED, in_turn=True))
         if self.m1.state == before:
             return False
         self.judge_failure(Cause.PARTICIPANT_RESTARTED)
@@ -629,6 +635,7 @@ _M1_WORK: dict[str, Callable[[Step, Any], None]] = {
     "arm_prepare_deadline": _set(deadline=lambda s: s.m1.attempt),
     "call_prepare": _walk("prepare"),
     "cancel_prepare_timers": _set(deadline=lambda s: 0),
+    "call_prepare_again": lambda step, arg: step.call_again(NAMES.index(arg.participant)),
     "call_commit": _walk("commit"),
     "capture_cut": lambda step, arg: step.capture(reflushed=False),
     "validate": _validate,

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from quiesce.protocol import Cause
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import AckReply, Receipt
@@ -226,7 +228,7 @@ def test_the_strict_flush_calls_an_agent_whose_background_batch_is_in_flight() -
     assert in_flight(h) == {"ag"}  # the background batch is still in flight
 
 
-def test_a_background_answer_from_a_restarted_agent_ends_its_batch() -> None:
+def test_a_background_answer_from_an_agent_restarted_in_its_turn_ends_its_batch() -> None:
     h = Harness()
     owed = sealed_one(h)
     h.start()
@@ -234,12 +236,15 @@ def test_a_background_answer_from_a_restarted_agent_ends_its_batch() -> None:
     h.answer("pol", Op.PREPARE)  # the agent is prepared next: it may hold the id now
     assert h.s.attempt is not None and "ag" in h.s.attempt.attempted
     assert in_flight(h) == {"ag"}
-    # The background batch's answer comes from a new incarnation: the attempt fails (S19)
-    # and the answer is not used, but the batch it answers is over all the same.
+    # The background batch's answer comes from a new incarnation while the agents are
+    # being prepared (S19): the attempt goes on, the agent's prepare in flight is answered
+    # by its new incarnation; the ACK answer is the new incarnation's, so it is used, and
+    # the batch is over.
     restarted = ack_reply("ag", owed).model_copy(update={"incarnation": "i2"})
-    h.step(Reply("ag", Op.ACK, None, restarted), 1.0)
-    assert h.s.attempt is not None and h.s.attempt.cause is not None
-    assert h.s.attempt.cause.cause is Cause.PARTICIPANT_RESTARTED
+    effects = h.step(Reply("ag", Op.ACK, None, restarted), 1.0)
+    assert [c for c in of(effects, Call) if c.op is Op.PREPARE] == []
+    assert h.s.phase is S.PREPARING and h.s.attempt.cause is None
+    assert h.calls() == [("ag", h.x)]
     assert in_flight(h) == frozenset()
 
 
@@ -298,3 +303,14 @@ def test_an_answer_to_an_older_attempts_flush_settles_nothing() -> None:
     assert not h.s.ledger.pending_acks()
     # ...but only the call this flush made settles the flush.
     assert h.s.phase is S.FLUSHING_ACKS and not of(effects, Outcome)
+
+
+@pytest.mark.parametrize("retries", [0, 3])
+def test_every_try_of_a_background_call_is_bounded(retries: int) -> None:
+    # I6: a background call has no deadline of its own, but no try of it waits for ever
+    # (with no retry left, the try used to carry the call's own unbounded deadline, and a
+    # lost request kept the batch in flight for good: the agent was never ACKed again).
+    h = Harness(call_retries=retries)
+    effects = h.step(RolloutCompleted("gone/0", 0, "rcpt", agent="ag"), 1.0)
+    [call] = acks(effects)
+    assert call.deadline_at == h.now + h.c.config.control_timeout_s

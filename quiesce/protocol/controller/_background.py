@@ -311,7 +311,10 @@ def _w_send_call(calls: BackgroundCalls, key: BackgroundKey, _input: CallInput, 
         # strict flush released them all meanwhile, the same batch again.
         payload = calls.outbox().get(agent) or call.payload
         calls._put(key, replace(call, payload=payload))
-    deadline = try_deadline(calls.h.config, calls.h.now, call.value.data)
+    # One try waits as a phase's would, and never unbounded (I6): a background call has no
+    # deadline of its own, so with no retry left its try still ends `control_timeout_s` on.
+    config, now = calls.h.config, calls.h.now
+    deadline = min(try_deadline(config, now, call.value.data), now + config.control_timeout_s)
     calls.h.emit(Call(agent, op, call.op_id, deadline, payload))
 
 

@@ -61,6 +61,7 @@ from quiesce.protocol.machines import (
     Holder,
     Phase,
     PhaseCalls,
+    Restart,
     Slot,
     Trigger,
 )
@@ -294,6 +295,15 @@ def _w_arm_prepare_deadline(run: CheckpointHost, _arg: Any) -> None:
     run.emit(ArmTimer(prepare_deadline_timer(attempt.op_id), at))
 
 
+def _w_call_prepare_again(run: CheckpointHost, arg: Restart) -> None:
+    # S19 while its role is prepared: a call still in flight is answered by the new
+    # incarnation anyway (its reply may be the very one that showed the restart); one its
+    # old incarnation answered goes again, same id, and the role waits for it.
+    key = (arg.participant, run.attempt.op_id)
+    if key in run.phases.answered():
+        run.phases.send_new([key])
+
+
 def _w_cancel_prepare_timers(run: CheckpointHost, _arg: Any) -> None:
     attempt = run.attempt
     if attempt.phase is Phase.PREPARE:
@@ -401,6 +411,7 @@ CHECKPOINT_WORK: Mapping[str, Callable[[CheckpointHost, Any], None]] = MappingPr
         "arm_prepare_deadline": _w_arm_prepare_deadline,
         "call_prepare": _w_phase(Phase.PREPARE),
         "cancel_prepare_timers": _w_cancel_prepare_timers,
+        "call_prepare_again": _w_call_prepare_again,
         "call_commit": _w_phase(Phase.COMMIT),
         "capture_cut": _w_capture_cut,
         "validate": _w_validate,

@@ -584,13 +584,15 @@ class _Run:
             for group in self.state.ledger.unfinished_groups():
                 if group.environment == participant:
                     self.rollouts.expire_group(group.group_id, retire=False)
-        # M1 decides whether the restart fails the attempt (only if the attempt touched
-        # the participant, §4, S19); if it does, the reply must not be used.
+        # M1 decides what the restart costs the attempt (S19): nothing if it never touched
+        # the participant, a prepare again if its role is being prepared, else the attempt;
+        # if it fails, the reply must not be used.
         attempt = self.state.attempt
         touched = attempt is not None and participant in attempt.attempted
         cause = self.policy.classify(Cause.PARTICIPANT_RESTARTED)
+        in_turn = self.phases.calling(fleet.role_of(participant))
         before = self.state.phase
-        self.fire(CheckpointInput.RESTARTED, Restart(participant, touched, cause))
+        self.fire(CheckpointInput.RESTARTED, Restart(participant, touched, cause, in_turn))
         return self.state.phase is not before
 
     # ------------------------------------------------------------------ rollouts

@@ -21,6 +21,7 @@ doing that work (the mutants of `quiesce.models` rely on it).
                                                       INSPECTED_ABSENT -> aborting
       aborting --FAILED--> abort_pending --RETRY_DUE | TRIGGER--> aborting   (same id)
       releasing --FAILED--> release_pending --RETRY_DUE | TRIGGER--> releasing (same id)
+      preparing --RESTARTED [in_turn] (holds, prepare it again, same id)
       preparing .. validating --RESTARTED [touched]--> aborting   (S19: never retried)
       any attempt state --FAILED [fatal]--> stopped
       closing_admission, flushing_acks --FAILED [exhausted]--> stopped
@@ -32,9 +33,12 @@ Rules encoded in the rows:
   published) or `aborting` (X not published), each retried with the same X; nothing mints a
   new id while `abort_pending` or `release_pending` holds (a TRIGGER there retries X);
 - a fatal cause stops at once, keeping the intent record for the next start (§6);
-- a participant restart (S19) fails the attempt only while participants may hold its id
-  and only if the attempt touched that participant (it may have lost the id with its
-  process); one the attempt never called holds nothing, and the attempt goes on (§4);
+- a participant restart (S19) matters only if the attempt touched that participant. While
+  its role is being prepared, it kept its fence (§6) and lost only running work, none of
+  it committed: it is prepared again with the same id. Otherwise (a later role was called
+  since, or it may have committed) it may have lost what the attempt counts on: the
+  attempt fails (never retried inside it, §4). One the attempt never called holds nothing,
+  and the attempt goes on;
 - every attempt that fails retryably counts once, with its first cause (a failing abort
   or release is retried by its timer and counts nothing more); `exhausted` = more than
   `failure_budget` (= `max_consecutive_failures`) in a row: `stopped`, or, once
@@ -186,11 +190,13 @@ class Trigger:
 @dataclass(frozen=True, slots=True)
 class Restart:
     """The argument of RESTARTED: who restarted, whether the attempt `touched` it (called it
-    with its id, S6), and how §4 classifies a restart."""
+    with its id, S6), whether the phase is calling its role now (`in_turn`), and how §4
+    classifies a restart."""
 
     participant: str
     touched: bool
     cause: Classification
+    in_turn: bool = False
 
 
 # ----------------------------------------------------------------------------- the rows
@@ -202,6 +208,7 @@ ATTEMPT_STATES = tuple(s for s in _S if s not in (_S.IDLE, _S.STOPPED))
 """Every state with an attempt in flight."""
 _BEFORE_PARTICIPANTS = (_S.CLOSING_ADMISSION, _S.FLUSHING_ACKS)
 _PARTICIPANTS_TOUCHED = (_S.PREPARING, _S.COMMITTING, _S.CAPTURING, _S.VALIDATING)
+_AFTER_PREPARE = (_S.COMMITTING, _S.CAPTURING, _S.VALIDATING)
 _PENDING = (_S.ABORT_PENDING, _S.RELEASE_PENDING)
 _BUSY = tuple(s for s in ATTEMPT_STATES if s not in _PENDING)
 
@@ -234,9 +241,6 @@ _ROWS = (
     on(_BEFORE_PARTICIPANTS, _I.FAILED, _S.STOPPED, guard="exhausted", update="note_cause", effects=("clear_intent", "outcome", "stop")),
     on(_BEFORE_PARTICIPANTS, _I.FAILED, _S.IDLE, update="abandon", effects=("clear_intent", "drop_holds", "outcome")),
     on(_PARTICIPANTS_TOUCHED, _I.FAILED, _S.ABORTING, update="note_cause", effects=("cancel_prepare_timers", "call_abort")),
-    # A restart fails the attempt only if the attempt touched that participant (S19).
-    on(_PARTICIPANTS_TOUCHED, _I.RESTARTED, _S.ABORTING, guard="touched", update="note_restart", effects=("cancel_prepare_timers", "call_abort")),
-    on(_PARTICIPANTS_TOUCHED, _I.RESTARTED, None),
     on(_S.ABORTING, _I.ROLES_DONE, _S.STOPPED, guard="over_budget", update="finished", effects=("discard_staging", "clear_intent", "outcome", "stop")),
     on(_S.ABORTING, _I.ROLES_DONE, _S.IDLE, update="finished", effects=("discard_staging", "clear_intent", "drop_holds", "outcome")),
     on(_S.ABORTING, _I.FAILED, _S.STOPPED, guard="over_budget", update="note_cause", effects=("outcome", "stop")),
@@ -247,6 +251,15 @@ _ROWS = (
     on(_S.ABORT_PENDING, _I.TRIGGER, _S.ABORTING, effects=("cancel_retry", "call_abort")),
     on(_S.RELEASE_PENDING, _I.RETRY_DUE, _S.RELEASING, effects="call_release"),
     on(_S.RELEASE_PENDING, _I.TRIGGER, _S.RELEASING, effects=("cancel_retry", "call_release")),
+    # --- a participant restarted (S19). One the attempt never called holds nothing: the
+    # attempt goes on. One of the role being prepared kept its fence (§6 journal) and lost
+    # only what was running, which nothing committed yet: it is prepared again, same id.
+    # Any other may have lost what the attempt counted on (a later role was called since,
+    # or it may have committed): the attempt fails, never retried inside it (§4).
+    # (Last, so the rows above keep their indices: mutant notes are keyed by them.)
+    on(_S.PREPARING, _I.RESTARTED, None, guard="in_turn", effects="call_prepare_again"),
+    on(_PARTICIPANTS_TOUCHED, _I.RESTARTED, _S.ABORTING, guard="touched", update="note_restart", effects=("cancel_prepare_timers", "call_abort")),
+    on(_PARTICIPANTS_TOUCHED, _I.RESTARTED, None),
 )
 # ruff: enable[E501]
 # fmt: on
@@ -292,6 +305,10 @@ def stops_the_run(data: CheckpointData, cause: Classification) -> bool:
 
 def _touched(_value: Value[Any, CheckpointData], arg: Restart) -> bool:
     return arg.touched
+
+
+def _in_turn(_value: Value[Any, CheckpointData], arg: Restart) -> bool:
+    return arg.touched and arg.in_turn
 
 
 def _over_budget(value: Value[Any, CheckpointData], _arg: object) -> bool:
@@ -396,6 +413,7 @@ CHECKPOINT: Table[CheckpointState, CheckpointInput] = Table(
         "exhausted": _exhausted,
         "over_budget": _over_budget,
         "touched": _touched,
+        "in_turn": _in_turn,
     },
     updates={
         "begin": _begin,
@@ -431,8 +449,8 @@ ARG_EXAMPLES: Mapping[CheckpointInput, tuple[object, ...]] = {
     _I.RECOVERED: _ATTEMPTS,
     _I.FAILED: _CLASSIFICATIONS,
     _I.RESTARTED: tuple(
-        Restart("agent-0", touched, classify(Cause.PARTICIPANT_RESTARTED))
-        for touched in (True, False)
+        Restart("agent-0", touched, classify(Cause.PARTICIPANT_RESTARTED), in_turn)
+        for touched, in_turn in ((True, True), (True, False), (False, False))
     ),
 }
 """Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): a `Trigger`,
