@@ -59,10 +59,11 @@ def create_agent_app(
     )
     control = create_app(host, token=token)
 
-    async def call_tool(tools: httpx.AsyncClient, rollout: BeginRequest, turn: int) -> None:
+    async def call_tool(
+        tools: httpx.AsyncClient, rollout: BeginRequest, turn: int, action: str
+    ) -> None:
         """The turn's resources call, retried while the resources server restarts."""
         call = f"{rollout.rollout_id}#{rollout.attempt}/t{turn}"
-        action = toy_policy(rollout.rollout_id, turn)  # the turn's policy call
         for retry in range(50):
             body = {
                 "rollout_id": rollout.rollout_id,
@@ -86,7 +87,8 @@ def create_agent_app(
             if turn == job.turns:
                 await host.finish(*key, {"turns": job.turns, "reward": 1.0})
                 return  # completed: the result is held until the controller ACKs it
-            await call_tool(tools, job, turn)  # the turn: the policy call, then the tool call
+            action = toy_policy(job.rollout_id, turn)  # the turn: its policy call,
+            await call_tool(tools, job, turn, action)  # then the resources call it triggers
             turn += 1
             # The turn is done and its tool state changed on a restart_only server.
             reply = await host.boundary(*key, turn, restart_only_dependency=True)
