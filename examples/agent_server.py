@@ -40,15 +40,16 @@ class ToolUnavailable(Exception):
     """The resources server did not take a tool call (the rollout is left to its deadline)."""
 
 
-def toy_policy(rollout_id: str, turn: int) -> str:
-    """The policy call of a turn: an action for the environment."""
-    return f"{rollout_id}: move {turn}"
-
-
 def create_agent_app(
-    state_dir: Path, *, token: str, resources_url: str, name: str = "agent-0"
+    state_dir: Path,
+    *,
+    token: str,
+    resources_url: str,
+    name: str = "agent-0",
+    think_s: float = 0.0,
 ) -> FastAPI:
-    """The agent service, its control routes mounted under `/control/v1/`."""
+    """The agent service, its control routes mounted under `/control/v1/`; its toy policy
+    takes `think_s` seconds per call."""
     lock = StateDirLock.acquire(state_dir)  # one live server per state dir
     host = ParticipantHost.open(
         {"name": name, "role": "agent"},
@@ -58,6 +59,11 @@ def create_agent_app(
         run_work=False,  # the rollouts are this service's code, not quiesce's simulation
     )
     control = create_app(host, token=token)
+
+    async def toy_policy(rollout_id: str, turn: int) -> str:
+        """The policy call of a turn: an action for the environment."""
+        await anyio.sleep(think_s)
+        return f"{rollout_id}: move {turn}"
 
     async def call_tool(
         tools: httpx.AsyncClient, rollout: BeginRequest, turn: int, action: str
@@ -87,7 +93,7 @@ def create_agent_app(
             if turn == job.turns:
                 await host.finish(*key, {"turns": job.turns, "reward": 1.0})
                 return  # completed: the result is held until the controller ACKs it
-            action = toy_policy(job.rollout_id, turn)  # the turn: its policy call,
+            action = await toy_policy(job.rollout_id, turn)  # the turn: its policy call,
             await call_tool(tools, job, turn, action)  # then the resources call it triggers
             turn += 1
             # The turn is done and its tool state changed on a restart_only server.
