@@ -71,6 +71,7 @@ from quiesce.adapters._http_server import (
     configure_server_logging,
     create_app,
     create_resettable_app,
+    participant_lifespan,
     status_of,
 )
 from quiesce.adapters._in_memory import (
@@ -277,6 +278,7 @@ __all__ = [
     "ledger_to_json",
     "ledger_to_text",
     "parse_checkpoint_id",
+    "participant_lifespan",
     "random_incarnation",
     "secret_incarnation",
     "spawn_ray_participant",
