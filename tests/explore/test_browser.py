@@ -3,14 +3,14 @@
 Chromium runs the page's script and `--dump-dom` prints the DOM it built; the URL
 fragment drives it (`#step=N` moves the cursor, `#path=...` takes steps by hand through
 the server). `--virtual-time-budget` lets the hand steps' requests finish before the dump.
-Skipped only when no Chromium is installed (CI installs it: see .ci/run).
+Skipped only when no Chromium is installed (CI installs it: see .ci/run); the helpers are
+tests/browser.py's, shared with the run report's test.
 """
 
 from __future__ import annotations
 
 import re
 import selectors
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,37 +23,11 @@ from click.testing import CliRunner
 from quiesce.cli import main
 from quiesce.explore import Session
 from quiesce.models import Violation, build_model
+from tests.browser import chromium, dump_dom, needs_chromium
 from tests.explore.conftest import MUTANT
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"
-)
+pytestmark = needs_chromium
 EXPLORE = [sys.executable, "-m", "quiesce", "explore", "two-phase", "--mutant", MUTANT]
-
-
-def chromium(profile: Path, url: str, *args: str) -> str:
-    assert CHROMIUM is not None
-    command = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        *args,
-        url,
-    ]
-    ran = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
-    return ran.stdout
-
-
-def dump_dom(profile: Path, url: str) -> str:
-    return chromium(profile, url, "--virtual-time-budget=5000", "--dump-dom")
 
 
 def current(dom: str, instance: str) -> str | None:
