@@ -48,10 +48,10 @@ def dump_dom(profile: Path, url: str) -> str:
     return chromium(profile, url, "--virtual-time-budget=5000", "--dump-dom")
 
 
-def dump_dom_and_console(profile: Path, url: str) -> tuple[str, list[str]]:
-    """The DOM, and every console message the page logged (uncaught errors included)."""
-    ran = _run(
-        profile, url, "--virtual-time-budget=5000", "--enable-logging=stderr", "--v=0", "--dump-dom"
-    )
+def dump_dom_and_console(profile: Path, url: str, *args: str) -> tuple[str, list[str]]:
+    """The DOM, and every console message the page logged (uncaught errors included);
+    `args` go to Chromium too (`--window-size=W,H`)."""
+    flags = ("--virtual-time-budget=5000", "--enable-logging=stderr", "--v=0", "--dump-dom")
+    ran = _run(profile, url, *flags, *args)
     console = [line for line in ran.stderr.splitlines() if ":CONSOLE" in line]
     return ran.stdout, console

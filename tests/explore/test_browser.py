@@ -32,8 +32,8 @@ EXPLORE = [sys.executable, "-m", "quiesce", "explore", "two-phase", "--mutant", 
 
 def current(dom: str, instance: str) -> str | None:
     """The state highlighted in `instance`'s diagram."""
-    card = dom.split(f'<div class="instance" data-instance="{instance}">', 1)[1]
-    card = card.split('<div class="instance"', 1)[0]
+    card = re.split(f'<details class="instance[^"]*" data-instance="{re.escape(instance)}"', dom)[1]
+    card = card.split('<details class="instance', 1)[0]
     found = re.search(r'<g class="node current" data-state="([^"]+)"', card)
     return None if found is None else found.group(1)
 
@@ -47,8 +47,10 @@ def text_of(dom: str, pattern: str) -> str:
 def assert_at_the_violation(dom: str) -> None:
     """Step 2 of the counterexample: rm2 committed while rm1 aborted, TCConsistent broken."""
     assert text_of(dom, r'<span id="position">([^<]*)') == "step 2 / 2"
-    assert text_of(dom, r'<div id="banner" class="at">([^<]*)') == (
-        "TCConsistent violated (always) at step 2"
+    # The step's card says it, so the banner is hidden there.
+    assert re.search(r'<div id="banner"[^>]* hidden', dom)
+    assert text_of(dom, r'(?s)<section id="step" class="violating">.*?<p id="verdict">([^<]*)') == (
+        "TCConsistent violated by this step: no RM has committed while another has aborted"
     )
     assert text_of(dom, r'<li class="([^"]*)" data-property="TCConsistent"') == "fails violated"
     assert text_of(dom, r'<li class="([^"]*)" data-property="TypeOK"') == "holds"
@@ -84,7 +86,9 @@ def test_the_served_page_steps_to_the_violation_and_by_hand_past_it(
     assert_at_the_violation(dump_dom(tmp_path / "a", served + "#step=2"))
     before = dump_dom(tmp_path / "b", served + "#step=1")
     assert text_of(before, r'<li class="([^"]*)" data-property="TCConsistent"') == "holds"
-    assert text_of(before, r'<div id="banner" class="">([^<]*)').startswith("TCConsistent")
+    assert text_of(before, r'<div id="banner" class="">([^<]*)') == (
+        "TCConsistent violated (always) at step 2"
+    )
     assert current(before, "rm2") == "working"
     # By hand: the counterexample's two steps, then TMAbort, which only the server knows.
     session = Session(build_model("two-phase", mutant=MUTANT), two_phase_violation)
