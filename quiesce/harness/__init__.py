@@ -5,8 +5,9 @@ judges it with oracles independent of the coordinator (nothing lost or duplicate
 consumed prompt group trained or counted, nothing left on an agent; why a stopped
 controller stopped); `run_chaos` runs real participant processes and a real controller
 and SIGKILLs them. Both are thin: every protocol decision is the coordinator's, every I/O
-the adapters'. `RunRecorder` records a simulated run's timeline and `render_report` draws it
-as one self-contained HTML page (`quiesce simulate --report`).
+the adapters'. `RunRecorder` records a simulated run's timeline, `ChaosRecorder` a chaos run's (from
+its processes' event lines and fence logs), and `render_report` draws either as one
+self-contained HTML page (`quiesce simulate --report`, `quiesce chaos --report`).
 """
 
 from quiesce.harness._chaos import ChaosConfig, ChaosError, ChaosInterrupted, ChaosResult, run_chaos
@@ -17,7 +18,7 @@ from quiesce.harness._chaos_controller import (
     read_trained,
 )
 from quiesce.harness._progress import Untrained, UntrainedGroup
-from quiesce.harness._recorder import EVENT_KINDS, RunRecorder
+from quiesce.harness._recorder import EVENT_KINDS, ChaosRecorder, RunRecorder
 from quiesce.harness._report import render_report, write_report
 from quiesce.harness._simulate import (
     CheckpointCounts,
@@ -36,6 +37,7 @@ __all__ = [
     "ChaosConfig",
     "ChaosError",
     "ChaosInterrupted",
+    "ChaosRecorder",
     "ChaosResult",
     "CheckpointCounts",
     "CoordinatorFactory",

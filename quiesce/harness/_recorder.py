@@ -1,19 +1,24 @@
-"""What a run report draws: a timeline recorded while a simulated run plays.
+"""What a run report draws: a timeline recorded while a simulated or a chaos run plays.
 
 What lives here: `RunRecorder`, which listens to one `quiesce simulate` run from the outside
 -- every controller step (a driver `Observer`), every request a participant handled (a
 `FenceLogSink`: the fence before and after), every fault the in-memory fleet injects, and the
 world's controller starts and crash -- and keeps what happened when, as plain data
-(`document()`). What it does not know: HTML (`render_report` draws the document) or the
-protocol's decisions (it reads the states and effects the coordinator and participants
-produced; it never steps a table).
+(`document()`); and `ChaosRecorder`, the same for a `quiesce chaos` run, whose controller and
+participants are other processes: it is fed their event lines and fence logs, and the
+parent's kills and restarts. What it does not know: HTML (`render_report` draws the
+document) or the protocol's decisions (it reads the states and effects the coordinator and
+participants produced; it never steps a table).
 
 The document (JSON): `lanes` (the controller, then every participant), `spans` (an interval
 on a lane: a checkpoint phase, an admission-closed window, a non-idle fence state, a
 restore, executions running / parked / frozen), `marks` (an instant: an attempt's outcome,
-an injected fault, a participant restart, the controller crash), `steps` (per training step:
-checkpoint seconds, admission closed, attempts by outcome and cause, items trained, goodput)
-and the run's `summary` (the `SimulationResult`). Times are the virtual clock's seconds.
+an injected fault, a restart, the controller crash, a SIGKILL), `steps` (per training step:
+checkpoint seconds, admission closed, attempts by outcome and cause, items trained, goodput),
+the run's `summary` (the `SimulationResult` or `ChaosResult`) and `headline` (what the page
+prints under its title), `clock` (which clock the seconds are on: the virtual clock's, or
+the host's monotonic clock in a chaos run) and `unmeasured` (each kind the run has no data
+for, and why: the page says so and draws nothing for it).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from quiesce.protocol.controller import (
 from quiesce.protocol.machines import CheckpointState, ExecState, GateState
 from quiesce.protocol.participant import AgentRole
 
-__all__ = ["EVENT_KINDS", "RunRecorder"]
+__all__ = ["EVENT_KINDS", "ChaosRecorder", "RunRecorder"]
 
 EVENT_KINDS = (
     "phase",
@@ -52,8 +57,12 @@ EVENT_KINDS = (
     "fault",
     "restart",
     "crash",
+    "kill",
 )
-"""Every kind of span or mark a report draws (the legend lists them)."""
+"""Every kind of span or mark a report draws (the legend lists them; a run that cannot
+measure a kind says so in its document's `unmeasured`)."""
+
+SIMULATE_CLOCK = "the simulation's virtual clock, in seconds from the run's start"
 
 CONTROLLER = "controller"
 
@@ -81,6 +90,7 @@ class _Step:
     at: float
     groups: int = 0
     reruns: int = 0  # how often this step number was trained again after a rollback
+    items: int | None = None  # items trained, when known directly (else groups x size)
 
 
 @dataclass
@@ -120,7 +130,13 @@ class RunRecorder(FenceLogSink):
         self._redispatched: list[str] = []
         self._summary: dict[str, Any] | None = None
         self._end = 0.0
+        self._training_began = 0.0  # where the first step's window starts
         self._group_size = 1
+        self.title = "quiesce simulate"
+        self.clock = SIMULATE_CLOCK
+        self.unmeasured: dict[str, str] = {
+            "kill": "simulate kills no process: its controller crash is drawn as a crash"
+        }
 
     # ------------------------------------------------------------------ wiring
 
@@ -345,11 +361,11 @@ class RunRecorder(FenceLogSink):
             if attempt.outcome:
                 by_step.setdefault(attempt.step, []).append(attempt)
         rows = []
-        previous_at = 0.0
+        previous_at = self._training_began
         for number in sorted(self._steps):
             step = self._steps[number]
             attempts = by_step.get(number, [])
-            items = step.groups * group_size
+            items = step.items if step.items is not None else step.groups * group_size
             spent = max(step.at - previous_at, 1e-9)
             rows.append(
                 {
@@ -371,11 +387,37 @@ class RunRecorder(FenceLogSink):
             previous_at = step.at
         return rows
 
+    def _headline(self) -> list[tuple[str, Any]]:
+        """The summary line under the title: (what, value) pairs."""
+        s = self._summary or {}
+        c, r = s.get("checkpoints", {}), s.get("rollouts", {})
+        return [
+            ("verdict", s.get("verdict")),
+            ("steps", s.get("steps")),
+            (
+                "checkpoints completed / skipped / failed",
+                f"{c.get('completed')} / {c.get('skipped')} / {c.get('failed')}",
+            ),
+            ("faults", s.get("faults_injected")),
+            ("participant restarts", s.get("participant_restarts")),
+            ("controller crash at step", s.get("crashed_at_step")),
+            (
+                "redispatched (resumed / rerun)",
+                f"{r.get('redispatched')} ({r.get('resumed_from_turn')} / "
+                f"{r.get('rerun_from_scratch')})",
+            ),
+            ("lost / duplicated", f"{r.get('lost')} / {r.get('duplicated')}"),
+            ("virtual seconds", s.get("virtual_seconds")),
+        ]
+
     def document(self) -> dict[str, Any]:
         """The recorded run as plain data (JSON-ready): what `render_report` draws."""
         summary = self._summary or {}
         return {
-            "title": f"quiesce simulate (seed {summary.get('seed', '?')})",
+            "title": f"{self.title} (seed {summary.get('seed', '?')})",
+            "clock": self.clock,
+            "headline": [list(pair) for pair in self._headline()],
+            "unmeasured": dict(self.unmeasured),
             "end": round(self._end, 6),
             "kinds": list(EVENT_KINDS),
             "lanes": self._lanes(),
@@ -384,3 +426,190 @@ class RunRecorder(FenceLogSink):
             "steps": self._step_rows(self._group_size),
             "summary": summary,
         }
+
+
+CHAOS_CLOCK = (
+    "the host's monotonic clock (CLOCK_MONOTONIC, shared by every process on the host), in "
+    "seconds from the chaos run's start: the controller stamps its own events, each "
+    "participant's fence log stamps its requests (its event loop's clock), the chaos parent "
+    "stamps its kills and restarts"
+)
+
+_IN_AGENTS = (
+    "not measured in chaos: executions live inside the agent processes, whose fence log "
+    "records only the fence"
+)
+CHAOS_UNMEASURED = {
+    "running": _IN_AGENTS,
+    "parked": _IN_AGENTS,
+    "frozen": _IN_AGENTS,
+    "fault": "none in chaos: it injects no network faults, its faults are the kills",
+    "crash": "none in chaos: a controller SIGKILL is drawn as a kill",
+}
+"""Kinds a chaos run has no data for, and why (the page says so instead of drawing them)."""
+
+
+class ChaosRecorder(RunRecorder):
+    """Records one `quiesce chaos` run, whose parts run in separate processes
+    (`run_chaos(..., recorder=ChaosRecorder())`), for `render_report`.
+
+    Every entry point takes `t`, a time on the host's monotonic clock (`time.monotonic()`,
+    the clock the controller's and the participants' event loops read too); the page draws
+    `t - origin` (`run_chaos` sets `origin` to its start). The controller's events arrive
+    as the lines its process writes (`phase`, `admission`, `outcome`, `metric`, `started`,
+    `restored`, `step`), the participants' fences as their fence-log lines (`record`), the
+    kills and restarts from the parent.
+
+    >>> recorder = ChaosRecorder(origin=100.0)
+    >>> recorder.set_lanes([("controller", "controller"), ("agent-0", "agent")])
+    >>> recorder.phase(101.0, "preparing", "ck-1-1-step1", 1)
+    >>> recorder.kill(101.5, "controller", "preparing")
+    >>> [(s["label"], s["t0"], s["t1"]) for s in recorder.spans]
+    [('preparing', 1.0, 1.5)]
+    >>> recorder.marks[0]["kind"], recorder.marks[0]["t"]
+    ('kill', 1.5)
+    """
+
+    def __init__(self, origin: float = 0.0) -> None:
+        super().__init__()
+        self.origin = origin
+        self._t = 0.0
+        self._lane_list: list[dict[str, str]] = []
+        self.title = "quiesce chaos"
+        self.clock = CHAOS_CLOCK
+        self.unmeasured = dict(CHAOS_UNMEASURED)
+
+    def _now(self) -> float:
+        return self._t
+
+    def _at(self, t: float) -> None:
+        self._t = t - self.origin
+        self._end = max(self._end, self._t)
+
+    def set_lanes(self, lanes: list[tuple[str, str]]) -> None:
+        """The timeline's lanes, in order: `(name, role)`, the controller's first."""
+        self._lane_list = [{"name": name, "role": role} for name, role in lanes]
+
+    def _lanes(self) -> list[dict[str, str]]:
+        return list(self._lane_list)
+
+    # ------------------------------------------------------------------ the controller
+
+    def phase(self, t: float, name: str, checkpoint_id: str | None, step: int | None) -> None:
+        """The controller entered checkpoint phase `name` (`idle`: no attempt runs)."""
+        self._at(t)
+        if checkpoint_id is not None and step is not None:
+            self._op = checkpoint_id
+            self._attempts.setdefault(checkpoint_id, _Attempt(step))
+        if name == "idle":
+            self._end_span(CONTROLLER, "phase")
+        else:
+            self._begin(CONTROLLER, "phase", "phase", name, checkpoint_id=checkpoint_id)
+
+    def admission(self, t: float, closed: bool, by: list[str]) -> None:
+        """The controller's admission gate closed (held `by` these) or opened again."""
+        self._at(t)
+        if closed:
+            self._begin(CONTROLLER, "admission", "admission", "admission closed", by=by)
+        else:
+            self._end_span(CONTROLLER, "admission")
+
+    def outcome(self, t: float, *, result: str, checkpoint_id: str, step: int, reason: str) -> None:
+        """A checkpoint attempt ended (`completed`, `skipped` or `failed`, and why)."""
+        self._at(t)
+        attempt = self._attempts.setdefault(checkpoint_id, _Attempt(step))
+        attempt.outcome, attempt.reason = result, reason
+        self._mark(CONTROLLER, "outcome", result, checkpoint_id=checkpoint_id, reason=reason)
+
+    def metric(self, name: str, value: float, checkpoint_id: str | None) -> None:
+        """A `checkpoint.total_seconds` or `checkpoint.admission_closed_s` of an attempt."""
+        attempt = None if checkpoint_id is None else self._attempts.get(checkpoint_id)
+        if attempt is None:
+            return
+        if name == "checkpoint.total_seconds":
+            attempt.seconds += value
+        elif name == "checkpoint.admission_closed_s":
+            attempt.admission_s += value
+
+    def step(self, t: float, step: int) -> None:
+        """The trainer committed optimizer step `step`."""
+        self._at(t)
+        previous = self._steps.get(step)
+        self._steps[step] = _Step(step, self._t, reruns=0 if previous is None else 1)
+
+    def restore_started(self, t: float) -> None:
+        """A controller process started: its restore begins."""
+        self._at(t)
+        self._begin(CONTROLLER, "restore", "restore", "restoring")
+
+    def restored(self, t: float, result: str, **tip: Any) -> None:
+        """The controller's restore ended with `result` (`snapshot`, `fresh_start`, ...)."""
+        self._at(t)
+        if not self._steps:
+            self._training_began = self._t  # the deployment's start-up is no step's time
+        opened = self._open.get((CONTROLLER, "restore"))
+        if opened is not None:
+            opened.label = result
+        self._end_span(CONTROLLER, "restore", result=result, **tip)
+
+    # ------------------------------------------------------------------ the parent
+
+    def kill(self, t: float, victim: str, phase: str) -> None:
+        """The chaos parent SIGKILLed `victim` while the controller was in `phase`. A killed
+        controller's phase, admission window and restore end there; a participant's fence
+        is durable (its state directory), so its fence span goes on."""
+        self._at(t)
+        if victim == CONTROLLER:
+            for lane, slot in [key for key in self._open if key[0] == CONTROLLER]:
+                self._end_span(lane, slot, cut_by="SIGKILL")
+        self._mark(victim, "kill", "SIGKILL", victim=victim, controller_phase=phase)
+
+    def restarted(self, t: float, victim: str, started_at: float) -> None:
+        """`victim`, started again at `started_at` on the same state, is up at `t`."""
+        self._at(t)
+        self._mark(
+            victim,
+            "restart",
+            "restart",
+            started_s=round(started_at - self.origin, 6),
+            up_after_s=round(t - started_at, 6),
+            restarted_on=(
+                "the snapshot store and the intent journal"
+                if victim == CONTROLLER
+                else "its state directory (journal)"
+            ),
+        )
+
+    # ------------------------------------------------------------------ the end
+
+    def record(self, line: FenceLogLine) -> None:
+        """A participant's fence-log line (read back from its file, at its own `time`)."""
+        self._at(line.time)
+        super().record(line)
+
+    def finish_chaos(self, t: float, summary: dict[str, Any], items: dict[int, int]) -> None:
+        """The run ended at `t` with `summary` (the `ChaosResult` as JSON); `items` is the
+        number of items each step trained (from `trained.log`)."""
+        for number, count in items.items():
+            if number in self._steps:
+                self._steps[number].items = count
+        self._at(t)
+        self.finish(summary)
+
+    def _headline(self) -> list[tuple[str, Any]]:
+        s = self._summary or {}
+        phases = ", ".join(f"{k} {v}" for k, v in (s.get("kills_by_phase") or {}).items())
+        return [
+            ("verdict", "ok" if s.get("ok") else "VIOLATED"),
+            (
+                "kills (controller / participant)",
+                f"{s.get('kills')} ({s.get('controller_kills')} / {s.get('participant_kills')})",
+            ),
+            ("kills by phase", phases or "-"),
+            ("recoveries", s.get("recoveries")),
+            ("steps", s.get("steps")),
+            ("checkpoints completed", s.get("checkpoints_completed")),
+            ("lost / duplicated", f"{s.get('lost')} / {s.get('duplicated')}"),
+            ("corrupt snapshots selected", s.get("corrupt_selected")),
+            ("wall seconds", s.get("wall_s")),
+        ]

@@ -7,6 +7,7 @@ const COLORS = {
   phase: "#4c78a8", admission: "#9aa3b5", restore: "#8e44ad", fence: "#e39c37",
   running: "#59a14f", parked: "#3d7dd8", frozen: "#17becf",
   outcome: "#2f3b52", fault: "#d62728", restart: "#ff7f0e", crash: "#111111",
+  kill: "#a50026",
 };
 const PHASE_COLORS = {
   closing_admission: "#9ecae9", flushing_acks: "#6baed6", preparing: "#4c78a8",
@@ -140,6 +141,15 @@ function drawTimeline() {
     } else if (m.kind === "restart") {
       node = el("circle", { cx: mx, cy: top + 8, r: 6, fill: COLORS.restart,
                             stroke: "#fff", "stroke-width": 1.5 }, g);
+    } else if (m.kind === "kill") {
+      const h = laneHeight(lanes.find((lane) => lane.name === m.lane) || { role: "other" });
+      el("line", { x1: mx, x2: mx, y1: top - 2, y2: top + h + 2, stroke: COLORS.kill,
+                   "stroke-width": 2, "stroke-dasharray": "3 2", "pointer-events": "none" }, g);
+      node = el("path", { d: `M${mx},${top} l4,6 l-3,0 l4,8 l-8,-9 l3,0 l-3,-5 Z`,
+                          fill: COLORS.kill, stroke: "#fff", "stroke-width": 0.8 }, g);
+      const hit = el("rect", { x: mx - 7, y: top - 1, width: 14, height: 18, fill: "transparent" }, g);
+      register(hit, "SIGKILL " + m.lane + " at " + m.t.toFixed(3) + " s", m.tip)
+        .setAttribute("data-kind", "kill-hit");
     } else if (m.kind === "crash") {
       el("line", { x1: mx, x2: mx, y1: AXIS, y2: height, stroke: COLORS.crash,
                    "stroke-dasharray": "4 3", "pointer-events": "none" }, svg);
@@ -153,6 +163,16 @@ function drawTimeline() {
     }
     node.setAttribute("data-kind", m.kind);
     register(node, m.kind + ": " + m.label + " at " + m.t.toFixed(3) + " s", m.tip);
+  }
+  // A kind the run could not measure is said so where it would be drawn, never faked.
+  const unmeasured = REPORT.unmeasured || {};
+  if ("running" in unmeasured) {
+    for (const lane of lanes) {
+      if (lane.role !== "agent") continue;
+      el("text", { class: "unmeasured", x: LEFT + 6, y: tops[lane.name] + 34, fill: "#8a90a0",
+                   "font-style": "italic" }, laneGroups[lane.name]).textContent =
+        "executions running / parked / frozen: " + unmeasured.running;
+    }
   }
   document.getElementById("timeline").dataset.lanes = String(lanes.length);
 }
@@ -237,16 +257,8 @@ function zoomToStep(step) {
 
 function drawHeader() {
   document.getElementById("title").textContent = REPORT.title;
-  const s = REPORT.summary || {};
-  const c = s.checkpoints || {}, r = s.rollouts || {};
-  const parts = [
-    ["verdict", s.verdict], ["steps", s.steps],
-    ["checkpoints completed / skipped / failed", `${c.completed} / ${c.skipped} / ${c.failed}`],
-    ["faults", s.faults_injected], ["participant restarts", s.participant_restarts],
-    ["controller crash at step", s.crashed_at_step ?? "-"],
-    ["redispatched (resumed / rerun)", `${r.redispatched} (${r.resumed_from_turn} / ${r.rerun_from_scratch})`],
-    ["lost / duplicated", `${r.lost} / ${r.duplicated}`], ["virtual seconds", s.virtual_seconds],
-  ];
+  document.getElementById("clock").textContent = "Times: " + REPORT.clock + ".";
+  const parts = REPORT.headline;
   const box = document.getElementById("summary");
   box.replaceChildren();
   parts.forEach(([k, v], i) => {
@@ -260,16 +272,39 @@ function drawHeader() {
   const legend = document.getElementById("legend");
   legend.replaceChildren();
   const names = { phase: "checkpoint phase", admission: "admission closed", restore: "restore",
-                  fence: "fence not idle", running: "executions running", parked: "parked",
-                  frozen: "frozen", outcome: "attempt outcome", fault: "injected fault",
-                  restart: "participant restart", crash: "controller crash" };
+                  fence: "fence not idle", running: "executions running", parked: "executions parked",
+                  frozen: "executions frozen", outcome: "attempt outcome", fault: "injected fault",
+                  restart: "restart", crash: "controller crash", kill: "SIGKILL" };
+  const unmeasured = REPORT.unmeasured || {};
   for (const kind of REPORT.kinds) {
     const item = document.createElement("span");
     item.dataset.kind = kind;
     const sw = document.createElement("i");
     sw.style.background = COLORS[kind];
     item.append(sw, names[kind] || kind);
+    if (kind in unmeasured) {
+      // Listed, greyed, with why: the page never draws what the run did not measure.
+      item.className = "unmeasured";
+      item.dataset.unmeasured = "yes";
+      item.title = unmeasured[kind];
+    }
     legend.appendChild(item);
+  }
+  const byReason = new Map();
+  for (const kind of REPORT.kinds) {
+    if (!(kind in unmeasured)) continue;
+    const reason = unmeasured[kind];
+    if (!byReason.has(reason)) byReason.set(reason, []);
+    byReason.get(reason).push(names[kind] || kind);
+  }
+  const note = document.getElementById("unmeasured");
+  note.replaceChildren();
+  for (const [reason, kinds] of byReason) {
+    const line = document.createElement("div");
+    const what = document.createElement("b");
+    what.textContent = kinds.join(", ") + ": ";
+    line.append(what, reason);
+    note.appendChild(line);
   }
 }
 

@@ -1,7 +1,8 @@
 """The run report: `quiesce simulate --report` writes one self-contained page, and headless
 Chromium draws every lane and every event kind of the acceptance run from it, with no
 console message at all; hovering (here `#tip=KIND`, the same handler) shows an event's
-details. A bad `--report` path is a one-line usage error."""
+details. A bad `--report` path is a one-line usage error, for `quiesce chaos` too (its run
+report is tested in `test_chaos_report.py`)."""
 
 from __future__ import annotations
 
@@ -45,8 +46,12 @@ def test_chromium_draws_every_lane_and_event_kind_without_console_messages(
     assert re.search(r'<div id="errors">\s*</div>', dom)
     drawn = re.findall(r'<g class="lane" data-lane="([^"]+)"', dom)
     assert tuple(drawn) == LANES
+    # Every kind is drawn as a shape, not only named in the legend, but a kill: simulate
+    # kills no process, and its legend says so.
     for kind in EVENT_KINDS:
-        assert f'data-kind="{kind}"' in dom, kind
+        shapes = re.findall(rf'<(?:rect|path|circle)[^>]*data-kind="{kind}"', dom)
+        assert bool(shapes) is (kind != "kill"), kind
+    assert re.search(r'<span data-kind="kill" class="unmeasured" data-unmeasured="yes"', dom)
     # Charts over training steps: one bar group per step of the run, in each of the four.
     for chart in ("checkpoint", "admission", "attempts", "goodput"):
         assert f'id="chart-{chart}"' in dom
@@ -75,9 +80,13 @@ def test_a_screenshot_is_legible_size(report: Path, tmp_path: Path) -> None:
     assert shot.read_bytes().startswith(b"\x89PNG") and shot.stat().st_size > 30_000
 
 
+@pytest.mark.parametrize("command", [["simulate", "--steps", "1"], ["chaos", "--kills", "0"]])
 @pytest.mark.parametrize("where", ["missing/r.html", "."])
-def test_a_bad_report_path_is_one_usage_error(tmp_path: Path, where: str) -> None:
-    ran = CliRunner().invoke(main, ["simulate", "--steps", "1", "--report", str(tmp_path / where)])
+def test_a_bad_report_path_is_one_usage_error(
+    tmp_path: Path, where: str, command: list[str]
+) -> None:
+    # Refused before anything runs (chaos starts no process).
+    ran = CliRunner().invoke(main, [*command, "--report", str(tmp_path / where)])
     assert ran.exit_code == 2
     errors = [line for line in ran.output.splitlines() if line.startswith("Error")]
     assert len(errors) == 1 and "--report" in errors[0]
