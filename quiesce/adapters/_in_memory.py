@@ -234,6 +234,8 @@ class InMemoryParticipant(Participant):
         if fault is not None:
             self.fault_counts[fault] = self.fault_counts.get(fault, 0) + 1
             log.debug("fault_injected", participant=self.name, op=op.value, fault=fault.value)
+            if self._fleet.on_fault is not None:
+                self._fleet.on_fault(self.name, op.value, fault)
         clock = self._fleet.clock
         if fault is FaultKind.TIMEOUT:
             at = deadline_at if deadline_at is not None else clock.now() + _DEFAULT_TIMEOUT_S
@@ -294,7 +296,8 @@ class InMemoryFleet:
 
     Run it in a clock task group (`tg.start_soon(fleet.run)`) until `stop()`; completions
     of agent executions go to `on_completed(participant, receipt)` (set it with
-    `fleet.on_completed = ...`; it may be swapped, e.g. across controller restarts).
+    `fleet.on_completed = ...`; it may be swapped, e.g. across controller restarts);
+    `on_fault(participant, op, kind)`, if set, hears of every fault as it is injected.
     """
 
     def __init__(
@@ -323,6 +326,7 @@ class InMemoryFleet:
         self.run_work = run_work
         self.fence_log = fence_log
         self.on_completed: Callable[[str, Receipt], None] | None = None
+        self.on_fault: Callable[[str, str, FaultKind], None] | None = None
         self.restarts: dict[str, int] = {}
         configs: list[ParticipantConfig] = []
         for i in range(policies):

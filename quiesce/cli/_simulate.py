@@ -3,7 +3,8 @@
 Virtual clock, seeded: the same options and seed print the same result. Default output: a
 progress bar per training step (stderr) and a summary table (stdout), then why the
 controller stopped and which prompt groups ended untrained, if any; `--json` prints the one
-result document instead (`verdict`, `stop`, `untrained` included).
+result document instead (`verdict`, `stop`, `untrained` included). `--report FILE` also
+writes the run as one self-contained HTML page (`quiesce.harness.render_report`).
 
 Exit codes (`EXIT_CODES`):
 - 0: the run finished and every invariant held;
@@ -32,7 +33,7 @@ from quiesce.cli._output import fail, json_option, log_level_option, print_json
 from quiesce.cli._paths import OutputDir, OutputFile
 from quiesce.cli._values import FiniteFloatRange
 from quiesce.fsm import QuiesceError
-from quiesce.harness import SimulationConfig, SimulationResult
+from quiesce.harness import RunRecorder, SimulationConfig, SimulationResult, write_report
 from quiesce.harness import simulate as run
 
 LEVELS = ("turn", "sibling", "prompt_group")
@@ -205,6 +206,13 @@ def _one_line(error: ValidationError) -> str:
     default=None,
     help="Write the run's fence log here (replaced; docs/validate.md), for quiesce validate.",
 )
+@click.option(
+    "--report",
+    type=OutputFile(),
+    default=None,
+    help="Write a run report here (replaced): one self-contained HTML page with a timeline "
+    "per participant and charts over training steps.",
+)
 @log_level_option("error")
 @json_option
 def simulate(
@@ -224,6 +232,7 @@ def simulate(
     snapshot_dir: Path | None,
     validate: bool,
     fence_log: Path | None,
+    report: Path | None,
     log_level: str,
     as_json: bool,
 ) -> None:
@@ -267,9 +276,11 @@ def simulate(
         )
     except ValidationError as error:
         fail(_one_line(error))
+    recorder = None if report is None else RunRecorder()
+    recording: dict[str, Any] = {} if recorder is None else {"recorder": recorder}
     try:
         if as_json:
-            result = run(config)
+            result = run(config, **recording)
         else:
             console = Console(stderr=True)
             with Progress(
@@ -280,9 +291,19 @@ def simulate(
                 transient=True,
             ) as bar:
                 task = bar.add_task("steps", total=steps)
-                result = run(config, progress=lambda step: bar.update(task, completed=step))
+                result = run(
+                    config,
+                    progress=lambda step: bar.update(task, completed=step),
+                    **recording,
+                )
     except QuiesceError as error:
         fail(error)
+    if report is not None and recorder is not None:
+        try:
+            write_report(report, recorder)
+        except OSError as error:
+            fail(f"--report {report}: cannot be written ({error.strerror})")
+        click.echo(f"report: {report}", err=True)
     if as_json:
         print_json(result.model_dump(mode="json"))
     else:

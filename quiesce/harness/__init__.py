@@ -5,7 +5,9 @@ judges it with oracles independent of the coordinator (nothing lost or duplicate
 consumed prompt group trained or counted, nothing left on an agent; why a stopped
 controller stopped); `run_chaos` runs real participant processes and a real controller
 and SIGKILLs them. Both are thin: every protocol decision is the coordinator's, every I/O
-the adapters'.
+the adapters'. `RunRecorder` records a simulated run's timeline, `ChaosRecorder` a chaos run's (from
+its processes' event lines and fence logs), and `render_report` draws either as one
+self-contained HTML page (`quiesce simulate --report`, `quiesce chaos --report`).
 """
 
 from quiesce.harness._chaos import ChaosConfig, ChaosError, ChaosInterrupted, ChaosResult, run_chaos
@@ -16,6 +18,8 @@ from quiesce.harness._chaos_controller import (
     read_trained,
 )
 from quiesce.harness._progress import Untrained, UntrainedGroup
+from quiesce.harness._recorder import EVENT_KINDS, ChaosRecorder, RunRecorder
+from quiesce.harness._report import render_report, write_report
 from quiesce.harness._simulate import (
     CheckpointCounts,
     CoordinatorFactory,
@@ -28,16 +32,19 @@ from quiesce.harness._simulate import (
 from quiesce.harness._stop_cause import AttemptFailure, StopCause, StopWitness
 
 __all__ = [
+    "EVENT_KINDS",
     "AttemptFailure",
     "ChaosConfig",
     "ChaosError",
     "ChaosInterrupted",
+    "ChaosRecorder",
     "ChaosResult",
     "CheckpointCounts",
     "CoordinatorFactory",
     "DurableTrainer",
     "LoggedDataPlane",
     "RolloutCounts",
+    "RunRecorder",
     "SimulationConfig",
     "SimulationResult",
     "StopCause",
@@ -46,7 +53,9 @@ __all__ = [
     "UntrainedGroup",
     "read_consumed",
     "read_trained",
+    "render_report",
     "run_chaos",
     "run_simulation",
     "simulate",
+    "write_report",
 ]

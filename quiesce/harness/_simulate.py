@@ -84,6 +84,7 @@ from quiesce.adapters import (
     InMemoryDataPlane,
     InMemoryFleet,
     InMemoryTrainer,
+    MetricHook,
     Observer,
     Participant,
     RestoreReport,
@@ -100,6 +101,7 @@ from quiesce.harness._progress import (
     progress_violations,
     untrained_groups,
 )
+from quiesce.harness._recorder import RunRecorder
 from quiesce.harness._stop_cause import StopCause, StopWitness
 from quiesce.models import JudgingFenceLog, LogVerdict
 from quiesce.protocol import QuiesceConfig, RecoveryLevel
@@ -314,6 +316,7 @@ class _World:
         trainer: InMemoryTrainer,
         plane: InMemoryDataPlane,
         observers: Sequence[Observer] = (),
+        metrics: Sequence[MetricHook] = (),
         progress: Callable[[int], None] | None = None,
         coordinator_factory: CoordinatorFactory = Coordinator,
     ) -> None:
@@ -328,6 +331,7 @@ class _World:
         self.store = SnapshotStore(root / "snapshots")
         self.journal = ControllerJournal(root / "controller")
         self.observers = tuple(observers)
+        self.metrics = tuple(metrics)
         self.progress = progress
         self.coordinator_factory = coordinator_factory
         self.budget = config.steps * config.groups_per_step
@@ -366,6 +370,7 @@ class _World:
             turns=_turns(self.cfg.max_turns),
             has_group=self._trainer_has,
             observers=[self._observe, self.witness, *self.observers],
+            metrics=self.metrics,
         )
 
     def _trainer_has(self, group: GroupRecord) -> bool:
@@ -425,6 +430,10 @@ class _World:
         """Hook, awaited once the data is used up and before `driver` stops cleanly: the
         world no longer reacts (the periodic trigger still runs). Nothing here; a subclass
         may give the controller time to finish what it still owes."""
+
+    def crashed(self) -> None:
+        """Hook, called right after the world crashed the controller (`crash_at_step`).
+        Nothing here; a subclass may report it."""
 
     def _finish(self, reason: str | None, driver: Driver) -> None:
         if self.done.is_set():
@@ -585,6 +594,7 @@ class _World:
                 self.crashed_at = self.trainer.step
                 assert self.driver is not None
                 self.driver.crash()
+                self.crashed()
                 return
 
 
@@ -607,11 +617,14 @@ class _Run(_World):
         *,
         coordinator_factory: CoordinatorFactory = Coordinator,
         observers: Sequence[Observer] = (),
+        metrics: Sequence[MetricHook] = (),
         fence_file: FileFenceLog | None = None,
+        recorder: RunRecorder | None = None,
     ) -> None:
         where = "fence log" if config.fence_log is None else str(config.fence_log)
         self.judging = JudgingFenceLog(where) if config.validate_fences else None
-        sinks = tuple(sink for sink in (fence_file, self.judging) if sink is not None)
+        self.recorder = recorder
+        sinks = tuple(sink for sink in (fence_file, self.judging, recorder) if sink is not None)
         self.fleet = InMemoryFleet(
             clock,
             policies=config.policies,
@@ -626,6 +639,9 @@ class _Run(_World):
             fence_log=TeeFenceLog(*sinks) if sinks else None,
         )
         trainer = InMemoryTrainer()
+        if recorder is not None:
+            recorder.attach(clock, self.fleet, config.group_size)
+            observers = (*observers, recorder.observe)
         super().__init__(
             config,
             clock,
@@ -649,6 +665,7 @@ class _Run(_World):
             trainer=trainer,
             plane=InMemoryDataPlane(trainer),
             observers=observers,
+            metrics=metrics,
             progress=progress,
             coordinator_factory=coordinator_factory,
         )
@@ -670,7 +687,13 @@ class _Run(_World):
     def _new_driver(self) -> Driver:
         driver = super()._new_driver()
         self.fleet.on_completed = driver.completed
+        if self.recorder is not None:
+            self.recorder.controller_started()
         return driver
+
+    def crashed(self) -> None:
+        if self.recorder is not None:
+            self.recorder.controller_crashed(self.trainer.step)
 
     async def settle(self, driver: Driver) -> None:
         """I9 is a goal "with no further faults": stop the faults and give the controller
@@ -826,14 +849,25 @@ async def run_simulation(
     *,
     coordinator_factory: CoordinatorFactory = Coordinator,
     observers: Sequence[Observer] = (),
+    metrics: Sequence[MetricHook] = (),
+    recorder: RunRecorder | None = None,
 ) -> SimulationResult:
     """Run one simulation inside a running anyio loop (asyncio or trio); `progress(step)`
     is called after every optimizer step; `coordinator_factory` builds each controller
     process's coordinator (a test plants a controller bug there); every `observers` entry
-    sees each step of every controller process (a benchmark collects its figures there)."""
+    sees each step of every controller process (a benchmark collects its figures there);
+    every `metrics` hook gets each metric point (docs/metrics.md); `recorder` records the
+    run's timeline for `render_report`."""
     clock = VirtualClock(seed=config.seed)
     run_in = functools.partial(
-        _run_in, config, clock, progress=progress, factory=coordinator_factory, observers=observers
+        _run_in,
+        config,
+        clock,
+        progress=progress,
+        factory=coordinator_factory,
+        observers=observers,
+        metrics=metrics,
+        recorder=recorder,
     )
     if config.snapshot_dir is not None:
         config.snapshot_dir.mkdir(parents=True, exist_ok=True)
@@ -850,6 +884,8 @@ async def _run_in(
     progress: Callable[[int], None] | None,
     factory: CoordinatorFactory,
     observers: Sequence[Observer],
+    metrics: Sequence[MetricHook],
+    recorder: RunRecorder | None,
 ) -> SimulationResult:
     with contextlib.ExitStack() as closing:
         fence_file = (
@@ -864,10 +900,15 @@ async def _run_in(
             progress,
             coordinator_factory=factory,
             observers=observers,
+            metrics=metrics,
             fence_file=fence_file,
+            recorder=recorder,
         )
         await clock.run(run.main)
-    return run.result(clock.now())
+    result = run.result(clock.now())
+    if recorder is not None:
+        recorder.finish(result.model_dump(mode="json"))
+    return result
 
 
 def simulate(
@@ -877,13 +918,17 @@ def simulate(
     progress: Callable[[int], None] | None = None,
     coordinator_factory: CoordinatorFactory = Coordinator,
     observers: Sequence[Observer] = (),
+    metrics: Sequence[MetricHook] = (),
+    recorder: RunRecorder | None = None,
     **overrides: Any,
 ) -> SimulationResult:
     """Run a simulation to completion (blocking) and return its result.
 
     `config` and `overrides` are the `SimulationConfig`; `coordinator_factory` builds each
     controller process's `Coordinator` (default: the real one); `observers` see every step
-    of every controller process (`Driver` observers).
+    of every controller process (`Driver` observers); `metrics` hooks get every metric
+    point (`OpenTelemetryMetrics`, docs/metrics.md); `recorder` (a `RunRecorder`) records
+    the timeline `render_report` draws.
 
     >>> result = simulate(steps=2, groups_per_step=2, group_size=2, seed=1)
     >>> (result.verdict, result.rollouts.lost, result.rollouts.duplicated, result.untrained.count)
@@ -893,7 +938,11 @@ def simulate(
     if config is not None and overrides:
         cfg = config.model_copy(update=overrides)
     run = functools.partial(
-        run_simulation, coordinator_factory=coordinator_factory, observers=observers
+        run_simulation,
+        coordinator_factory=coordinator_factory,
+        observers=observers,
+        metrics=metrics,
+        recorder=recorder,
     )
     result: SimulationResult = anyio.run(run, cfg, progress, backend=backend)
     return result

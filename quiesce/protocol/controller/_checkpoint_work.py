@@ -232,7 +232,13 @@ def _outcome(run: CheckpointHost, arg: Any) -> None:
         result = "skipped" if skipped else "failed"
         reason, retryable = cause.reason, cause.retryable
     run.emit(
-        Outcome(attempt.op_id, result, reason, retryable, data.failures, data.skips)  # type: ignore[arg-type]
+        Outcome(attempt.op_id, result, reason, retryable, data.failures, data.skips),  # type: ignore[arg-type]
+        # Attempts by outcome and cause, counted where the outcome is decided.
+        Metric(
+            "checkpoint.attempts",
+            1.0,
+            (("cause", reason), ("outcome", result), ("retryable", str(retryable).lower())),
+        ),
     )
     if result == "skipped" and data.skips >= run.config.max_consecutive_skips:
         run.log("consecutive_skips", level="warning", skips=data.skips, reason=reason)
