@@ -161,10 +161,8 @@ def test_a_failed_background_batch_is_retried_on_its_backoff_with_what_is_owed_m
     assert timer.name == TimerKey(TimerKind.BACKGROUND_RETRY, "ack", "ag")
     assert h.now <= timer.at < h.now + 0.5  # full jitter, below the first cap
     assert acks(effects) == [] and in_flight(h) == {"ag"}  # backing off: still in flight
-    assert (
-        Metric("call_retries", 1.0, (("cause", "timeout"), ("op", "ack"), ("participant", "ag")))
-        in effects
-    )
+    tags = (("cause", "timeout"), ("participant", "ag"))
+    assert Metric("acks.background_retries", 1.0, tags) in effects  # counted (§4)
     # A completion while it backs off sends nothing of its own...
     effects = h.step(GroupOpened("g1", 1, "ag"))
     [dispatch] = of(effects, Dispatch)

@@ -60,6 +60,8 @@ __all__ = ["BackgroundCalls", "agent_of", "background_timer"]
 
 _IN_FLIGHT = (CallState.WAITING, CallState.BACKING_OFF)
 _EXPECTED: Mapping[Op, type] = MappingProxyType({Op.ACK: AckReply, Op.RETIRE: RetireReply})
+# The metric a background call's retry counts in (docs/metrics.md).
+_BACKGROUND_RETRIES = {Op.ACK: "acks.background_retries", Op.RETIRE: "retires.retries"}
 _NO_DEADLINE = float("inf")  # no phase waits for a background call: each try is bounded
 
 
@@ -382,8 +384,12 @@ def _w_back_off(
         retry=call.value.data.retries,
         retry_at=event.retry_at,
     )
-    tags = (("cause", event.cause.value), ("op", op.value), ("participant", agent))
-    calls.h.emit(Metric("call_retries", 1.0, tags))
+    if call.op_id is not None:  # the strict flush's: a retry inside the attempt
+        tags = (("cause", event.cause.value), ("op", op.value), ("participant", agent))
+        calls.h.emit(Metric("call_retries", 1.0, tags))
+    else:
+        tags = (("cause", event.cause.value), ("participant", agent))
+        calls.h.emit(Metric(_BACKGROUND_RETRIES[op], 1.0, tags))
 
 
 def _w_drop_stale(calls: BackgroundCalls, key: BackgroundKey, _input: CallInput, _arg: Any) -> None:

@@ -198,7 +198,12 @@ class Rollouts:
         target = self.h.config.rollout_recovery.target_level
         level = self.h.policy.retry_level(self.h.state.fleet, group.environment, target)
         if level is RecoveryLevel.PROMPT_GROUP:
+            before = ledger.counters.discarded_siblings
             ledger, _ = ledger.rerun_group(group_id)
+            discarded = ledger.counters.discarded_siblings - before
+            self.h.emit(Metric("rollouts.groups_retried_whole", 1.0))
+            if discarded:
+                self.h.emit(Metric("rollouts.sealed_siblings_discarded", float(discarded)))
         else:
             for record in ledger.siblings(group_id):
                 if record.state in (AttemptState.FAILED, AttemptState.ABANDONED):
