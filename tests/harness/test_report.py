@@ -64,8 +64,8 @@ def test_hovering_the_restore_shows_what_it_redispatched(report: Path, tmp_path:
     tip = re.search(r'<div id="tip"[^>]*data-shown="\d+"[^>]*>(.*?)</div>', dom, re.S)
     assert tip is not None
     text = tip.group(1)
-    assert "restore: snapshot" in text and "snapshot: ck-1-6-step6" in text
-    assert "siblings_resumed_from_turn: 4" in text and "from turn" in text
+    assert "restore: snapshot" in text and "snapshot: ck-1-4-step4" in text
+    assert "siblings_resumed_from_turn: 10" in text and "from turn" in text
 
 
 @needs_chromium
