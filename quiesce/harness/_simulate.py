@@ -67,10 +67,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from quiesce.adapters import (
     CALL_FAULTS,
@@ -92,6 +92,7 @@ from quiesce.adapters import (
     VirtualClock,
     WorkConfig,
 )
+from quiesce.harness._latency import LATENCY_PROFILES, LatencyProfile
 from quiesce.harness._progress import (
     HeldExecution,
     Untrained,
@@ -124,7 +125,7 @@ from quiesce.protocol.controller import (
     TrainerBoundary,
 )
 from quiesce.protocol.machines import CheckpointState, GateState, GroupState
-from quiesce.protocol.participant import AgentRole
+from quiesce.protocol.participant import AgentRole, ParticipantOp
 
 __all__ = [
     "CheckpointCounts",
@@ -156,6 +157,14 @@ _BUSY = frozenset(
 )
 
 
+_FAST = LATENCY_PROFILES["fast"]
+
+
+def _latency_profile(value: object) -> object:
+    """A profile's name stands for the profile."""
+    return LatencyProfile.named(value) if isinstance(value, str) else value
+
+
 class SimulationConfig(BaseModel):
     """Every knob of `quiesce simulate` (defaults finish in a few seconds)."""
 
@@ -179,12 +188,30 @@ class SimulationConfig(BaseModel):
     max_turns: int = Field(default=5, ge=1)
     seed: int = 0
     snapshot_dir: Path | None = None
-    time_limit_s: float = Field(default=20_000.0, gt=0)
-    """Virtual seconds after which an unfinished run gives up (`stop_reason` says so)."""
+    time_limit_s: float | None = Field(default=None, gt=0)
+    """Virtual seconds after which an unfinished run gives up (`stop_reason` says so).
+    None: `time_limit` (20,000 s, more for a long run of slow steps)."""
     validate_fences: bool = True
     """Check every participant's fence moves against the design model (refinement)."""
     fence_log: Path | None = None
     """Write the run's fence log (docs/validate.md) to this file, replacing it."""
+    latency: Annotated[LatencyProfile, BeforeValidator(_latency_profile)] = _FAST
+    """How long the world's work takes (`LatencyProfile`, or a name of `LATENCY_PROFILES`):
+    `fast` (the default) or `review`."""
+    checkpointing: bool = True
+    """False: no trigger ever reaches the controller (no trainer boundary, no periodic
+    attempt), so it never checkpoints: the baseline `benchmarks/bench_overhead.py` measures
+    checkpointing against."""
+
+    @property
+    def time_limit(self) -> float:
+        """The time limit in force: `time_limit_s`, or 20,000 virtual seconds, raised to four
+        times what `steps` training steps and as many periodic intervals take."""
+        if self.time_limit_s is not None:
+            return self.time_limit_s
+        latency = self.latency
+        per_step = latency.train_step_s + latency.snapshot_attempt_interval_s
+        return max(20_000.0, 4 * self.steps * per_step)
 
     @model_validator(mode="after")
     def _crash_within_the_run(self) -> SimulationConfig:
@@ -192,6 +219,11 @@ class SimulationConfig(BaseModel):
             raise ValueError(
                 f"crash_at_step {self.crash_at_step} is beyond steps {self.steps}: the run "
                 f"never reaches that step; crash at a step from 1 to {self.steps}"
+            )
+        if self.crash_at_step is not None and not self.checkpointing:
+            raise ValueError(
+                "crash_at_step needs checkpointing: the controller crashes right after a "
+                "published snapshot, and with checkpointing off none is ever taken"
             )
         return self
 
@@ -379,7 +411,7 @@ class _World:
         self.phase = _S.IDLE
         self.trainer.rollback_to_anchor()  # a (re)starting trainer loads its checkpoint
         if self.deadline_at is None:  # the time limit counts from the first start
-            self.deadline_at = self.clock.now() + self.cfg.time_limit_s
+            self.deadline_at = self.clock.now() + self.cfg.time_limit
         async with self.clock.task_group() as tg:
             tg.start_soon(driver.run, name="driver")
             report = await driver.start()
@@ -390,7 +422,8 @@ class _World:
                 self._after_restore(driver)
                 self.restored(report)
                 tg.start_soon(self._trainer_loop, driver, name="trainer")
-                tg.start_soon(self._periodic, driver, name="periodic")
+                if self.cfg.checkpointing:
+                    tg.start_soon(self._periodic, driver, name="periodic")
                 tg.start_soon(self._time_limit, self.deadline_at, name="time-limit")
                 self._react(driver.state)
             await self._until_done_or_crash(driver)
@@ -544,7 +577,7 @@ class _World:
             self.training = True
             self.trainer.begin_optimizer_step(groups)
             driver.submit(OptimizerStepBegin())
-            await self.clock.sleep(0.05 + 0.01 * len(groups))
+            await self.clock.sleep(self.cfg.latency.train_step(len(groups)))
             if not driver.alive:
                 return
             in_flight = self.open - {g.prompt_id for g in groups}
@@ -559,8 +592,9 @@ class _World:
                 self.progress(batch.step)
             for group in groups:
                 driver.submit(GroupTrained(group_id(group.prompt_id)))
-            self.boundaries += 1
-            driver.submit(TrainerBoundary(batch.step))
+            if self.cfg.checkpointing:
+                self.boundaries += 1
+                driver.submit(TrainerBoundary(batch.step))
 
     async def _periodic(self, driver: Driver) -> None:
         interval = self.protocol.snapshot_attempt_interval_s
@@ -612,6 +646,7 @@ class _Run(_World):
         where = "fence log" if config.fence_log is None else str(config.fence_log)
         self.judging = JudgingFenceLog(where) if config.validate_fences else None
         sinks = tuple(sink for sink in (fence_file, self.judging) if sink is not None)
+        latency = config.latency
         self.fleet = InMemoryFleet(
             clock,
             policies=config.policies,
@@ -620,25 +655,28 @@ class _Run(_World):
             resources_modes=(config.resources_mode,),
             group_scored=config.group_scored,
             group_size=config.group_size,
-            latency_s=(0.001, 0.004),
+            latency_s=latency.control_call_s,
             faults=_faults(config),
-            work=WorkConfig(retry_backoff_s=0.05, max_service_retries=10_000),
+            work=WorkConfig(
+                policy_latency_s=latency.policy_call_s,
+                mutation_latency_s=latency.tool_call_s,
+                retry_backoff_s=0.05,
+                max_service_retries=10_000,
+            ),
             fence_log=TeeFenceLog(*sinks) if sinks else None,
         )
+        if latency.snapshot_write_s[1] > 0:
+            # The participants that export their state write a snapshot artifact at commit.
+            for name, client in self.fleet.clients.items():
+                if self.fleet.configs[name].recovery_mode == "export_restore":
+                    client.service_s = {ParticipantOp.COMMIT: latency.snapshot_write_s}
         trainer = InMemoryTrainer()
         super().__init__(
             config,
             clock,
             root,
             protocol=QuiesceConfig(
-                rollout_timeout_s=120.0,
-                prepare_timeout_s=5.0,
-                control_timeout_s=2.0,
-                # Round trips take milliseconds here: a try that waits half a second has
-                # timed out, and its retries still fit the 2 s deadline (§4).
-                call_try_timeout_s=0.5,
-                prepare_retry_interval_s=0.2,
-                snapshot_attempt_interval_s=4.0,
+                **latency.protocol(),  # the timers fitted to the profile's latencies
                 save_period=1,
                 max_consecutive_failures=3,
                 keep_latest_k=2,
@@ -816,7 +854,7 @@ class _Run(_World):
         if self.stop_reason is None:
             return None
         if self.stop_reason == "time_limit":
-            return f"the virtual time limit ({self.cfg.time_limit_s:g} s) ran out"
+            return f"the virtual time limit ({self.cfg.time_limit:g} s) ran out"
         return f"the controller stopped ({self.stop_reason})"
 
 
