@@ -211,7 +211,8 @@ def _one_line(error: ValidationError) -> str:
     default="fast",
     show_default=True,
     help="Latency profile: fast (milliseconds) or review (turns of seconds, training steps of "
-    "minutes, snapshot writes of seconds, a periodic attempt every 120 s).",
+    "minutes, each ending with a 30 s trainer checkpoint write, snapshot writes of seconds, a "
+    "periodic attempt every 120 s).",
 )
 @click.option(
     "--checkpointing/--no-checkpointing",

@@ -16,8 +16,10 @@ The run:
 2. the dataloader keeps `3 * groups_per_step` groups in flight while admission is open;
    each rollout runs 1..`max_turns` turns through policy and resources on its agent;
 3. the trainer takes `groups_per_step` finished groups per optimizer step (and any
-   remainder once the dataloader is exhausted); every trainer boundary triggers a
-   checkpoint (`save_period` 1), and the periodic trigger runs beside it;
+   remainder once the dataloader is exhausted); a step ends with the trainer's own
+   checkpoint (`latency.trainer_save_s` more, every step, with checkpointing on or off);
+   every trainer boundary triggers a checkpoint (`save_period` 1), and the periodic
+   trigger runs beside it;
 4. with `crash_at_step=k`, the controller crashes right after the first checkpoint at or
    after step k that published a snapshot matching the trainer anchor while rollouts are
    in flight (so the snapshot holds unfinished work); the next controller starts from the
@@ -206,11 +208,12 @@ class SimulationConfig(BaseModel):
     @property
     def time_limit(self) -> float:
         """The time limit in force: `time_limit_s`, or 20,000 virtual seconds, raised to four
-        times what `steps` training steps and as many periodic intervals take."""
+        times what `steps` training steps (each saving the trainer's checkpoint) and as many
+        periodic intervals take."""
         if self.time_limit_s is not None:
             return self.time_limit_s
         latency = self.latency
-        per_step = latency.train_step_s + latency.snapshot_attempt_interval_s
+        per_step = latency.train_step(0, saves=True) + latency.snapshot_attempt_interval_s
         return max(20_000.0, 4 * self.steps * per_step)
 
     @model_validator(mode="after")
@@ -575,9 +578,13 @@ class _World:
                 continue
             groups = self.plane.take_finished(self.cfg.groups_per_step)
             self.training = True
+            # A step that moves the trainer's anchor ends with its own checkpoint write
+            # (every step at save_period 1, checkpointing on or off), before the boundary:
+            # nothing of it overlaps the participants' snapshot.
+            saves = (self.trainer.step + 1) % self.trainer.checkpoint_every == 0
             self.trainer.begin_optimizer_step(groups)
             driver.submit(OptimizerStepBegin())
-            await self.clock.sleep(self.cfg.latency.train_step(len(groups)))
+            await self.clock.sleep(self.cfg.latency.train_step(len(groups), saves=saves))
             if not driver.alive:
                 return
             in_flight = self.open - {g.prompt_id for g in groups}

@@ -50,12 +50,33 @@ def test_the_review_profile_stretches_the_run_to_its_stated_latencies() -> None:
     fast = simulate(**SMALL, seed=1)
     assert result.verdict == "ok", result.violations
     assert result.rollouts.trained == fast.rollouts.trained == 3 * 2 * 2
-    # Every optimizer step takes its two minutes; the fast run is over in seconds.
-    assert result.virtual_seconds >= SMALL["steps"] * review.train_step_s
+    # Every optimizer step takes its two minutes, and the trainer's own checkpoint write
+    # at its end; the fast run is over in seconds.
+    assert review.train_step(2, saves=True) == 150.0
+    assert result.virtual_seconds >= SMALL["steps"] * review.train_step(2, saves=True)
     assert fast.virtual_seconds < 60
     # A snapshot waits for the snapshot writes of seconds (agents, then resources: §3).
     assert result.checkpoints.completed == SMALL["steps"]
     assert closed and min(closed) >= 2 * review.snapshot_write_s[0]
+
+
+@pytest.mark.parametrize("checkpointing", [True, False])
+def test_the_trainer_save_lengthens_every_step_in_both_modes(checkpointing: bool) -> None:
+    # The trainer writes its own checkpoint at the end of every step (save_period 1), with
+    # participant checkpointing on or off, and nothing else moves: the run is exactly that
+    # much longer (the bench's `on / off without trainer save` subtracts it on this basis).
+    review = LATENCY_PROFILES["review"]
+    options = {**SMALL, "seed": 3, "latency": review, "checkpointing": checkpointing}
+    saving = simulate(**options)
+    bare = simulate(**{**options, "latency": replace(review, trainer_save_s=0.0)})
+    assert saving.verdict == bare.verdict == "ok"
+    assert saving.steps == SMALL["steps"]
+    assert saving.virtual_seconds == pytest.approx(
+        bare.virtual_seconds + SMALL["steps"] * review.trainer_save_s, abs=1e-6
+    )
+    assert saving.model_dump(exclude={"virtual_seconds"}) == bare.model_dump(
+        exclude={"virtual_seconds"}
+    )
 
 
 def test_checkpointing_off_trains_everything_and_never_checkpoints(tmp_path: Path) -> None:
@@ -89,18 +110,31 @@ def test_a_profile_refuses_an_upside_down_range() -> None:
         replace(LATENCY_PROFILES["review"], snapshot_write_s=(5.0, 1.0))
     with pytest.raises(ValueError, match="training step times must be >= 0"):
         replace(LATENCY_PROFILES["review"], train_step_s=-1.0)
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="trainer_save_s must be >= 0"):
+            replace(LATENCY_PROFILES["review"], trainer_save_s=bad)
 
 
 def test_a_turn_is_a_policy_call_and_a_tool_call() -> None:
     review = LATENCY_PROFILES["review"]
     assert review.turn_s == (1.2, 5.0)
     assert "turn 1.2-5 s" in review.describe() and "every 120 s" in review.describe()
+    assert "trainer checkpoint write 30 s per saving step" in review.describe()
+    assert "trainer checkpoint write none" in LATENCY_PROFILES["fast"].describe()
+
+
+def test_only_the_review_profile_saves_the_trainer_checkpoint() -> None:
+    fast, review = LATENCY_PROFILES["fast"], LATENCY_PROFILES["review"]
+    assert fast.trainer_save_s == 0.0 and fast.train_step(4, saves=True) == fast.train_step(4)
+    assert review.trainer_save_s == 30.0
+    assert review.train_step(4, saves=True) == review.train_step(4) + 30.0
 
 
 def test_the_time_limit_grows_with_a_long_run_of_slow_steps() -> None:
     assert SimulationConfig().time_limit == 20_000.0
     assert SimulationConfig(steps=10_000).time_limit > 20_000.0
     long_review = SimulationConfig(steps=200, latency="review")
-    # 200 steps of two minutes each, and a periodic interval each, four times over.
-    assert long_review.time_limit == 4 * 200 * (120.0 + 120.0)
+    # 200 steps of two minutes and a trainer save each, and a periodic interval each, four
+    # times over.
+    assert long_review.time_limit == 4 * 200 * (120.0 + 30.0 + 120.0)
     assert SimulationConfig(steps=200, latency="review", time_limit_s=5.0).time_limit == 5.0
