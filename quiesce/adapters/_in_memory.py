@@ -161,7 +161,10 @@ class InMemoryParticipant(Participant):
     """A `Participant` client for one in-process host (followed across restarts).
 
     `latency_s` is the `(low, high)` range of each leg (request, reply), drawn uniformly
-    from `clock.rng`. Counters: `calls`, `faults` (by kind).
+    from `clock.rng`. `service_s` maps an op to the `(low, high)` range of the server's own
+    work on it (a commit writing a snapshot artifact), waited between the request leg and
+    the server's answer; an op not in it costs only its legs (and draws nothing). Counters:
+    `calls`, `faults` (by kind).
     """
 
     def __init__(
@@ -175,6 +178,7 @@ class InMemoryParticipant(Participant):
         self.name = name
         self._fleet = fleet
         self.latency_s = latency_s
+        self.service_s: Mapping[ParticipantOp, tuple[float, float]] = {}
         self.faults = faults or Faults()
         self._scripted: list[_Scripted] = []
         self.calls = 0
@@ -249,6 +253,9 @@ class InMemoryParticipant(Participant):
         if fault is FaultKind.CRASH_RESTART:
             self._fleet.crash_restart(self.name)
             raise CallFailedError(self.name, op, Cause.IO_ERROR, "connection reset")
+        service = self.service_s.get(op)
+        if service is not None:
+            await clock.sleep(clock.rng.uniform(*service))
         reply = await self._deliver(op, request)
         if fault is FaultKind.REDELIVER:
             delay = clock.rng.uniform(*self.faults.redelivery_delay_s)

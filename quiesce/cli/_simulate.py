@@ -33,7 +33,13 @@ from quiesce.cli._output import fail, json_option, log_level_option, print_json
 from quiesce.cli._paths import OutputDir, OutputFile
 from quiesce.cli._values import FiniteFloatRange
 from quiesce.fsm import QuiesceError
-from quiesce.harness import RunRecorder, SimulationConfig, SimulationResult, write_report
+from quiesce.harness import (
+    LATENCY_PROFILES,
+    RunRecorder,
+    SimulationConfig,
+    SimulationResult,
+    write_report,
+)
 from quiesce.harness import simulate as run
 
 LEVELS = ("turn", "sibling", "prompt_group")
@@ -213,6 +219,21 @@ def _one_line(error: ValidationError) -> str:
     help="Write a run report here (replaced): one self-contained HTML page with a timeline "
     "per participant and charts over training steps.",
 )
+@click.option(
+    "--latency",
+    type=click.Choice(sorted(LATENCY_PROFILES)),
+    default="fast",
+    show_default=True,
+    help="Latency profile: fast (milliseconds) or review (turns of seconds, training steps of "
+    "minutes, each ending with a 30 s trainer checkpoint write, snapshot writes of seconds, a "
+    "periodic attempt every 120 s).",
+)
+@click.option(
+    "--checkpointing/--no-checkpointing",
+    default=True,
+    show_default=True,
+    help="--no-checkpointing: the same training with no checkpoint trigger at all.",
+)
 @log_level_option("error")
 @json_option
 def simulate(
@@ -233,6 +254,8 @@ def simulate(
     validate: bool,
     fence_log: Path | None,
     report: Path | None,
+    latency: str,
+    checkpointing: bool,
     log_level: str,
     as_json: bool,
 ) -> None:
@@ -255,6 +278,11 @@ def simulate(
             f"--crash-at-step {crash_at_step} is beyond --steps {steps}: "
             f"crash at a step from 1 to {steps}"
         )
+    if crash_at_step is not None and not checkpointing:
+        fail(
+            "--crash-at-step needs checkpointing: the controller crashes right after a "
+            "published snapshot, and --no-checkpointing takes none"
+        )
     try:
         config = SimulationConfig(
             steps=steps,
@@ -273,6 +301,8 @@ def simulate(
             snapshot_dir=snapshot_dir,
             validate_fences=validate,
             fence_log=fence_log,
+            latency=latency,
+            checkpointing=checkpointing,
         )
     except ValidationError as error:
         fail(_one_line(error))

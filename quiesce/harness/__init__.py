@@ -1,7 +1,9 @@
 """Harnesses: whole training runs over the adapters, for people and for CI.
 
-`simulate` runs a simulated training run on the in-memory fleet and a virtual clock, and
-judges it with oracles independent of the coordinator (nothing lost or duplicated, every
+`simulate` runs a simulated training run on the in-memory fleet and a virtual clock (its
+durations from a `LatencyProfile`: `fast` by default, or `review`, turns of seconds and
+training steps of minutes; `checkpointing=False` runs the same training with no checkpoint),
+and judges it with oracles independent of the coordinator (nothing lost or duplicated, every
 consumed prompt group trained or counted, nothing left on an agent; why a stopped
 controller stopped); `run_chaos` runs real participant processes and a real controller
 and SIGKILLs them. Both are thin: every protocol decision is the coordinator's, every I/O
@@ -17,6 +19,7 @@ from quiesce.harness._chaos_controller import (
     read_consumed,
     read_trained,
 )
+from quiesce.harness._latency import LATENCY_PROFILES, LatencyProfile, UnknownLatencyProfile
 from quiesce.harness._progress import Untrained, UntrainedGroup
 from quiesce.harness._recorder import EVENT_KINDS, ChaosRecorder, RunRecorder
 from quiesce.harness._report import render_report, write_report
@@ -33,6 +36,7 @@ from quiesce.harness._stop_cause import AttemptFailure, StopCause, StopWitness
 
 __all__ = [
     "EVENT_KINDS",
+    "LATENCY_PROFILES",
     "AttemptFailure",
     "ChaosConfig",
     "ChaosError",
@@ -42,6 +46,7 @@ __all__ = [
     "CheckpointCounts",
     "CoordinatorFactory",
     "DurableTrainer",
+    "LatencyProfile",
     "LoggedDataPlane",
     "RolloutCounts",
     "RunRecorder",
@@ -49,6 +54,7 @@ __all__ = [
     "SimulationResult",
     "StopCause",
     "StopWitness",
+    "UnknownLatencyProfile",
     "Untrained",
     "UntrainedGroup",
     "read_consumed",

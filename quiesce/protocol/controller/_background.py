@@ -388,8 +388,13 @@ def _w_back_off(
         tags = (("cause", event.cause.value), ("op", op.value), ("participant", agent))
         calls.h.emit(Metric("call_retries", 1.0, tags))
     else:
-        tags = (("cause", event.cause.value), ("participant", agent))
-        calls.h.emit(Metric(_BACKGROUND_RETRIES[op], 1.0, tags))
+        calls.h.emit(
+            Metric(
+                _BACKGROUND_RETRIES[op],
+                1.0,
+                (("cause", event.cause.value), ("participant", agent)),
+            )
+        )
 
 
 def _w_drop_stale(calls: BackgroundCalls, key: BackgroundKey, _input: CallInput, _arg: Any) -> None:
