@@ -37,12 +37,14 @@ Siblings are interchangeable, so states are compared by their sibling-canonical 
 (`Reached.key`, `_design_symmetry`) but kept as reached: a counterexample names each sibling
 the same way from its first step to its last.
 
-Sizes (PROTOCOL.md §8 reference size, this 2-core machine): fault budget 1, 216,092 states
+Sizes (PROTOCOL.md §8 reference size, this 2-core machine): fault budget 1, 215,432 states
 in 35-45 s (`quiesce check design`, pinned in `tests/models/test_design_model.py`);
-budget 2, 1,774,928 states in 340 s CPU and 3.2 GB (`quiesce check design --faults 2`).
+budget 2, 1,774,928 states in 340 s CPU and 3.2 GB (`quiesce check design --faults 2`;
+measured before a participant restarted while its role is prepared was prepared again, as
+216,092 was at budget 1: not re-run since).
 
 >>> check(DesignModel()).distinct_states  # doctest: +SKIP
-216092
+215432
 """
 
 from __future__ import annotations
