@@ -51,11 +51,34 @@ _CHECKPOINT: Mapping[str, str] = {
     "checkpoint.retarget[26]->releasing": _ENDS_AS_RELEASE,
     "checkpoint.retarget[27]->aborting": _ENDS_AS_ABORT,
     "checkpoint.retarget[28]->aborting": _ENDS_AS_ABORT,
+    # Rows 29-31 (issue 23): what a participant restart costs the attempt (S19).
+    "checkpoint.drop_guard[29]": "blind spot (reach): every restart seen while preparing"
+    " prepares that participant again instead of only one of the role being prepared: an"
+    " untouched one sees nothing (the call again goes out only for a call already"
+    " answered), and one of an earlier role is prepared again after a later role was"
+    " called. Its fence is durable (§6) and its parked work was retried at the live level,"
+    " so the snapshot stays consistent; what the row's guard keeps is §3's order, which the"
+    " System machine's I5 reads (a later role's call sent while an earlier one's is in"
+    " flight). No stage makes a restart of an earlier role after a later role answered:"
+    " the exhaustive stages' crash is seen on the next call to that participant, in its"
+    " turn, and the walks rarely make it",
+    "checkpoint.drop_guard[30]": "equivalent (safety), a goodput loss: a restart of a"
+    " participant the attempt never called fails the attempt, as every restart did before"
+    " S19 was refined; the abort goes out with the same id to whoever was attempted, so no"
+    " invariant breaks. What it costs is an attempt per such restart, which the goodput"
+    " gate (`benchmarks/bench_faults.py --quick`, with restarts) measures, not a model",
 }
 
 # ------------------------------------------------------------------ control fence (M2)
 
 _FENCE: Mapping[str, str] = {
+    "control_fence.retarget[4]->prepared": "blind spot (reach): a prepare retried with the"
+    " same id while the fence is preparing moves it to `prepared` before any outcome; the"
+    " participant's code then meets a fence state it cannot be in and crashes. Only a walk"
+    " reaches it (no exhaustive stage retries a prepare on a still-preparing fence and then"
+    " goes on); the stage's walks killed it (an `AttributeError`) until the background ACK"
+    " and retire calls became calls retried on their backoff (issue 23), which moved where"
+    " the seeded walks go",
     "control_fence.drop_guard[25]": "blind spot (properties): every restore is refused as"
     " stale, so a recovery never installs its snapshot and the controller goes on from"
     " the state it restarted with; a restore happens only after a crash (a fault), and the"

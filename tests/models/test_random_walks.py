@@ -143,17 +143,19 @@ def test_random_walks_at_the_reference_size_kill_scenario_mutants(name: str) -> 
 
 
 def test_a_generated_mutant_the_small_exhaustive_stages_miss_dies_on_a_walk() -> None:
-    # No exhaustive stage kills it, the design stage included (its row: a prepare retried
-    # with the same id while the fence is preparing moves it to `prepared` before any
-    # outcome); on a walk at the reference size the participant then meets a fence state
-    # its code cannot be in, and crashes. (Until the two-trigger stage
-    # came, `checkpoint.retarget[26]->idle` was the example: that stage kills it now.)
-    name = "control_fence.retarget[4]->prepared"
+    # No exhaustive stage kills it (its row: a restart of a participant the attempt never
+    # called holds M1 where it is; the one-fault stages have no crash, and the design stage
+    # sees a restart only in the reply of the call it makes, in that participant's turn).
+    # On a walk at the reference size a crash lands before the attempt calls the crashed
+    # participant, and the mutant moves M1 to idle with the checkpoint's holds still on.
+    # (Until background calls became calls, `control_fence.retarget[4]->prepared` was the
+    # example; the walks no longer reach its crash: it survives, with its note.)
+    name = "checkpoint.retarget[31]->idle"
     mutant: Mutant = MUTANTS[name]
     verdict = verify(mutant)
     assert verdict.killed, verdict.detail
     assert verdict.stage == "walks", verdict.detail
-    assert verdict.detail.startswith("walks: AttributeError")
+    assert verdict.killed_by == "I4", verdict.detail
 
 
 def test_check_walks_cli_prints_the_walk_document() -> None:
