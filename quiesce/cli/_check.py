@@ -290,7 +290,7 @@ def check(
     progress.close()
     if isinstance(result, SwarmResult):
         if trace_out is not None:
-            write_traces(result.model, result.violations, trace_out)
+            write_traces(result.model, result.violations, trace_out, model_name=name)
         print_swarm(result, title, mutant, as_json=as_json)
         sys.exit(1 if result.violations else 0)
     if walks is not None:
@@ -305,7 +305,7 @@ def check(
             err=True,
         )
     if trace_out is not None:
-        write_traces(model, result.violations, trace_out)
+        write_traces(model, result.violations, trace_out, model_name=name)
     if as_json:
         document = result.to_json()
         document["mutant"] = mutant
@@ -325,7 +325,8 @@ def _build(
     try:
         spec = get_model_spec(name)
         if mutant is not None and mutant not in spec.mutants:
-            fail(unknown_name(f"{name} mutant", mutant, spec.mutants, "quiesce mutants --all"))
+            listing = f"quiesce mutants --model {name}"
+            fail(unknown_name(f"{name} mutant", mutant, spec.mutants, listing))
         return build_model(name, dict(settings), faults=faults, mutant=mutant)
     except QuiesceError as error:
         fail(error)

@@ -13,7 +13,15 @@ from rich.table import Table
 
 from quiesce.fsm import QuiesceError
 
-__all__ = ["abbreviated", "fail", "json_option", "log_level_option", "print_json", "print_stats"]
+__all__ = [
+    "abbreviated",
+    "fail",
+    "json_option",
+    "log_level_option",
+    "one_line",
+    "print_json",
+    "print_stats",
+]
 
 
 def print_json(document: Any) -> None:
@@ -40,9 +48,15 @@ def abbreviated(value: object, limit: int = 120) -> str:
     return f"{shown[: limit - 12]}...' ({len(str(value)):,} chars)"
 
 
+def one_line(text: str) -> str:
+    """`text` with every run of whitespace (newlines included) as one space: a row of a
+    table, or a one-line error, stays one line whatever the message holds."""
+    return " ".join(text.split())
+
+
 def fail(error: QuiesceError | str, code: int = 2) -> NoReturn:
     """Report `error` on stderr and exit with `code` (2: usage or input error)."""
-    click.echo(f"error: {error}", err=True)
+    click.echo(f"error: {one_line(str(error))}", err=True)
     sys.exit(code)
 
 

@@ -44,7 +44,7 @@ EXIT_CODES = {"ok": 0, "violated": 1, "stopped": 3}
 _LISTED = 10
 
 
-def _summary(result: SimulationResult) -> RichTable:
+def _summary(result: SimulationResult, crash_at_step: int | None) -> RichTable:
     table = RichTable(title=f"quiesce simulate (seed {result.seed})", show_header=True)
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -72,7 +72,7 @@ def _summary(result: SimulationResult) -> RichTable:
             "faults injected / participant restarts",
             f"{result.faults_injected} / {result.participant_restarts}",
         ),
-        ("controller crash at step", result.crashed_at_step if result.crashed_at_step else "-"),
+        ("controller crash at step", _crash(result.crashed_at_step, crash_at_step)),
         ("virtual seconds", f"{result.virtual_seconds:.2f}"),
         ("fence moves / stutters vs the design", _refinement(result)),
         ("stopped", f"yes ({result.stop_reason})" if result.stopped else "no"),
@@ -84,6 +84,37 @@ def _summary(result: SimulationResult) -> RichTable:
     return table
 
 
+def _crash(crashed: int | None, asked: int | None) -> str:
+    """When the controller crashed, next to what `--crash-at-step` asked: the crash comes
+    after the first checkpoint at or after that step with rollouts in flight."""
+    if asked is None:
+        return "-"
+    if crashed is None:
+        return f"none (asked: at or after {asked})"
+    if crashed == asked:
+        return str(crashed)
+    return f"{crashed} (asked: at or after {asked})"
+
+
+def _restore(restore: dict[str, Any]) -> str:
+    """One restore of the run, on one line: what it restored and what it redispatched."""
+    kind = restore["kind"]
+    what = (
+        f"from snapshot {restore['snapshot_id']}"
+        if kind == "snapshot"
+        else {
+            "fresh_start": "a fresh start (no snapshot matched the trainer's anchor)",
+            "bootstrap": "a bootstrap (no snapshot matched the trainer's anchor)",
+            "restore_failed": "failed",
+            "stopped": "stopped before it ended",
+        }.get(kind, kind)
+    )
+    rejected = "; ".join(f"{snapshot}: {why}" for snapshot, why in restore["rejected"])
+    return f"restore: {what}, {restore['redispatched']} attempts redispatched" + (
+        f" (rejected {rejected})" if rejected else ""
+    )
+
+
 def _refinement(result: SimulationResult) -> str:
     found = result.refinement
     if found is None:
@@ -92,9 +123,19 @@ def _refinement(result: SimulationResult) -> str:
     return f"{found['moves']} / {found['stutters']} ({verdict})"
 
 
-def _explanations(result: SimulationResult, steps: int) -> list[str]:
-    """The lines under the table: why the controller stopped, what ended untrained."""
+def _explanations(result: SimulationResult, steps: int, crash_at_step: int | None) -> list[str]:
+    """The lines under the table: why the crash came late or not at all, what each restore
+    restored, why the controller stopped, what ended untrained."""
     lines: list[str] = []
+    if crash_at_step is not None and result.crashed_at_step != crash_at_step:
+        when = (
+            f"at step {result.crashed_at_step}" if result.crashed_at_step is not None else "never"
+        )
+        lines.append(
+            f"crash: {when}: the controller crashes after the first checkpoint at or after"
+            f" step {crash_at_step} that completes with rollouts in flight"
+        )
+    lines.extend(_restore(restore) for restore in result.restores)
     if result.stop is not None:
         lines.append(f"stopped at step {result.steps} of {steps}: {result.stop.describe()}")
     for group in result.untrained.groups[:_LISTED]:
@@ -286,8 +327,8 @@ def simulate(
     if as_json:
         print_json(result.model_dump(mode="json"))
     else:
-        Console().print(_summary(result))
-        for line in _explanations(result, steps):
+        Console().print(_summary(result, crash_at_step))
+        for line in _explanations(result, steps, crash_at_step):
             click.echo(line)
         for violation in result.violations:
             click.echo(f"violation: {violation}", err=True)

@@ -104,9 +104,7 @@ def restart_hook(restart: Restart, timeout: float) -> Callable[[], None]:
         try:
             done = subprocess.run(command, shell=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            raise ConformanceSetupError(
-                named, f"the restart command ran over {timeout}s"
-            ) from None
+            raise ConformanceSetupError(named, f"the restart command ran over {timeout}s") from None
         if done.returncode != 0:
             raise ConformanceSetupError(
                 named, f"the restart command exited {done.returncode}; it must exit 0"
