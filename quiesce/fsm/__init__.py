@@ -11,7 +11,6 @@ pydantic.
 import importlib
 from typing import TYPE_CHECKING, Any
 
-
 from quiesce.fsm._errors import DefinitionError, GuardRejected, QuiesceError, TransitionNotAllowed
 from quiesce.fsm._matrix import (
     MATRIX_REGENERATE_COMMAND,
