@@ -23,7 +23,7 @@ import click
 from rich.console import Console
 
 from quiesce.cli._counterexample import print_story, write_traces
-from quiesce.cli._output import fail, json_option, print_json, print_stats
+from quiesce.cli._output import fail, heartbeat, json_option, print_json, print_stats
 from quiesce.cli._paths import OutputDir
 from quiesce.cli._portfolio import check_portfolio
 from quiesce.cli._signals import Stopped, stop_on_signals
@@ -239,8 +239,27 @@ def check(
     if walkers is not None and refined:
         raise click.UsageError("--swarm takes no --refine (use --walks N --refine)")
     model = _build(name, settings, faults, mutant)
+    design_seconds = 0.0
     if refined:
-        model = _refined(model)
+        # Exhausting the design first takes minutes at some sizes: say so while it runs,
+        # stop cleanly on a signal, and count its time in the run's.
+        what = "check: --refine: exhausting the design model at the matching size"
+        try:
+            with stop_on_signals(), heartbeat(what) as elapsed:
+                model = _refined(model)
+        except Stopped as stop:
+            click.echo(
+                f"check: {stop} while exhausting the design for --refine: nothing explored",
+                err=True,
+            )
+            if as_json:
+                print_json({"model": name, "mutant": mutant, "interrupted": stop.signal.name,
+                            "distinct_states": 0, "complete": False, "violations": []})  # fmt: skip
+            else:
+                click.echo(f"{name}: STOPPED by {stop.signal.name} (design phase of --refine)")
+            sys.exit(stop.exit_code)
+        design_seconds = elapsed()
+        click.echo(f"check: --refine: the design was exhausted in {design_seconds:.1f}s", err=True)
     title = _title(name, model.params, mutant)
     mode = "exhaustive" if not sampled else "walks" if walkers is None else "swarm"
     if walkers is not None:
@@ -310,11 +329,13 @@ def check(
         document = result.to_json()
         document["mutant"] = mutant
         document["mode"] = mode
+        if refined:
+            document["refine_design_seconds"] = round(design_seconds, 6)
         if walks is not None:
             document["walks"] = {"walks": walks, "seed": seed, "max_depth": max_depth}
         print_json(document)
     else:
-        _print_human(result, title, shortest=walks is None)
+        _print_human(result, title, shortest=walks is None, design_seconds=design_seconds)
     sys.exit(1 if result.violations else 0)
 
 
@@ -399,13 +420,18 @@ def _report_stopped(
     )
 
 
-def _print_human(result: CheckResult[Any], title: str, *, shortest: bool) -> None:
+def _print_human(
+    result: CheckResult[Any], title: str, *, shortest: bool, design_seconds: float = 0.0
+) -> None:
     click.echo(title)
+    # With --refine, the design's exhaustion before the search is part of the run's time.
+    design = (("seconds exhausting the design", f"{design_seconds:.3f}"),) if design_seconds else ()
     print_stats(
         (
             ("distinct states", f"{result.distinct_states:,}"),
             ("generated states", f"{result.generated_states:,}"),
             ("depth", str(result.depth)),
+            *design,
             ("seconds", f"{result.seconds:.3f}"),
             ("states/s", f"{result.states_per_s:,.0f}"),
             ("symmetry", "on" if result.symmetry else "off"),

@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from quiesce.cli._output import fail, json_option, one_line, print_json
+from quiesce.cli._output import fail, heartbeat, json_option, one_line, print_json
 from quiesce.cli._signals import Stopped, stop_on_signals
 from quiesce.cli._values import Name
 from quiesce.fsm import QuiesceError
@@ -122,7 +122,7 @@ def mutants(
     verdicts: list[Verdict] = []
     stopped: Stopped | None = None
     try:
-        with stop_on_signals():
+        with stop_on_signals(), heartbeat("mutants: verifying"):
             for number, verdict in enumerate(verify_many(chosen, jobs), 1):
                 verdicts.append(verdict)
                 state = f"killed by {verdict.killed_by}" if verdict.killed else verdict.status

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -16,11 +19,13 @@ from quiesce.fsm import QuiesceError
 __all__ = [
     "abbreviated",
     "fail",
+    "heartbeat",
     "json_option",
     "log_level_option",
     "one_line",
     "print_json",
     "print_stats",
+    "progress_lines",
 ]
 
 
@@ -80,3 +85,46 @@ def log_level_option(
         show_default=True,
         help=help,
     )
+
+
+PROGRESS_EVERY_S = 2.0
+"""A long command without a live bar (stderr is not a terminal) logs a line this often."""
+
+
+def progress_lines(
+    describe: Callable[[], str], clock: Callable[[], float] = time.monotonic
+) -> Callable[[], None]:
+    """A callback to call as often as work advances: it writes `describe()` on stderr at
+    most once per `PROGRESS_EVERY_S`, one line each time, so a log keeps the history."""
+    shown_at: float | None = None
+
+    def tick() -> None:
+        nonlocal shown_at
+        now = clock()
+        if shown_at is not None and now - shown_at < PROGRESS_EVERY_S:
+            return
+        shown_at = now
+        click.echo(describe(), err=True)
+
+    return tick
+
+
+@contextmanager
+def heartbeat(what: str) -> Iterator[Callable[[], float]]:
+    """While the block runs (a step that reports no progress of its own), write `what` and
+    the seconds so far on stderr every `PROGRESS_EVERY_S`. Yields a function giving the
+    seconds the block has taken."""
+    started = time.monotonic()
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(PROGRESS_EVERY_S):
+            click.echo(f"{what}, {time.monotonic() - started:.0f}s", err=True)
+
+    thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield lambda: time.monotonic() - started
+    finally:
+        done.set()
+        thread.join()

@@ -13,23 +13,26 @@ Exit codes (`EXIT_CODES`):
 - 2: a usage error (an option out of range, `--crash-at-step` beyond `--steps`): one line;
 - 3: the controller stopped before the run ended (a fatal cause, or more than
   `max_consecutive_failures` failed checkpoints): `stop` says which participant, which
-  cause, after how many failures. A stopped run is never "ok".
+  cause, after how many failures. A stopped run is never "ok";
+- 130 / 143: Ctrl-C / SIGTERM stopped the run; it prints how many steps it finished.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
 from quiesce.adapters import configure_logging
-from quiesce.cli._output import fail, json_option, log_level_option, print_json
+from quiesce.cli._output import fail, json_option, log_level_option, print_json, progress_lines
 from quiesce.cli._paths import OutputDir, OutputFile
+from quiesce.cli._signals import Stopped, stop_on_signals, stopped_in
 from quiesce.cli._values import FiniteFloatRange
 from quiesce.fsm import QuiesceError
 from quiesce.harness import SimulationConfig, SimulationResult
@@ -143,6 +146,20 @@ def _explanations(result: SimulationResult, steps: int, crash_at_step: int | Non
     if result.untrained.count > _LISTED:
         lines.append(f"... and {result.untrained.count - _LISTED} more untrained groups (--json)")
     return lines
+
+
+def _report_stopped(stop: Stopped, done: int, steps: int, as_json: bool) -> None:
+    """The partial summary of a run stopped by a signal: how far it got. Nothing is judged:
+    the invariants hold only of a finished run."""
+    click.echo(
+        f"simulate: {stop} after {done} of {steps} training steps: the run did not finish"
+        " (nothing judged)",
+        err=True,
+    )
+    if as_json:
+        print_json({"interrupted": stop.signal.name, "steps": done, "of_steps": steps})
+    else:
+        click.echo(f"simulate: STOPPED by {stop.signal.name} at step {done} of {steps}")
 
 
 def _one_line(error: ValidationError) -> str:
@@ -308,28 +325,54 @@ def simulate(
         )
     except ValidationError as error:
         fail(_one_line(error))
+    done = 0  # training steps finished, for the partial summary of a stopped run
+
+    def reached(step: int) -> None:
+        nonlocal done
+        done = step
+
     try:
-        if as_json:
-            result = run(config)
-        else:
-            console = Console(stderr=True)
-            with Progress(
-                TextColumn("training"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                console=console,
-                transient=True,
-            ) as bar:
-                task = bar.add_task("steps", total=steps)
-                result = run(config, progress=lambda step: bar.update(task, completed=step))
+        with stop_on_signals():
+            if as_json or not sys.stderr.isatty():
+                # No live bar: a line on stderr every few seconds says how far it got.
+                tick = progress_lines(lambda: f"simulate: step {done} of {steps}")
+
+                def logged(step: int) -> None:
+                    reached(step)
+                    tick()
+
+                result = run(config, progress=logged)
+            else:
+                console = Console(stderr=True)
+                with Progress(
+                    TextColumn("training"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                    console=console,
+                    transient=True,
+                ) as bar:
+                    task = bar.add_task("steps", total=steps)
+
+                    def show(step: int) -> None:
+                        reached(step)
+                        bar.update(task, completed=step)
+
+                    result = run(config, progress=show)
     except QuiesceError as error:
         fail(error)
+    except BaseException as error:
+        stop = stopped_in(error)
+        if stop is None:
+            raise
+        _report_stopped(stop, done, steps, as_json)
+        raise SystemExit(stop.exit_code) from None
     if as_json:
         print_json(result.model_dump(mode="json"))
     else:
         Console().print(_summary(result, crash_at_step))
-        for line in _explanations(result, steps, crash_at_step):
-            click.echo(line)
+        for explanation in _explanations(result, steps, crash_at_step):
+            click.echo(explanation)
         for violation in result.violations:
             click.echo(f"violation: {violation}", err=True)
     raise SystemExit(EXIT_CODES[result.verdict])
