@@ -96,11 +96,7 @@ def _model_table(model_name: str, name: str) -> Table[Any, Any]:
         table.name: table for table in map(model.table_of, model.tables()) if table is not None
     }
     if name not in tables:
-        fail(
-            unknown_name(
-                f"{model_name} table", name, tables, f"quiesce diagram --model {model_name} NAME"
-            )
-        )
+        fail(unknown_name(f"{model_name} table", name, tables, "quiesce tables"))
     return tables[name]
 
 

@@ -201,10 +201,9 @@ def _list_model(model_name: str, as_json: bool) -> None:
         return
     for name, doc in spec.mutants.items():
         click.echo(f"{name:45s} {one_line(doc)}")
-    click.echo(
-        f"{len(spec.mutants)} mutants of {model_name}: `quiesce check {model_name}"
-        " --mutant NAME` checks one"
-    )
+    first = next(iter(spec.mutants), None)
+    try_one = f": `quiesce check {model_name} --mutant {first}` checks the first" if first else ""
+    click.echo(f"{len(spec.mutants)} mutants of {model_name}{try_one}")
 
 
 def _summary(verdicts: list[Verdict], not_run: int) -> dict[str, Any]:
