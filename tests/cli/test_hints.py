@@ -94,7 +94,10 @@ def test_the_hints_say_what_they_promise(tmp_path: Path, monkeypatch: pytest.Mon
     assert "(violates TCConsistent)" in CliRunner().invoke(main, drawn.split()[1:]).stdout
     [drawn] = _case_hints("draw a design trace")  # a protocol table: no --model
     assert re.fullmatch(r"quiesce diagram \w+ --trace traces/I3\.\S+\.json", drawn), drawn
-    assert "(violates I3)" in CliRunner().invoke(main, drawn.split()[1:]).stdout
+    # The fence prepares twice; only the second time (step 4) violates I3 (issue 27).
+    assert "1, 4. recv_prepare / start (violates I3 at 4)" in (
+        CliRunner().invoke(main, drawn.split()[1:]).stdout
+    )
 
 
 def _printed_strings() -> list[str]:
