@@ -221,7 +221,7 @@ def check(
     quiesce check design --faults 2   # the longer run (minutes)
     quiesce check two-phase --mutant commit_without_message --trace-out traces/
     quiesce check protocol --walks 2000 --seed 1 --refine
-    quiesce check protocol --swarm 200 --walks 20 --ray   # README, 'Past one machine'
+    quiesce check protocol --swarm 200 --walks 20 --ray   # docs/checking.md, 'Past one machine'
     quiesce check --portfolio
     """
     if portfolio:
@@ -283,7 +283,7 @@ def check(
         if name == IMPLEMENTATION_MODEL and unbounded:
             click.echo(
                 "check: the protocol at the §8 reference size has well over 10^7 states and"
-                " will not finish in minutes (README, 'Model checking'): bound it with"
+                " will not finish in minutes (docs/checking.md): bound it with"
                 " --max-states N, or sample it deeply with --walks N",
                 err=True,
             )

@@ -1,5 +1,5 @@
 """The goodput benchmark's figures: one real run's observer, and how runs are summed up
-(the full sweep runs in `benchmarks/bench_faults.py`; the run the README quotes is a slow
+(the full sweep runs in `benchmarks/bench_faults.py`; the run docs/benchmarks.md quotes is a slow
 test)."""
 
 from __future__ import annotations
@@ -58,16 +58,16 @@ def test_the_completion_targets_are_judged_per_mode() -> None:
     assert list(bench_faults.completion(figures, "retries_restarts").values()) == [False, False]
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 
 
 @pytest.mark.slow
-def test_the_readme_table_is_what_the_command_it_names_prints() -> None:
-    # The README quotes the command line its table came from (in the table's opening
+def test_the_benchmarks_table_is_what_the_command_it_names_prints() -> None:
+    # docs/benchmarks.md quotes the command line its table came from (in the table's opening
     # marker); the figures are virtual-time only, so running it again prints the same table.
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     found = re.search(r"<!-- bench_faults:begin(.*?)-->\n(.*?)\n<!-- bench_faults:end", text, re.S)
-    assert found is not None, "README lost its bench_faults table"
+    assert found is not None, "docs/benchmarks.md lost its bench_faults table"
     args = bench_faults.parse(found.group(1).split())
     result = bench_faults.measure(args.seeds, args.steps, args.workers, args.rates, args.modes)
     assert bench_faults.markdown(result) == found.group(2)
