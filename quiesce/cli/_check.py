@@ -15,6 +15,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -297,8 +298,11 @@ def check(
             progress_every=_REPORT_EVERY_WALKS,
         )  # fmt: skip
     started = time.perf_counter()
+    # A swarm reports once per walker, which may take longer than a progress line's
+    # interval: a heartbeat fills the gaps.
+    beat = heartbeat("check: swarm running") if walkers is not None else nullcontext()
     try:
-        with stop_on_signals():
+        with stop_on_signals(), beat:
             result = search()
     except Stopped as stop:
         progress.close()
