@@ -18,10 +18,13 @@ sees too:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
 import signal
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,10 +101,42 @@ def test_the_block_runs_as_pasted(block: Block, tmp_path: Path) -> None:
         f"{block.id} is a transcript: mark it `<!-- docs-test: skip: REASON -->`"
     )
     script = "trap 'echo \"docs-test: exit $? from: $BASH_COMMAND\" >&2' ERR\n" + block.text
+    with _port_lock(block):
+        out, err = _run(script, tmp_path)
+    failed = {_normal(command): int(code) for code, command in FAILED.findall(err)}
+    expected = _expected_failures(block)
+    unexpected = {
+        command: code
+        for command, code in failed.items()
+        if not any(command.startswith(e) or e.startswith(command) for e in expected)
+    }
+    assert not unexpected, f"{block.id}: {unexpected}\n{err[-2000:]}"
+    for command, code in expected.items():
+        got = [c for f, c in failed.items() if f.startswith(command) or command.startswith(f)]
+        why = f"{block.id}: {command!r} should exit {code}, got {got}\n{err[-2000:]}"
+        assert got == [code], why
+    assert "Traceback" not in out + err, err[-2000:]
+
+
+@contextlib.contextmanager
+def _port_lock(block: Block) -> Iterator[None]:
+    """Hold a machine-wide lock while a block that serves on a fixed port runs, so two test
+    runs on one machine take turns instead of colliding on the port."""
+    ports = sorted(set(re.findall(r"--port (\d+)", block.text)))
+    if not ports:
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / f"quiesce-docs-port-{ports[0]}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _run(script: str, cwd: Path) -> tuple[str, str]:
+    """Run `script` with bash in `cwd`; stop whatever it left running; its stdout, stderr."""
     env = {**os.environ, "UV_PROJECT": str(ROOT), "UV_NO_SYNC": "1"}
     process = subprocess.Popen(
         ["bash", "-c", script],
-        cwd=tmp_path,
+        cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -113,20 +148,7 @@ def test_the_block_runs_as_pasted(block: Block, tmp_path: Path) -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):  # nothing left in the group
             os.killpg(process.pid, signal.SIGTERM)
-    failed = {_normal(command): int(code) for code, command in FAILED.findall(err)}
-    expected = _expected_failures(block)
-    unexpected = {
-        command: code
-        for command, code in failed.items()
-        if not any(command.startswith(e) or e.startswith(command) for e in expected)
-    }
-    assert not unexpected, f"{block.id}: {unexpected}\n{err[-2000:]}"
-    for command, code in expected.items():
-        got = [c for f, c in failed.items() if f.startswith(command) or command.startswith(f)]
-        assert got == [code], (
-            f"{block.id}: {command!r} should exit {code}, got {got}\n{err[-2000:]}"
-        )
-    assert "Traceback" not in out + err, err[-2000:]
+    return out, err
 
 
 def test_every_mark_names_a_reason_and_sits_on_a_block() -> None:
