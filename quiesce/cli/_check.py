@@ -246,7 +246,7 @@ def check(
         # stop cleanly on a signal, and count its time in the run's.
         what = "check: --refine: exhausting the design model at the matching size"
         try:
-            with stop_on_signals(), heartbeat(what) as elapsed:
+            with stop_on_signals(), heartbeat(what, logged=True) as elapsed:
                 model = _refined(model)
         except Stopped as stop:
             click.echo(
@@ -300,7 +300,7 @@ def check(
     started = time.perf_counter()
     # A swarm reports once per walker, which may take longer than a progress line's
     # interval: a heartbeat fills the gaps.
-    beat = heartbeat("check: swarm running") if walkers is not None else nullcontext()
+    beat = heartbeat("check: swarm running", logged=True) if walkers is not None else nullcontext()
     try:
         with stop_on_signals(), beat:
             result = search()

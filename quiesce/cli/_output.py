@@ -94,14 +94,15 @@ PROGRESS_EVERY_S = 2.0
 def progress_lines(
     describe: Callable[[], str], clock: Callable[[], float] = time.monotonic
 ) -> Callable[[], None]:
-    """A callback to call as often as work advances: it writes `describe()` on stderr at
-    most once per `PROGRESS_EVERY_S`, one line each time, so a log keeps the history."""
-    shown_at: float | None = None
+    """A callback to call as often as work advances: once `PROGRESS_EVERY_S` have passed
+    since the last line (or since it was made), it writes `describe()` on stderr, one line
+    each time, so a log keeps the history; a run shorter than that writes nothing."""
+    shown_at = clock()
 
     def tick() -> None:
         nonlocal shown_at
         now = clock()
-        if shown_at is not None and now - shown_at < PROGRESS_EVERY_S:
+        if now - shown_at < PROGRESS_EVERY_S:
             return
         shown_at = now
         click.echo(describe(), err=True)
@@ -110,11 +111,15 @@ def progress_lines(
 
 
 @contextmanager
-def heartbeat(what: str) -> Iterator[Callable[[], float]]:
+def heartbeat(what: str, *, logged: bool = False) -> Iterator[Callable[[], float]]:
     """While the block runs (a step that reports no progress of its own), write `what` and
-    the seconds so far on stderr every `PROGRESS_EVERY_S`. Yields a function giving the
-    seconds the block has taken."""
+    the seconds so far on stderr every `PROGRESS_EVERY_S`: on a terminal, or (`logged`)
+    also into a log, as `check`'s own progress does. Yields a function giving the seconds
+    the block has taken."""
     started = time.monotonic()
+    if not (logged or sys.stderr.isatty()):
+        yield lambda: time.monotonic() - started
+        return
     done = threading.Event()
 
     def beat() -> None:

@@ -1,15 +1,16 @@
-"""Every long-running command, stopped for real: started as a process, sent SIGINT (or
-SIGTERM) once its progress shows on stderr, it exits 130 (143) with a partial summary on
-stdout and no traceback.
+"""Every long-running command, stopped for real: started as a process with stderr on a
+terminal (a pty), sent SIGINT (or SIGTERM) once its progress shows there, it exits 130
+(143) with a partial summary on stdout and no traceback.
 
 `check`'s exhaustive search under SIGTERM is in `test_check_cli.py`; here are the other
-modes of `check` and the other commands. Each waits for its first progress line, which
-also shows progress is written when stderr is not a terminal (a log keeps it).
+modes of `check` and the other commands. Waiting for the progress is also the check that
+each one shows progress on a terminal within a few seconds.
 """
 
 from __future__ import annotations
 
 import os
+import pty
 import signal
 import socket
 import subprocess
@@ -37,24 +38,32 @@ class Stopped:
 def _stop_after_progress(
     args: list[str], progress: str, signum: int = signal.SIGINT, **kwargs: object
 ) -> Stopped:
-    """Run `quiesce ARGS`, send `signum` once a stderr line contains `progress`, and
-    collect what it printed."""
+    """Run `quiesce ARGS` with stderr on a terminal (a pty), send `signum` once stderr
+    shows `progress`, and collect what it printed."""
+    terminal, stderr = pty.openpty()
     process = subprocess.Popen(
         [*QUIESCE, *args],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         **kwargs,  # type: ignore[call-overload]
     )
-    assert process.stderr is not None and process.stdout is not None
+    os.close(stderr)
+    assert process.stdout is not None
     seen: list[str] = []
     shown = threading.Event()
 
     def read() -> None:
-        assert process.stderr is not None
-        for line in process.stderr:
-            seen.append(line)
-            if progress in line:
+        # A progress line may be rewritten in place (no newline): read what arrives.
+        while True:
+            try:
+                chunk = os.read(terminal, 4096)
+            except OSError:  # the other end closed: the process is gone
+                return
+            if not chunk:
+                return
+            seen.append(chunk.decode(errors="replace"))
+            if progress in "".join(seen):
                 shown.set()
 
     reader = threading.Thread(target=read, daemon=True)
@@ -67,14 +76,15 @@ def _stop_after_progress(
     finally:
         if process.poll() is None:
             process.kill()
-    reader.join(timeout=10)
+        reader.join(timeout=10)
+        os.close(terminal)
     err = "".join(seen)
     assert "Traceback" not in err, err
     return Stopped(process.returncode, out, err)
 
 
 def test_simulate_stops_on_ctrl_c_with_the_steps_it_finished() -> None:
-    ran = _stop_after_progress(["simulate", "--steps", "5000"], "simulate: step ")
+    ran = _stop_after_progress(["simulate", "--steps", "5000"], "training")
     assert ran.code == 130, ran.err
     assert "simulate: STOPPED by SIGINT at step " in ran.out and "of 5000" in ran.out
     assert "the run did not finish (nothing judged)" in ran.err
