@@ -25,7 +25,9 @@ How effects are carried (and what answers them):
 - `ArmTimer` / `CancelTimer`: one clock sleep per timer; re-arming or cancelling makes the
   older sleep stale -> `TimerDue`;
 - `Dispatch`: `begin` on the agent; a refusal or a failed call -> `RolloutFailed`;
-- `Log`, `Metric`, `Outcome`, `RestoreOutcome`, `Stopped`, ...: structlog and observers.
+- `Metric`: a debug log line, and the `MetricPoint` of `quiesce.adapters.METRICS` to every
+  hook of `metrics` (`OpenTelemetryMetrics`, or any callable; docs/metrics.md);
+- `Log`, `Outcome`, `RestoreOutcome`, `Stopped`, ...: structlog and observers.
 
 Failures of a call become exactly one `Cause` each: the deadline passing is `timeout`, a
 lost request or reply is `request_lost` / `reply_lost`, a transport error `io_error`, a 5xx
@@ -58,6 +60,7 @@ import structlog
 from quiesce.adapters._clock import Clock, ClockEvent, Queue, TaskGroup, VirtualClock
 from quiesce.adapters._intent import ControllerJournal
 from quiesce.adapters._ledger_codec import ledger_to_text
+from quiesce.adapters._metrics import MetricHook, metric_point
 from quiesce.adapters._participant_api import CallFailedError, Participant
 from quiesce.adapters._snapshot_store import SnapshotStore, SnapshotStoreError
 from quiesce.adapters._store_effects import CUT_ARTIFACT, StoreEffect, StoreEffects
@@ -258,6 +261,7 @@ class Driver:
         turns: Callable[[Dispatch], int] | None = None,
         has_group: Callable[[GroupRecord], bool] | None = None,
         observers: Iterable[Observer] = (),
+        metrics: Iterable[MetricHook] = (),
         companions: Iterable[Companion] = (),
         discovery_attempts: int = 20,
         retry_backoff_s: float = 0.5,
@@ -274,6 +278,8 @@ class Driver:
         self.depends_on = depends_on
         self.turns = turns or (lambda _dispatch: 2)
         self.observers: list[Observer] = list(observers)
+        self.metrics: list[MetricHook] = list(metrics)
+        self._undocumented: set[str] = set()  # metric names already warned about
         self.companions: tuple[Companion, ...] = tuple(companions)
         self.discovery_attempts = discovery_attempts
         self.retry_backoff_s = retry_backoff_s
@@ -516,10 +522,32 @@ class Driver:
             getattr(self._log, effect.level)(effect.event, **dict(effect.fields))
         elif isinstance(effect, Metric):
             self._log.debug("metric", name=effect.name, value=effect.value, **dict(effect.tags))
+            self._metric(effect)
         elif isinstance(effect, CloseAdmission | OpenAdmission):
             self._log.debug(type(effect).__name__, owner=effect.owner)
         elif isinstance(effect, Redispatch):
             self._log.info("redispatch", group_id=effect.group_id, level=effect.level)
+
+    def _metric(self, metric: Metric) -> None:
+        if not self.metrics:
+            return
+        fleet = self.state.fleet
+
+        def role_of(name: str) -> str | None:
+            role = fleet.role_of(name) if fleet is not None else None
+            return None if role is None else role.value
+
+        point = metric_point(metric, role_of)
+        if point is None:
+            if metric.name not in self._undocumented:
+                self._undocumented.add(metric.name)
+                self._log.warning("metric_undocumented", name=metric.name, see="docs/metrics.md")
+            return
+        for hook in self.metrics:
+            try:
+                hook(point)
+            except Exception as error:  # a broken sink must not stop the controller
+                self._log.error("metric_hook_failed", name=point.name, error=repr(error))
 
     # ------------------------------------------------------------------ remote calls
 
@@ -552,7 +580,7 @@ class Driver:
         else:
             if isinstance(result, PrepareReply):
                 self._prepared(call.participant, result)
-            self.submit(Reply(call.participant, call.op, call.op_id, result))
+            self.submit(Reply(call.participant, call.op, call.op_id, result, call.payload))
 
     def _prepared(self, participant: str, reply: PrepareReply) -> None:
         """Keep (and log) a `not_ready` answer: who is not ready, and why."""

@@ -15,8 +15,13 @@ Status codes (the whole rule; docs/wire.md has the tables):
 - 401 (missing/wrong token), 404 (unknown route), 405 (wrong method), 413 (body over the
   limit), 422 (malformed body, `field` named): body = `WireError`, nothing changed, checked
   before the host is touched;
-- 503 / 500: the server itself failed (journal not writable, host stopped, a bug). No
-  input, however malformed, produces a 5xx.
+- 503 / 500: the server itself failed (journal not writable, host not running yet or
+  stopped, a bug). No input, however malformed, produces a 5xx.
+
+Lifetime: the app's lifespan runs `host.run()` (the role's work). Until it has started, every
+route (control, data, `/healthz`) answers 503 `unavailable` naming the missing step, so a
+participant is never half alive: a Starlette or FastAPI app that mounts this one does not run
+its lifespan, and enters `participant_lifespan(app)` in its own lifespan instead.
 
 The token is compared with `hmac.compare_digest`, never logged, never echoed in an error.
 The journal is fsynced before a 200 or 409 leaves (the host does it before replying).
@@ -29,8 +34,8 @@ import json
 import logging
 import sys
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from typing import Any, Literal, TextIO
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Literal, TextIO, cast
 
 import anyio
 import structlog
@@ -71,6 +76,7 @@ __all__ = [
     "configure_server_logging",
     "create_app",
     "create_resettable_app",
+    "participant_lifespan",
     "status_of",
 ]
 
@@ -182,7 +188,11 @@ def create_app(
 ) -> Starlette:
     """A Starlette app serving `host` under `/control/v1`, every route behind
     `Authorization: Bearer <token>`. The app's lifespan runs `host.run()` (the role's
-    work) unless `run_host=False`, and stops the host on shutdown.
+    work) and stops the host on shutdown; until it runs, every route answers 503
+    `unavailable`. Served standalone (uvicorn), the server runs the lifespan; mounted in
+    another app (`Mount("/", app=...)`, FastAPI's `app.mount`), enter
+    `participant_lifespan(app)` in the parent's lifespan (docs/adopting.md).
+    `run_host=False`: the caller runs the host itself, and the app answers at once.
 
     >>> from quiesce.adapters import ParticipantHost, RealClock
     >>> host = ParticipantHost.start({"name": "p", "role": "policy"}, clock=RealClock())
@@ -192,14 +202,32 @@ def create_app(
     """
     authorized = _authorizer(token)
     bound = log.bind(participant=host.name)
+    running: list[TaskGroup] = []  # the lifespan's task group, while the app runs
+    started = [not run_host]  # whether the host runs (or the caller runs it)
+
+    def not_running() -> JSONResponse | None:
+        """The 503 of a participant whose host does not run yet (never 200 from it)."""
+        if started[0]:
+            return None
+        return _error(
+            503,
+            "unavailable",
+            f"participant {host.name!r} is not running: its lifespan never started. Served "
+            "standalone, the server runs it; mounted in another app, enter "
+            "quiesce.adapters.participant_lifespan(app) in that app's lifespan "
+            "(docs/adopting.md)",
+        )
 
     async def read(request: Request, model: type[Message] | None) -> Message | Response | None:
         """Authenticate `request` and parse its body as `model` (none for a GET): the
-        payload, or the refusal to send (401, 413, 422), checked before the host is touched."""
+        payload, or the refusal to send (401, 503 before the host runs, 413, 422), checked
+        before the host is touched."""
         name = request.url.path.rsplit("/", 1)[-1]
         if not authorized(request):
             bound.warning("unauthorized", op=name)
             return _error(401, "unauthorized", "missing or wrong bearer token")
+        if (unavailable := not_running()) is not None:
+            return unavailable
         if model is None:
             return None
         try:
@@ -241,9 +269,14 @@ def create_app(
         Route(path, endpoint(op), methods=[method], name=str(getattr(op, "value", op)))
         for op, (method, path) in ROUTES.items()
     ]
-    running: list[TaskGroup] = []  # the lifespan's task group, while the app runs
     routes += data_routes(host, lambda: running[0] if running else None, read)
-    routes.append(Route("/healthz", _healthz, methods=["GET"]))
+
+    async def healthz(request: Request) -> Response:
+        """Liveness (no state, no auth): for process supervisors and tests; 503 until the
+        host runs."""
+        return not_running() or Response(json.dumps({"ok": True}), media_type="application/json")
+
+    routes.append(Route("/healthz", healthz, methods=["GET"]))
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -263,10 +296,17 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if running:
+            # Entered twice (its own server and a parent's lifespan): two runs of one host.
+            raise RuntimeError(
+                f"participant {host.name!r} already runs: enter its lifespan once (mounted: "
+                "in the parent app's lifespan only)"
+            )
         async with anyio.create_task_group() as tg:
             if run_host:
                 tg.start_soon(host.run)
             running.append(tg)
+            started[0] = True
             bound.info("participant_serving", role=host.config.role, incarnation=host.incarnation)
             try:
                 yield
@@ -274,11 +314,46 @@ def create_app(
                 running.clear()
                 host.stop()
 
-    return Starlette(
+    app = Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error, Exception: internal_error},
         lifespan=lifespan,
     )
+    app.state.quiesce_participant = host.name  # what `participant_lifespan` recognises
+    return app
+
+
+def participant_lifespan(app: Starlette) -> AbstractAsyncContextManager[None]:
+    """The lifetime of the participant `app` serves (`create_app`'s app): entering it runs
+    the host (`host.run()`, the role's work) and opens the routes, which answer 503
+    `unavailable` until then; leaving it stops the host. Enter it in the lifespan of the
+    application that mounts `app`, since Starlette and FastAPI never run a mounted app's
+    own lifespan:
+
+        control = create_app(host, token=token)
+
+        @asynccontextmanager
+        async def lifespan(parent):
+            async with participant_lifespan(control):
+                yield
+
+        service = FastAPI(lifespan=lifespan)   # or Starlette(routes=..., lifespan=lifespan)
+        service.mount("/", control)            # last: it answers every other path
+
+    Raises `TypeError` for an app `create_app` did not make.
+
+    >>> participant_lifespan(object())  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    TypeError: participant_lifespan needs the app create_app(host, token=...) returned, ...
+    """
+    state = getattr(app, "state", None)
+    if not isinstance(app, Starlette) or not hasattr(state, "quiesce_participant"):
+        raise TypeError(
+            "participant_lifespan needs the app create_app(host, token=...) returned, not "
+            f"{type(app).__name__}: mount that app and pass it here"
+        )
+    # `create_app`'s lifespan yields no state (None): the Mapping half of Starlette's type.
+    return cast(AbstractAsyncContextManager[None], app.router.lifespan_context(app))
 
 
 def _authorizer(token: str) -> Callable[[Request], bool]:
@@ -381,11 +456,6 @@ async def _run_lifespan(
         async with app.router.lifespan_context(app):
             task_status.started(scope)
             await anyio.sleep_forever()
-
-
-async def _healthz(request: Request) -> Response:
-    """Liveness only (no state, no auth): for process supervisors and tests."""
-    return Response(json.dumps({"ok": True}), media_type="application/json")
 
 
 def configure_server_logging(level: str = "info", stream: TextIO | None = None) -> None:

@@ -161,7 +161,10 @@ class InMemoryParticipant(Participant):
     """A `Participant` client for one in-process host (followed across restarts).
 
     `latency_s` is the `(low, high)` range of each leg (request, reply), drawn uniformly
-    from `clock.rng`. Counters: `calls`, `faults` (by kind).
+    from `clock.rng`. `service_s` maps an op to the `(low, high)` range of the server's own
+    work on it (a commit writing a snapshot artifact), waited between the request leg and
+    the server's answer; an op not in it costs only its legs (and draws nothing). Counters:
+    `calls`, `faults` (by kind).
     """
 
     def __init__(
@@ -175,6 +178,7 @@ class InMemoryParticipant(Participant):
         self.name = name
         self._fleet = fleet
         self.latency_s = latency_s
+        self.service_s: Mapping[ParticipantOp, tuple[float, float]] = {}
         self.faults = faults or Faults()
         self._scripted: list[_Scripted] = []
         self.calls = 0
@@ -234,6 +238,8 @@ class InMemoryParticipant(Participant):
         if fault is not None:
             self.fault_counts[fault] = self.fault_counts.get(fault, 0) + 1
             log.debug("fault_injected", participant=self.name, op=op.value, fault=fault.value)
+            if self._fleet.on_fault is not None:
+                self._fleet.on_fault(self.name, op.value, fault)
         clock = self._fleet.clock
         if fault is FaultKind.TIMEOUT:
             at = deadline_at if deadline_at is not None else clock.now() + _DEFAULT_TIMEOUT_S
@@ -247,6 +253,9 @@ class InMemoryParticipant(Participant):
         if fault is FaultKind.CRASH_RESTART:
             self._fleet.crash_restart(self.name)
             raise CallFailedError(self.name, op, Cause.IO_ERROR, "connection reset")
+        service = self.service_s.get(op)
+        if service is not None:
+            await clock.sleep(clock.rng.uniform(*service))
         reply = await self._deliver(op, request)
         if fault is FaultKind.REDELIVER:
             delay = clock.rng.uniform(*self.faults.redelivery_delay_s)
@@ -294,7 +303,8 @@ class InMemoryFleet:
 
     Run it in a clock task group (`tg.start_soon(fleet.run)`) until `stop()`; completions
     of agent executions go to `on_completed(participant, receipt)` (set it with
-    `fleet.on_completed = ...`; it may be swapped, e.g. across controller restarts).
+    `fleet.on_completed = ...`; it may be swapped, e.g. across controller restarts);
+    `on_fault(participant, op, kind)`, if set, hears of every fault as it is injected.
     """
 
     def __init__(
@@ -323,6 +333,7 @@ class InMemoryFleet:
         self.run_work = run_work
         self.fence_log = fence_log
         self.on_completed: Callable[[str, Receipt], None] | None = None
+        self.on_fault: Callable[[str, str, FaultKind], None] | None = None
         self.restarts: dict[str, int] = {}
         configs: list[ParticipantConfig] = []
         for i in range(policies):

@@ -64,13 +64,21 @@ The role's work (simulation; every sleep is on the injected `Clock`, every draw 
 A host that is not `run()` still answers every request, but runs no work (useful for
 conformance tests, or when an external runtime reports `boundary` / `finish` itself; pass
 `run_work=False` to disable the executions of a running host).
+
+Hooks for a service's own rollout code (`run_work=False`; docs/adopting.md): `begin`,
+`boundary` and `finish` are the M3 operations as keyword calls (each returns the
+`ExecutionReply` or the `ErrorReply` refusal, exactly what the HTTP route would answer);
+`at_boundary(rollout_id, attempt)` waits, before a turn's first outbound call (and before
+`finish`), until the fence lets the execution go on, parking it if a checkpoint asked
+(False: it was retired, drop it); `async with host.mutation(mutation_id, rollout_id)` wraps
+one state change of a resources server (admitted, or held while the server is frozen).
 """
 
 from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -519,6 +527,76 @@ class ParticipantHost:
             self._check_alive()
             self._state = event(self._state)
 
+    # ------------------------------------------------------------------ rollout hooks
+
+    async def begin(
+        self,
+        rollout_id: str,
+        attempt: int,
+        *,
+        group_id: str,
+        turns: int,
+        resume_from_turn: int = 0,
+    ) -> ExecutionReply | ErrorReply:
+        """Start execution `(rollout_id, attempt)` (M3 `begin`): `ExecutionReply` (state
+        `running`), or the refusal: `admission_closed` (a checkpoint is under way: wait and
+        try again), `stale_attempt` (acked or retired: drop it), `duplicate_execution`."""
+        request = BeginRequest(
+            rollout_id=rollout_id,
+            attempt=attempt,
+            group_id=group_id,
+            turns=turns,
+            resume_from_turn=resume_from_turn,
+        )
+        return _execution_answer(await self.handle(ParticipantOp.BEGIN, request))
+
+    async def boundary(
+        self, rollout_id: str, attempt: int, turn: int, *, restart_only_dependency: bool = False
+    ) -> ExecutionReply | ErrorReply:
+        """Report that the execution finished turn `turn - 1` (its state is durable up to
+        `turn`): state `running`, `parked` (a checkpoint asked; `at_boundary` waits for the
+        resume) or `tombstoned` (retired: drop the rollout). `restart_only_dependency`: the
+        turn changed state on a `restart_only` resources server."""
+        request = BoundaryRequest(
+            rollout_id=rollout_id,
+            attempt=attempt,
+            turn=turn,
+            restart_only_dependency=restart_only_dependency,
+        )
+        return _execution_answer(await self.handle(ParticipantOp.BOUNDARY, request))
+
+    async def finish(
+        self, rollout_id: str, attempt: int, result: Mapping[str, Any] | None = None
+    ) -> ExecutionReply | ErrorReply:
+        """The rollout finished with `result`: state `completed` and the `receipt` the
+        controller ACKs (the result is held until then), or `tombstoned` (retired: the
+        result is dropped, never reported)."""
+        request = FinishRequest(rollout_id=rollout_id, attempt=attempt, result=dict(result or {}))
+        return _execution_answer(await self.handle(ParticipantOp.FINISH, request))
+
+    async def at_boundary(self, rollout_id: str, attempt: int) -> bool:
+        """Wait at the execution's current boundary until a new outbound call may start
+        (M3: none starts while the fence is not idle): True to go on with the next turn (or
+        `finish`); False if the execution is gone (retired, or never begun): drop it. If a
+        checkpoint asked it to park, the boundary is reported here (it parks) and the wait
+        lasts until the fence resumes."""
+        return await self._at_boundary((rollout_id, attempt))
+
+    @contextlib.asynccontextmanager
+    async def mutation(self, mutation_id: str, rollout_id: str) -> AsyncIterator[None]:
+        """One state change of `rollout_id` on this resources server (M5): entered once the
+        mutation is admitted (it waits while the server is frozen for a checkpoint), and
+        counted in flight until the block ends, so a prepare waits for it."""
+        waiter = await self._admit(
+            lambda s: mutation_started(s, mutation_id, rollout_id), mutation_id
+        )
+        try:
+            if waiter is not None:
+                await self._held(waiter)
+            yield
+        finally:
+            await self._finish(waiter, lambda s: mutation_finished(s, mutation_id, rollout_id))
+
     # ------------------------------------------------------------------ agent work
 
     def _started(self, request: Any, reply: ExecutionReply) -> None:
@@ -681,15 +759,8 @@ class ParticipantHost:
 
     async def mutate(self, mutation_id: str, rollout_id: str) -> None:
         """A state mutation on this resources server (see `ResourcesService`)."""
-        waiter = await self._admit(
-            lambda s: mutation_started(s, mutation_id, rollout_id), mutation_id
-        )
-        try:
-            if waiter is not None:
-                await self._held(waiter)
+        async with self.mutation(mutation_id, rollout_id):
             await self.clock.sleep(self.clock.rng.uniform(*self.work.mutation_latency_s))
-        finally:
-            await self._finish(waiter, lambda s: mutation_finished(s, mutation_id, rollout_id))
 
     async def _admit(
         self, event: Callable[[ParticipantState], tuple[ParticipantState, bool]], waiter_id: str
@@ -727,6 +798,12 @@ class ParticipantHost:
         await waiter.event.wait()
         if waiter.dead:
             raise HostStopped(self.name)
+
+
+def _execution_answer(reply: Message) -> ExecutionReply | ErrorReply:
+    """An execution operation's reply, typed (the pure core answers nothing else)."""
+    assert isinstance(reply, ExecutionReply | ErrorReply), type(reply).__name__
+    return reply
 
 
 def _op_name(op: ParticipantOp | str) -> str:

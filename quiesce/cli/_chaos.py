@@ -3,9 +3,12 @@
 Starts `quiesce serve` participants and a controller process on 127.0.0.1, kills one of
 them (seeded) at a time -- inside prepare, commit, capture, publish, release or at any
 moment -- restarts it, and judges the run with a ledger independent of the controller
-(`quiesce/adapters/_chaos.py`). One line per kill on stderr; the verdict on stdout (a table,
-or one JSON object with `--json`). Exit 0 when every check held, 1 otherwise, 2 on a usage
-or set-up error, 130 / 143 when stopped by Ctrl-C / SIGTERM (every child is stopped first).
+(`quiesce/harness/_chaos.py`). One line per kill on stderr; the verdict on stdout (a table,
+or one JSON object with `--json`). `--report FILE` also writes the run as one self-contained
+HTML page (`quiesce.harness.render_report`): the controller's phases, the kills and
+restarts, every participant's fence, on the host's monotonic clock. Exit 0 when every check
+held, 1 otherwise, 2 on a usage or set-up error, 130 / 143 when stopped by Ctrl-C / SIGTERM
+(every child is stopped first).
 """
 
 from __future__ import annotations
@@ -19,8 +22,16 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from quiesce.cli._output import fail, heartbeat, json_option, log_level_option, print_json
-from quiesce.cli._paths import OutputDir
-from quiesce.harness import ChaosConfig, ChaosError, ChaosInterrupted, ChaosResult, run_chaos
+from quiesce.cli._paths import OutputDir, OutputFile
+from quiesce.harness import (
+    ChaosConfig,
+    ChaosError,
+    ChaosInterrupted,
+    ChaosRecorder,
+    ChaosResult,
+    run_chaos,
+    write_report,
+)
 
 __all__ = ["chaos"]
 
@@ -71,10 +82,23 @@ def _summary(result: ChaosResult) -> RichTable:
     help="Keep state, snapshots, ledgers and logs here, created if missing (default: a temp"
     " dir, kept on failure).",
 )
+@click.option(
+    "--report",
+    type=OutputFile(),
+    default=None,
+    help="Write a run report here (replaced): one self-contained HTML page with a timeline "
+    "per participant (phases, kills, restarts, fences) and charts over training steps.",
+)
 @log_level_option("info", "Log level of the children (their logs go to <workdir>/logs/).")
 @json_option
 def chaos(
-    kills: int, seed: int, steps: int | None, workdir: Path | None, log_level: str, as_json: bool
+    kills: int,
+    seed: int,
+    steps: int | None,
+    workdir: Path | None,
+    report: Path | None,
+    log_level: str,
+    as_json: bool,
 ) -> None:
     """Kill -9 a real controller and participants at random moments; check nothing was
     lost, duplicated or restored from a half-written snapshot."""
@@ -85,11 +109,12 @@ def chaos(
         said.append(line)
         click.echo(line, err=True)
 
+    recorder = None if report is None else ChaosRecorder()
     try:
         # run_chaos stops its children on SIGINT / SIGTERM itself (ChaosInterrupted); the
         # heartbeat covers the seconds between two kills.
         with heartbeat("chaos: running"):
-            result = run_chaos(config, say=say)
+            result = run_chaos(config, say=say, recorder=recorder)
     except ChaosInterrupted as error:
         click.echo(f"chaos: {error}", err=True)
         click.echo(
@@ -99,6 +124,12 @@ def chaos(
         raise SystemExit(128 + error.signum) from None
     except ChaosError as error:
         fail(error)
+    if report is not None and recorder is not None:
+        try:
+            write_report(report, recorder)
+        except OSError as error:
+            fail(f"--report {report}: cannot be written ({error.strerror})")
+        click.echo(f"report: {report}", err=True)
     if as_json:
         print_json(result.model_dump(mode="json"))
     else:

@@ -3,7 +3,8 @@
 Virtual clock, seeded: the same options and seed print the same result. Default output: a
 progress bar per training step (stderr) and a summary table (stdout), then why the
 controller stopped and which prompt groups ended untrained, if any; `--json` prints the one
-result document instead (`verdict`, `stop`, `untrained` included).
+result document instead (`verdict`, `stop`, `untrained` included). `--report FILE` also
+writes the run as one self-contained HTML page (`quiesce.harness.render_report`).
 
 Exit codes (`EXIT_CODES`):
 - 0: the run finished and every invariant held;
@@ -26,7 +27,6 @@ from typing import Any
 import click
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
 from quiesce.adapters import configure_logging
@@ -35,7 +35,13 @@ from quiesce.cli._paths import OutputDir, OutputFile
 from quiesce.cli._signals import Stopped, stop_on_signals, stopped_in
 from quiesce.cli._values import FiniteFloatRange
 from quiesce.fsm import QuiesceError
-from quiesce.harness import SimulationConfig, SimulationResult
+from quiesce.harness import (
+    LATENCY_PROFILES,
+    RunRecorder,
+    SimulationConfig,
+    SimulationResult,
+    write_report,
+)
 from quiesce.harness import simulate as run
 
 LEVELS = ("turn", "sibling", "prompt_group")
@@ -263,6 +269,28 @@ def _one_line(error: ValidationError) -> str:
     default=None,
     help="Write the run's fence log here (replaced; docs/validate.md), for quiesce validate.",
 )
+@click.option(
+    "--report",
+    type=OutputFile(),
+    default=None,
+    help="Write a run report here (replaced): one self-contained HTML page with a timeline "
+    "per participant and charts over training steps.",
+)
+@click.option(
+    "--latency",
+    type=click.Choice(sorted(LATENCY_PROFILES)),
+    default="fast",
+    show_default=True,
+    help="Latency profile: fast (milliseconds) or review (turns of seconds, training steps of "
+    "minutes, each ending with a 30 s trainer checkpoint write, snapshot writes of seconds, a "
+    "periodic attempt every 120 s).",
+)
+@click.option(
+    "--checkpointing/--no-checkpointing",
+    default=True,
+    show_default=True,
+    help="--no-checkpointing: the same training with no checkpoint trigger at all.",
+)
 @log_level_option("error")
 @json_option
 def simulate(
@@ -282,6 +310,9 @@ def simulate(
     snapshot_dir: Path | None,
     validate: bool,
     fence_log: Path | None,
+    report: Path | None,
+    latency: str,
+    checkpointing: bool,
     log_level: str,
     as_json: bool,
 ) -> None:
@@ -304,6 +335,11 @@ def simulate(
             f"--crash-at-step {crash_at_step} is beyond --steps {steps}: "
             f"crash at a step from 1 to {steps}"
         )
+    if crash_at_step is not None and not checkpointing:
+        fail(
+            "--crash-at-step needs checkpointing: the controller crashes right after a "
+            "published snapshot, and --no-checkpointing takes none"
+        )
     try:
         config = SimulationConfig(
             steps=steps,
@@ -322,6 +358,8 @@ def simulate(
             snapshot_dir=snapshot_dir,
             validate_fences=validate,
             fence_log=fence_log,
+            latency=latency,
+            checkpointing=checkpointing,
         )
     except ValidationError as error:
         fail(_one_line(error))
@@ -331,6 +369,8 @@ def simulate(
         nonlocal done
         done = step
 
+    recorder = None if report is None else RunRecorder()
+    recording: dict[str, Any] = {} if recorder is None else {"recorder": recorder}
     try:
         with stop_on_signals():
             if as_json or not sys.stderr.isatty():
@@ -341,8 +381,17 @@ def simulate(
                     reached(step)
                     tick()
 
-                result = run(config, progress=logged)
+                result = run(config, progress=logged, **recording)
             else:
+                # Imported here: only a terminal shows the bar.
+                from rich.progress import (
+                    BarColumn,
+                    MofNCompleteColumn,
+                    Progress,
+                    TextColumn,
+                    TimeElapsedColumn,
+                )
+
                 console = Console(stderr=True)
                 with Progress(
                     TextColumn("training"),
@@ -358,7 +407,7 @@ def simulate(
                         reached(step)
                         bar.update(task, completed=step)
 
-                    result = run(config, progress=show)
+                    result = run(config, progress=show, **recording)
     except QuiesceError as error:
         fail(error)
     except BaseException as error:
@@ -367,6 +416,12 @@ def simulate(
             raise
         _report_stopped(stop, done, steps, as_json)
         raise SystemExit(stop.exit_code) from None
+    if report is not None and recorder is not None:
+        try:
+            write_report(report, recorder)
+        except OSError as error:
+            fail(f"--report {report}: cannot be written ({error.strerror})")
+        click.echo(f"report: {report}", err=True)
     if as_json:
         print_json(result.model_dump(mode="json"))
     else:

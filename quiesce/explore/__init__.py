@@ -6,6 +6,11 @@ path so far with a diff of each step, the properties with their status, and whic
 each table the path fired. It opens on a counterexample (found by a check or random
 walks, or read from a `quiesce check --json` file) or on the initial state.
 
+A counterexample opens on its violating step, shown first: what the step moved (each
+instance's states and rows), the property it broke and the fields it changed; the
+diagrams of the tables it moved come next, open, and every other table folds to one line.
+An agent execution has one name on the page, the one the model's actions use (`s1#0`).
+
 `Session` computes everything the page shows; `render_page` makes it one self-contained
 HTML file (`quiesce explore --html`); `explorer_app`/`serve` serve it on 127.0.0.1, where
 the page can also take actions off the path.

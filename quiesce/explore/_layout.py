@@ -9,9 +9,15 @@ draws 24 edges: forward edges are curves from the right of the source to the lef
 target, edges within a column bulge to its right, backward edges arc over the top, and
 self-loops are small loops on top of their box.
 
+Edges from several states into one target under the same inputs (the checkpoint's nine
+`failed` moves to `stopped`) are bundled: each source's curve runs, unlabelled, to a hub
+just below the target, and one short trunk from the hub carries the arrow and the label
+once. Without it a diagram with a common failure input is a tangle of identical labels.
+
 The SVG carries what the page highlights: a node is `<g class="node" data-state=LABEL>`,
 an edge is `<g class="edge" data-rows="0 3">` (the indices of its rows in `table.rows`),
-and the full row labels are the edge's `<title>` (its tooltip). Output is deterministic.
+and the full row labels are the edge's `<title>` (its tooltip); a bundle's trunk is
+`<g class="trunk" data-rows=...>` with the rows of all its edges. Output is deterministic.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ _COL_GAP = 120  # horizontal space between columns, where the edge labels go
 _MARGIN = 30  # room around the drawing
 _EDGE_CHAR_PX = 6.0  # the same for the 10 px edge labels (page.html sets their size)
 _LABEL_CHARS = 26  # an edge label longer than this is cut; its tooltip has it all
+_HUB_DROP = 20  # how far below its target a bundle's hub sits (inside the row gap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,20 +63,40 @@ class _Box:
         return self.y + _NODE_H / 2
 
 
+@dataclass(frozen=True, slots=True)
+class _Bundle:
+    """Edges from several sources into `target` under the same caption, drawn as one."""
+
+    target: Enum
+    caption: str
+    edges: tuple[_Edge, ...]
+
+
 def table_svg(table: Table[Any, Any]) -> str:
     """The state diagram of `table` as an `<svg>` element (see the module doc)."""
     edges = _edges(table)
     boxes = _place(_order(_columns(table, edges), edges))
-    curves = [(edge, _curve(boxes[edge.source], boxes[edge.target])) for edge in edges]
-    captions = [_caption(edge, points) for edge, points in curves]
+    bundles = _bundles(edges)
+    hubs = _hubs(bundles, boxes)
+    hub_of = {edge: hubs[bundle] for bundle in bundles for edge in bundle.edges}
+    curves = [
+        (edge, _to_hub(boxes[edge.source], hub_of[edge]))
+        if edge in hub_of
+        else (edge, _curve(boxes[edge.source], boxes[edge.target]))
+        for edge in edges
+    ]
+    captions = [None if edge in hub_of else _caption(edge, points) for edge, points in curves]
+    trunks = [_trunk(bundle, boxes[bundle.target], hubs[bundle]) for bundle in bundles]
     # A cubic curve stays inside the hull of its control points: they bound the drawing,
     # with the boxes (and the entry dot left of the initial one) and the captions.
     xs = [x for box in boxes.values() for x in (box.x - 20, box.x + box.width)]
     ys = [y for box in boxes.values() for y in (box.y, box.y + _NODE_H)]
     xs += [x for _, points in curves for x, _ in points]
     ys += [y for _, points in curves for _, y in points]
-    xs += [x + side * len(text) * _EDGE_CHAR_PX / 2 for x, _, text in captions for side in (-1, 1)]
-    ys += [y - _FONT_PX for _, y, _ in captions]
+    shown = [caption for caption in captions if caption is not None]
+    xs += [x + side * len(text) * _EDGE_CHAR_PX / 2 for x, _, text in shown for side in (-1, 1)]
+    ys += [y - _FONT_PX for _, y, _ in shown]
+    xs += [x + len(text) * _EDGE_CHAR_PX for x, _, text in (t.caption for t in trunks)]
     left, top = min(xs) - _MARGIN / 2, min(ys) - _MARGIN
     width, height = max(xs) - left + _MARGIN / 2, max(ys) - top + _MARGIN / 2
     parts = [
@@ -83,6 +110,7 @@ def table_svg(table: Table[Any, Any]) -> str:
         _draw_edge(edge, points, text)
         for (edge, points), text in zip(curves, captions, strict=True)
     )
+    parts.extend(_draw_trunk(trunk) for trunk in trunks)
     start = boxes[table.initial]
     parts.append(
         f'<g class="entry"><circle cx="{start.x - 14:.1f}" cy="{start.middle:.1f}" r="4"/>'
@@ -105,6 +133,19 @@ def _edges(table: Table[Any, Any]) -> list[_Edge]:
     return [
         _Edge(source, target, tuple(rows), tuple(labels))
         for (source, target), (rows, labels) in merged.items()
+    ]
+
+
+def _bundles(edges: list[_Edge]) -> list[_Bundle]:
+    """The edges (no self-loops) that share a target and a caption, two or more."""
+    by_key: dict[tuple[Enum, str], list[_Edge]] = {}
+    for edge in edges:
+        if edge.source is not edge.target:
+            by_key.setdefault((edge.target, _inputs(edge)), []).append(edge)
+    return [
+        _Bundle(target, caption, tuple(group))
+        for (target, caption), group in by_key.items()
+        if len(group) >= 2
     ]
 
 
@@ -210,24 +251,95 @@ def _curve(a: _Box, b: _Box) -> _Curve:
     return (x0, a.y), (x0, top), (x1, top), (x1, b.y)
 
 
+def _hubs(bundles: list[_Bundle], boxes: dict[Enum, _Box]) -> dict[_Bundle, tuple[float, float]]:
+    """Where each bundle meets: below its target (self-loops sit on top), the bundles of
+    one target spread along its width."""
+    into: dict[Enum, list[_Bundle]] = {}
+    for bundle in bundles:
+        into.setdefault(bundle.target, []).append(bundle)
+    hubs = {}
+    for target, sharing in into.items():
+        box = boxes[target]
+        for k, bundle in enumerate(sharing):
+            x = box.x + box.width * (k + 1) / (len(sharing) + 1)
+            # Each a little lower than the last, so side by side labels do not overlap.
+            hubs[bundle] = (x, box.y + _NODE_H + _HUB_DROP + 11 * k)
+    return hubs
+
+
+def _to_hub(a: _Box, hub: tuple[float, float]) -> _Curve:
+    """The control points of a bundled edge from box `a` to its hub, arriving from below
+    or from the side so the curves fan into the hub rather than cross the target."""
+    hx, hy = hub
+    if a.x + a.width < hx:  # from the left: the source's right side, into the hub sideways
+        x0 = a.x + a.width
+        bend = max((hx - x0) / 2, 20.0)
+        return (x0, a.middle), (x0 + bend, a.middle), (hx - bend, hy), (hx, hy)
+    # From the right or from the same column: an arc under, lower the further it comes.
+    x0 = a.x + a.width / 2
+    low = max(a.y + _NODE_H, hy) + 24 + abs(x0 - hx) / 8
+    return (x0, a.y + _NODE_H), (x0, low), (hx + 24, low), (hx, hy)
+
+
+@dataclass(frozen=True, slots=True)
+class _Trunk:
+    bundle: _Bundle
+    hub: tuple[float, float]
+    tip: tuple[float, float]  # where the arrow ends: the middle of the target's bottom
+    caption: tuple[float, float, str]
+
+
+def _trunk(bundle: _Bundle, target: _Box, hub: tuple[float, float]) -> _Trunk:
+    hx, hy = hub
+    return _Trunk(bundle, hub, (hx, target.y + _NODE_H), (hx + 5, hy + 3, _cut(bundle.caption)))
+
+
+def _draw_trunk(trunk: _Trunk) -> str:
+    (hx, hy), (tx, ty) = trunk.hub, trunk.tip
+    x, y, text = trunk.caption
+    rows = " ".join(str(r) for edge in trunk.bundle.edges for r in edge.rows)
+    sources = len(trunk.bundle.edges)
+    tooltip = escape(f"{trunk.bundle.caption}: from {sources} states (hover each curve)")
+    return (
+        f'<g class="trunk" data-rows="{rows}"><title>{tooltip}</title>'
+        f'<circle cx="{hx:.1f}" cy="{hy:.1f}" r="2.5"/>'
+        f'<path d="M{hx:.1f},{hy:.1f} L{tx:.1f},{ty + 1:.1f}"/>'
+        f"{_arrow_head(hx, hy, tx, ty)}"
+        f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="start">{escape(text)}</text></g>'
+    )
+
+
+def _inputs(edge: _Edge) -> str:
+    """The inputs of an edge's rows, in row order, once each."""
+    return ", ".join(dict.fromkeys(text.split(" ")[0] for text in edge.labels))
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _LABEL_CHARS else text[: _LABEL_CHARS - 1] + "…"
+
+
 def _caption(edge: _Edge, points: _Curve) -> tuple[float, float, str]:
     """Where the edge's label goes (the curve's midpoint, t = 1/2) and what it says: the
     inputs of its rows, cut when long (the tooltip has every row in full)."""
     (x0, y0), (x1, y1), (x2, y2), (x3, y3) = points
-    inputs = ", ".join(dict.fromkeys(text.split(" ")[0] for text in edge.labels))
-    shown = inputs if len(inputs) <= _LABEL_CHARS else inputs[: _LABEL_CHARS - 1] + "…"
+    shown = _cut(_inputs(edge))
     return (x0 + 3 * x1 + 3 * x2 + x3) / 8, (y0 + 3 * y1 + 3 * y2 + y3) / 8 - 4, shown
 
 
-def _draw_edge(edge: _Edge, points: _Curve, caption: tuple[float, float, str]) -> str:
+def _draw_edge(edge: _Edge, points: _Curve, caption: tuple[float, float, str] | None) -> str:
+    """An edge; a bundled one (`caption` None) ends at its hub, with no arrow or label."""
     (x0, y0), (x1, y1), (x2, y2), (x3, y3) = points
-    x, y, text = caption
     rows = " ".join(map(str, edge.rows))
     tooltip = escape("\n".join(edge.labels))
-    return (
+    drawn = (
         f'<g class="edge" data-rows="{rows}"><title>{tooltip}</title>'
         f'<path d="M{x0:.1f},{y0:.1f} C{x1:.1f},{y1:.1f} {x2:.1f},{y2:.1f} {x3:.1f},{y3:.1f}"/>'
-        f"{_arrow_head(x2, y2, x3, y3)}"
+    )
+    if caption is None:
+        return drawn + "</g>"
+    x, y, text = caption
+    return (
+        f"{drawn}{_arrow_head(x2, y2, x3, y3)}"
         f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="middle">{escape(text)}</text></g>'
     )
 

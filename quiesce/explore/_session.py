@@ -10,7 +10,8 @@ by hand. Everything the page shows is computed here, so it is tested in Python:
       "violation": {"property", "kind", "step", "loop_from"} | null,
       "diagrams": {table: svg},                # one per table, shared by its instances
       "rows": {table: [row text]},             # `table.rows` in order, for the coverage
-      "instances": [{"name", "table"}],        # the model's table instances
+      "instances": [{"name", "table", "shown"}],  # the model's table instances; "shown" is
+                                               # the name the page uses (`shown_name`)
       "frames": [frame, ...],                  # the path: frames[0] is the initial state
     }
     frame = {
@@ -34,7 +35,7 @@ from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
 from quiesce.explore._layout import table_svg
-from quiesce.explore._tables import controls, fired, table_instances
+from quiesce.explore._tables import controls, fired, shown_name, table_instances
 from quiesce.explore._traces import described
 from quiesce.fsm import QuiesceError, Row, label
 from quiesce.models import NO_STALL, Action, Model, Trace, Violation
@@ -113,7 +114,10 @@ class Session(Generic[St]):
                 table_name: [_row_text(row) for row in table.rows]
                 for table_name, table in tables.items()
             },
-            "instances": [{"name": i.name, "table": i.table.name} for i in self.instances],
+            "instances": [
+                {"name": i.name, "table": i.table.name, "shown": shown_name(self.model, i.name)}
+                for i in self.instances
+            ],
             "frames": self._path_frames(),
         }
 

@@ -27,7 +27,7 @@ from quiesce.fsm import Table, label
 from quiesce.models import Action, DesignModel, Model, ProtocolModel, Step, Trace, TwoPhase
 from quiesce.protocol.machines import TABLES
 
-__all__ = ["Fired", "TableInstance", "controls", "fired", "table_instances"]
+__all__ = ["Fired", "TableInstance", "controls", "fired", "shown_name", "table_instances"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,28 @@ def table_instances(model: Model[Any]) -> tuple[TableInstance, ...]:
     """The instances of `model` whose table is known, in the model's order."""
     tables = ((name, _table_of(model, name)) for name in model.tables())
     return tuple(TableInstance(name, table) for name, table in tables if table is not None)
+
+
+def shown_name(model: Model[Any], instance: str) -> str:
+    """The name the page gives `instance`: for an agent execution, the one the model's own
+    action labels use, so one execution has one name on the page. The design model says
+    `s1#0 ends turn 1` of `agent_execution[g0-1#0]` (its one group is implicit), the
+    protocol model `turn g0/1#0 ends turn 1`; any other instance keeps its name.
+
+    >>> from quiesce.models import build_model
+    >>> shown_name(build_model("design"), "agent_execution[g0-1#0]")
+    's1#0'
+    """
+    base, _, key = instance.partition("[")
+    if base != "agent_execution" or not key.endswith("]"):
+        return instance
+    rollout, _, attempt = key[:-1].rpartition("#")
+    group, _, sibling = rollout.rpartition("-")
+    if isinstance(model, DesignModel):
+        return f"s{sibling}#{attempt}"
+    if isinstance(model, ProtocolModel):
+        return f"{group}/{sibling}#{attempt}"
+    return instance
 
 
 def controls(

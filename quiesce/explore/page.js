@@ -68,7 +68,9 @@ async function fromFragment() {
       cursor += 1;
     }
   }
-  show(Number(params.get("step") || 0));
+  // With no step asked for, a counterexample opens on its violating step.
+  const opening = violation ? violation.step : 0;
+  show(params.has("step") ? Number(params.get("step")) : opening);
 }
 
 function renderHeader(frame) {
@@ -77,7 +79,8 @@ function renderHeader(frame) {
   $("origin").textContent = `${params} \u2014 ${data.origin}`;
   $("position").textContent = `step ${cursor} / ${frames.length - 1}`;
   const banner = $("banner");
-  banner.hidden = !violation;
+  // At the violating step the step's own card says it (red): the banner would repeat it.
+  banner.hidden = !violation || cursor === violation.step;
   if (violation) {
     const loop = violation.loop_from === null ? "" : `, looping back to step ${violation.loop_from}`;
     const where = `at step ${violation.step}${loop}`;
@@ -135,13 +138,67 @@ function renderProperties(frame) {
   );
 }
 
+// A value of the diff, short: keys unquoted, a space after each comma, so it wraps.
+function short(value) {
+  if (Array.isArray(value)) return "[" + value.map(short).join(", ") + "]";
+  if (value && typeof value === "object") {
+    return "{" + Object.entries(value).map(([key, inner]) => `${key}: ${short(inner)}`).join(", ") + "}";
+  }
+  return value === undefined ? "-" : JSON.stringify(value);
+}
+
+// One side of a changed field: a list one element a line, the elements the other side
+// lacks marked (`mark` is "added" or "removed"), anything else as one short value.
+function side(value, other, mark) {
+  if (!Array.isArray(value) || value.length === 0) return el("td", {}, short(value));
+  const theirs = new Set((Array.isArray(other) ? other : []).map(short));
+  return el("td", {}, ...value.map((item) => {
+    const shown = short(item);
+    return el("div", { class: classNames(["item", !theirs.has(shown) && mark]) }, shown);
+  }));
+}
+
 function renderChanges(frame) {
-  const rows = frame.changes.map((change) => el("tr", {}, el("td", {}, change.field),
-    el("td", {}, text(change.before)), el("td", {}, "\u2192 " + text(change.after))));
+  const rows = frame.changes.map((change) => el("tr", { "data-field": change.field },
+    el("td", {}, change.field), side(change.before, change.after, "removed"),
+    side(change.after, change.before, "added")));
   const none = el("tr", {}, el("td", { class: "muted" }, cursor ? "nothing" : "the initial state"));
   $("changes").replaceChildren(...(rows.length ? rows : [none]));
 }
 
+const shownName = Object.fromEntries(data.instances.map((i) => [i.name, i.shown || i.name]));
+
+// The instances the step into `cursor` moved: rows fired, or a control state changed.
+function movedBy(frame) {
+  const before = frames[cursor - 1];
+  if (!before) return [];
+  return data.instances.filter((i) => i.name in frame.fired
+    || before.controls[i.name] !== frame.controls[i.name]);
+}
+
+function renderStep(frame) {
+  const here = violation && cursor === violation.step;
+  $("step").className = here ? "violating" : "";
+  $("step-title").replaceChildren(`Step ${cursor}: `,
+    el("span", { class: "action" }, cursor ? frame.action + (frame.fault ? " [fault]" : "")
+      : "the initial state"));
+  const verdict = $("verdict");
+  verdict.hidden = !here;
+  if (here) {
+    const property = data.properties.find((p) => p.name === violation.property);
+    verdict.textContent = `${violation.property} violated by this step` +
+      (property ? `: ${property.doc}` : "");
+  }
+  const before = frames[cursor - 1];
+  $("moves").replaceChildren(...movedBy(frame).map((instance) => {
+    const from = before.controls[instance.name], to = frame.controls[instance.name];
+    const rows = (frame.fired[instance.name] || []).map((row) => data.rows[instance.table][row]);
+    return el("tr", { "data-instance": instance.name },
+      el("td", { title: instance.name }, shownName[instance.name]),
+      el("td", {}, `${from === null ? "(absent)" : from} \u2192 ${to === null ? "(absent)" : to}`),
+      el("td", {}, rows.join("; ") || "(no row: the instance appeared or went)"));
+  }));
+}
 function coveredRows() {
   const covered = {};
   for (const frame of frames.slice(1)) {
@@ -153,17 +210,28 @@ function coveredRows() {
   return covered;
 }
 
+// Which cards the reader opened or closed by hand: kept as they chose, step after step.
+// (`toggle` fires later for the page's own changes too: those match `auto`, the last
+// state the page set.)
+const chosen = new Map();
+const auto = new Map();
+
 function renderTables(frame, covered) {
+  const moved = new Set(movedBy(frame).map((instance) => instance.name));
   for (const instance of data.instances) {
     const card = document.querySelector(`.instance[data-instance="${CSS.escape(instance.name)}"]`);
     const current = frame.controls[instance.name];
-    card.querySelector("h3 b").textContent = current === null ? "(absent)" : current;
+    card.querySelector("summary b").textContent = current === null ? "(absent)" : current;
+    card.classList.toggle("moved", moved.has(instance.name));
+    card.style.order = moved.has(instance.name) ? 0 : 1;
+    auto.set(instance.name, moved.has(instance.name) || (cursor === 0 && frames.length === 1));
+    card.open = chosen.has(instance.name) ? chosen.get(instance.name) : auto.get(instance.name);
     card.querySelectorAll(".node").forEach((node) => {
       node.classList.toggle("current", node.dataset.state === current);
     });
     const fired = new Set(frame.fired[instance.name] || []);
     const seen = covered[instance.name] || new Set();
-    card.querySelectorAll(".edge").forEach((edge) => {
+    card.querySelectorAll(".edge, .trunk").forEach((edge) => {
       const rows = edge.dataset.rows.split(" ").map(Number);
       edge.classList.toggle("fired", rows.some((row) => fired.has(row)));
       edge.classList.toggle("covered", rows.some((row) => seen.has(row)));
@@ -178,7 +246,8 @@ function renderCoverage(covered) {
       const all = data.rows[instance.table];
       const seen = [...(covered[instance.name] || [])].sort((a, b) => a - b);
       return el("tr", { "data-instance": instance.name },
-        el("td", {}, instance.name), el("td", {}, `${seen.length} / ${all.length}`),
+        el("td", { title: instance.name }, shownName[instance.name]),
+        el("td", {}, `${seen.length} / ${all.length}`),
         el("td", {}, seen.map((row) => `#${row} ${all[row]}`).join("\n")));
     }),
   );
@@ -191,6 +260,7 @@ function render() {
   renderPath();
   renderActions(frame);
   renderProperties(frame);
+  renderStep(frame);
   renderChanges(frame);
   renderTables(frame, covered);
   renderCoverage(covered);
@@ -200,9 +270,15 @@ function render() {
 function buildTables() {
   $("tables").replaceChildren(
     ...data.instances.map((instance) => {
-      const card = el("div", { class: "instance", "data-instance": instance.name },
-        el("h3", {}, `${instance.name} (${instance.table}): `, el("b")));
+      const card = el("details", { class: "instance", "data-instance": instance.name },
+        el("summary", { title: instance.name }, `${shownName[instance.name]} `,
+          el("span", { class: "table" }, `(${instance.table})`), ": ", el("b")));
       card.insertAdjacentHTML("beforeend", data.diagrams[instance.table]);
+      card.addEventListener("toggle", () => {
+        if (chosen.has(instance.name) || card.open !== auto.get(instance.name)) {
+          chosen.set(instance.name, card.open);
+        }
+      });
       return card;
     }),
   );

@@ -1,17 +1,24 @@
 """Harnesses: whole training runs over the adapters, for people and for CI.
 
-`simulate` runs a simulated training run on the in-memory fleet and a virtual clock, and
-judges it with oracles independent of the coordinator (nothing lost or duplicated, every
+`simulate` runs a simulated training run on the in-memory fleet and a virtual clock (its
+durations from a `LatencyProfile`: `fast` by default, or `review`, turns of seconds and
+training steps of minutes; `checkpointing=False` runs the same training with no checkpoint),
+and judges it with oracles independent of the coordinator (nothing lost or duplicated, every
 consumed prompt group trained or counted, nothing left on an agent; why a stopped
 controller stopped); `run_chaos` runs real participant processes and a real controller
 and SIGKILLs them. Both are thin: every protocol decision is the coordinator's, every I/O
-the adapters'.
+the adapters'. `RunRecorder` records a simulated run's timeline, `ChaosRecorder` a chaos run's (from
+its processes' event lines and fence logs), and `render_report` draws either as one
+self-contained HTML page (`quiesce simulate --report`, `quiesce chaos --report`).
 """
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from quiesce.harness._latency import LATENCY_PROFILES, LatencyProfile, UnknownLatencyProfile
 from quiesce.harness._progress import Untrained, UntrainedGroup
+from quiesce.harness._recorder import EVENT_KINDS, ChaosRecorder, RunRecorder
+from quiesce.harness._report import render_report, write_report
 from quiesce.harness._simulate import (
     CheckpointCounts,
     CoordinatorFactory,
@@ -73,25 +80,33 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "EVENT_KINDS",
+    "LATENCY_PROFILES",
     "AttemptFailure",
     "ChaosConfig",
     "ChaosError",
     "ChaosInterrupted",
+    "ChaosRecorder",
     "ChaosResult",
     "CheckpointCounts",
     "CoordinatorFactory",
     "DurableTrainer",
+    "LatencyProfile",
     "LoggedDataPlane",
     "RolloutCounts",
+    "RunRecorder",
     "SimulationConfig",
     "SimulationResult",
     "StopCause",
     "StopWitness",
+    "UnknownLatencyProfile",
     "Untrained",
     "UntrainedGroup",
     "read_consumed",
     "read_trained",
+    "render_report",
     "run_chaos",
     "run_simulation",
     "simulate",
+    "write_report",
 ]

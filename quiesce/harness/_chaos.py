@@ -64,6 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from quiesce.adapters import ControllerJournal, CorruptIntent, SnapshotStore, SnapshotStoreError
 from quiesce.fsm import QuiesceError
 from quiesce.harness._chaos_controller import ChaosControllerConfig, read_consumed, read_trained
+from quiesce.harness._recorder import ChaosRecorder
 from quiesce.models import MalformedFenceLog, read_fence_logs, validate_fence_log
 from quiesce.protocol.wire import Role
 
@@ -329,8 +330,10 @@ class _Chaos:
         config: ChaosConfig,
         root: Path,
         say: Callable[[str], None],
+        recorder: ChaosRecorder | None = None,
     ) -> None:
         self.cfg = config
+        self.recorder = recorder
         self.root = root
         self.say = say
         self.rng = random.Random(config.seed)
@@ -351,6 +354,7 @@ class _Chaos:
         self.urls: dict[str, str] = {}
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.controller: _Child | None = None
+        self.controller_spawned_at = 0.0
         self.phase = "idle"
         self.phase_seen: list[str] = []
         self.done: dict[str, Any] | None = None
@@ -386,6 +390,10 @@ class _Chaos:
             self.urls[name] = f"http://127.0.0.1:{port}"
             argv = self._participant_argv(name, role, port)
             self.participants[name] = _Child(name, argv, self.logs / f"{name}.log")
+        if self.recorder is not None:
+            order = {Role.AGENT: 0, Role.POLICY: 1, Role.RESOURCES: 2}
+            ranked = sorted(names, key=lambda item: (order[item[1]], item[0]))
+            self.recorder.set_lanes([(CONTROLLER, CONTROLLER), *((n, r.value) for n, r in ranked)])
         for child in self.participants.values():
             self.children.start(child)
         for name in self.participants:
@@ -426,6 +434,7 @@ class _Chaos:
     def _start_controller(self) -> None:
         child = self.controller
         assert child is not None
+        self.controller_spawned_at = time.monotonic()
         proc = self.children.start(child, stdout=subprocess.PIPE)
         generation = child.generation
         self.restored = None
@@ -461,6 +470,8 @@ class _Chaos:
         if event.get("_generation") != self.controller.generation:
             return  # from a controller already killed
         kind = event.get("event")
+        if self.recorder is not None:
+            self._record(event)
         if kind == "phase":
             self.phase = str(event["phase"])
             self.phase_seen.append(self.phase)
@@ -473,6 +484,44 @@ class _Chaos:
             self.done = event
         elif kind == "exit":
             self.controller_exited = True
+
+    def _record(self, event: dict[str, Any]) -> None:
+        """Hand one controller event to the run report, at the controller's own time."""
+        recorder = self.recorder
+        assert recorder is not None and self.controller is not None
+        kind = event.get("event")
+        t = float(event.get("t", event["_arrived"]))
+        if kind == "started":
+            if self.controller.generation > 1:
+                recorder.restarted(t, CONTROLLER, self.controller_spawned_at)
+            recorder.restore_started(t)
+        elif kind == "restored":
+            recorder.restored(
+                t,
+                str(event.get("kind")),
+                snapshot=event.get("snapshot_id"),
+                intent=event.get("intent"),
+                intent_action=event.get("intent_action"),
+                redispatched=event.get("redispatched"),
+                released_orphans=event.get("released_orphans"),
+                step=event.get("step"),
+            )
+        elif kind == "phase":
+            recorder.phase(t, str(event["phase"]), event.get("checkpoint_id"), event.get("step"))
+        elif kind == "admission":
+            recorder.admission(t, bool(event.get("closed")), list(event.get("by") or []))
+        elif kind == "outcome":
+            recorder.outcome(
+                t,
+                result=str(event["result"]),
+                checkpoint_id=str(event["checkpoint_id"]),
+                step=int(event.get("step", 0)),
+                reason=str(event.get("reason", "")),
+            )
+        elif kind == "metric":
+            recorder.metric(str(event["name"]), float(event["value"]), event.get("checkpoint_id"))
+        elif kind == "step":
+            recorder.step(t, int(event["step"]))
 
     def _wait(self, predicate: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -575,6 +624,8 @@ class _Chaos:
         phase = self.phase
         child = self.controller if victim == CONTROLLER else self.participants[victim]
         assert child is not None
+        if self.recorder is not None:
+            self.recorder.kill(time.monotonic(), victim, phase)
         self.children.kill(child)
         self.say(f"kill {number}/{self.cfg.kills}: {victim} (SIGKILL) in {phase}")
         if victim == CONTROLLER:
@@ -601,8 +652,11 @@ class _Chaos:
         else:
             mark = self._progress_mark()
             self.kills.append(_Kill(victim, target, phase, mark))
+            started_at = time.monotonic()
             self.children.start(child)
             self._wait_healthy(victim)
+            if self.recorder is not None:
+                self.recorder.restarted(time.monotonic(), victim, started_at)
 
     def _drain_events(self) -> None:
         while True:
@@ -655,6 +709,14 @@ class _Chaos:
             return
         if verdict.unmapped is not None:
             self.violations.append(f"refinement: {verdict.unmapped.explain()}")
+
+    def record_fences(self) -> None:
+        """Hand every participant's fence-log line to the run report (a malformed log is a
+        violation already: the lines before it are drawn)."""
+        assert self.recorder is not None
+        with suppress(MalformedFenceLog, OSError):
+            for logged in read_fence_logs([self._fence_log(n) for n in self.urls]):
+                self.recorder.record(logged.record)
 
     def _check_quiet_end(self) -> None:
         try:
@@ -711,20 +773,25 @@ def _read_events(stream: IO[bytes], generation: int, sink: queue.Queue[dict[str,
                 continue
             if isinstance(event, dict):
                 event["_generation"] = generation
+                event["_arrived"] = time.monotonic()
                 sink.put(event)
-    sink.put({"event": "exit", "_generation": generation})
+    sink.put({"event": "exit", "_generation": generation, "_arrived": time.monotonic()})
 
 
 def run_chaos(
     config: ChaosConfig | None = None,
     *,
     say: Callable[[str], None] | None = None,
+    recorder: ChaosRecorder | None = None,
     **overrides: Any,
 ) -> ChaosResult:
     """Run one chaos experiment to the end and judge it (blocking; call from the main
     thread to have SIGINT/SIGTERM stop the children too).
 
-    `say(line)` gets one line per kill (default: nothing). Every child's command line names
+    `say(line)` gets one line per kill (default: nothing). `recorder` (a `ChaosRecorder`)
+    gets the run's timeline: the controller's events, the kills and restarts, and at the end
+    every participant's fence log and the result, for `render_report` (its seconds count from
+    this call). Every child's command line names
     the run's directory (`ChaosResult.workdir`, when kept), so leftovers are easy to find.
     Raises
     `ChaosInterrupted` on SIGINT/SIGTERM and `ChaosError` when the deployment cannot be
@@ -737,7 +804,9 @@ def run_chaos(
     root = cfg.workdir or Path(tempfile.mkdtemp(prefix="quiesce-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
     begun = time.monotonic()
-    chaos = _Chaos(cfg, root, say or (lambda _line: None))
+    if recorder is not None:
+        recorder.origin = begun  # the report's seconds count from here
+    chaos = _Chaos(cfg, root, say or (lambda _line: None), recorder)
     ok = False
     try:
         with _interruptible():
@@ -757,7 +826,7 @@ def run_chaos(
         lost, duplicated = chaos.final_checks()
         ok = not chaos.violations
         controller_kills = sum(1 for k in chaos.kills if k.victim == CONTROLLER)
-        return ChaosResult(
+        result = ChaosResult(
             kills=len(chaos.kills),
             controller_kills=controller_kills,
             participant_kills=len(chaos.kills) - controller_kills,
@@ -774,6 +843,11 @@ def run_chaos(
             wall_s=round(time.monotonic() - begun, 3),
             workdir=None if (ok and not keep) else str(root),
         )
+        if recorder is not None:
+            chaos.record_fences()
+            items = {batch.step: len(batch.items) for batch in read_trained(root)}
+            recorder.finish_chaos(time.monotonic(), result.model_dump(mode="json"), items)
+        return result
     finally:
         if not keep and ok:
             shutil.rmtree(root, ignore_errors=True)

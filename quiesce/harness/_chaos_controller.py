@@ -18,12 +18,17 @@ The independent ledger (PROTOCOL.md §8), two append-only files the parent reads
 - `consumed.log`: one line per prompt the dataloader hands out, written before the prompt
   is opened, across every rewind and restart.
 
-Progress goes to the parent on stdout, one JSON object per line (logs go to stderr):
+Progress goes to the parent on stdout, one JSON object per line (logs go to stderr), each
+stamped with `t`, the controller's clock (the event loop's, the host's monotonic clock: the
+one the participants stamp their fence logs with, so a run report lines them up):
 
-    {"event": "started", "pid": 123, "epoch": 4}
+    {"event": "started", "pid": 123, "epoch": 4, "t": 5012.3}
     {"event": "restored", "kind": "snapshot", "snapshot_id": "ck-3-2-step5", ...}
-    {"event": "phase", "phase": "capturing", "checkpoint_id": "ck-4-1-step6"}
-    {"event": "outcome", "result": "completed", "checkpoint_id": "ck-4-1-step6"}
+    {"event": "phase", "phase": "capturing", "checkpoint_id": "ck-4-1-step6", "step": 6}
+    {"event": "admission", "closed": true, "by": ["checkpoint"]}
+    {"event": "metric", "name": "checkpoint.total_seconds", "value": 0.4, "checkpoint_id": ...}
+    {"event": "outcome", "result": "completed", "checkpoint_id": "ck-4-1-step6", "step": 6,
+     "reason": "ok"}
     {"event": "step", "step": 6}
     {"event": "done", "stop_reason": null, "intent_cleared": true}
 
@@ -62,10 +67,11 @@ from quiesce.protocol.controller import (
     ControllerEffect,
     ControllerInput,
     ControllerState,
+    Metric,
     Outcome,
     Reply,
 )
-from quiesce.protocol.machines import CheckpointState
+from quiesce.protocol.machines import CheckpointState, GateState
 from quiesce.protocol.wire import PrepareReply
 
 __all__ = [
@@ -82,6 +88,9 @@ __all__ = [
 
 TRAINED_LOG = "trained.log"
 CONSUMED_LOG = "consumed.log"
+
+# The per-attempt metrics a run report charts over steps (`RunRecorder` reads the same two).
+_REPORTED_METRICS = ("checkpoint.total_seconds", "checkpoint.admission_closed_s")
 
 
 def chaos_protocol() -> QuiesceConfig:
@@ -275,11 +284,15 @@ class _ChaosWorld(_World):
         self.chaos = config
         self.events: TextIO = sys.stdout
         self._announced = CheckpointState.IDLE
+        self._gate = GateState.OPEN
+        self._op: str | None = None  # the attempt a metric belongs to (the latest one)
         self._log = structlog.get_logger("quiesce.chaos")
 
     def emit(self, event: str, **fields: Any) -> None:
-        """One progress line for the chaos parent (flushed: the parent kills on it)."""
-        self.events.write(json.dumps({"event": event, **fields}, sort_keys=True) + "\n")
+        """One progress line for the chaos parent (flushed: the parent kills on it), stamped
+        with this process's clock (`t`)."""
+        line = {"event": event, "t": self.clock.now(), **fields}
+        self.events.write(json.dumps(line, sort_keys=True) + "\n")
         self.events.flush()
 
     def _step_done(self, step: int) -> None:
@@ -288,13 +301,23 @@ class _ChaosWorld(_World):
     def _announce(
         self, event: ControllerInput, effects: tuple[ControllerEffect, ...], state: ControllerState
     ) -> None:
+        attempt = state.attempt
+        if attempt is not None:
+            self._op = str(attempt.op_id)
         if state.phase is not self._announced:
             self._announced = state.phase
-            attempt = state.attempt
             self.emit(
                 "phase",
                 phase=label(state.phase),
                 checkpoint_id=str(attempt.op_id) if attempt is not None else None,
+                step=attempt.op_id.step if attempt is not None else None,
+            )
+        if state.gate.state is not self._gate:
+            self._gate = state.gate.state
+            self.emit(
+                "admission",
+                closed=self._gate is GateState.CLOSED,
+                by=sorted(holder.value for holder in state.gate.data),
             )
         result = event.result if isinstance(event, Reply) else None
         if isinstance(result, PrepareReply) and result.status == "not_ready":
@@ -305,9 +328,24 @@ class _ChaosWorld(_World):
                 checkpoint_id=str(result.op_id),
                 blockers=list(result.blockers),
             )
+        outcome: Outcome | None = None
         for effect in effects:
             if isinstance(effect, Outcome):
-                self.emit("outcome", result=effect.result, checkpoint_id=str(effect.checkpoint_id))
+                outcome = effect
+                self.emit(
+                    "outcome",
+                    result=effect.result,
+                    checkpoint_id=str(effect.checkpoint_id),
+                    step=effect.checkpoint_id.step,
+                    reason=effect.reason,
+                )
+            elif isinstance(effect, Metric) and effect.name in _REPORTED_METRICS:
+                self.emit(
+                    "metric",
+                    name=effect.name,
+                    value=effect.value,
+                    checkpoint_id=self._op if outcome is None else str(outcome.checkpoint_id),
+                )
 
     async def main(self) -> None:
         """Run this process's controller until the data is used up (or it stops), beside

@@ -16,8 +16,10 @@ The run:
 2. the dataloader keeps `3 * groups_per_step` groups in flight while admission is open;
    each rollout runs 1..`max_turns` turns through policy and resources on its agent;
 3. the trainer takes `groups_per_step` finished groups per optimizer step (and any
-   remainder once the dataloader is exhausted); every trainer boundary triggers a
-   checkpoint (`save_period` 1), and the periodic trigger runs beside it;
+   remainder once the dataloader is exhausted); a step ends with the trainer's own
+   checkpoint (`latency.trainer_save_s` more, every step, with checkpointing on or off);
+   every trainer boundary triggers a checkpoint (`save_period` 1), and the periodic
+   trigger runs beside it;
 4. with `crash_at_step=k`, the controller crashes right after the first checkpoint at or
    after step k that published a snapshot matching the trainer anchor while rollouts are
    in flight (so the snapshot holds unfinished work); the next controller starts from the
@@ -67,10 +69,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from quiesce.adapters import (
     CALL_FAULTS,
@@ -84,6 +86,7 @@ from quiesce.adapters import (
     InMemoryDataPlane,
     InMemoryFleet,
     InMemoryTrainer,
+    MetricHook,
     Observer,
     Participant,
     RestoreReport,
@@ -92,6 +95,7 @@ from quiesce.adapters import (
     VirtualClock,
     WorkConfig,
 )
+from quiesce.harness._latency import LATENCY_PROFILES, LatencyProfile
 from quiesce.harness._progress import (
     HeldExecution,
     Untrained,
@@ -100,6 +104,7 @@ from quiesce.harness._progress import (
     progress_violations,
     untrained_groups,
 )
+from quiesce.harness._recorder import RunRecorder
 from quiesce.harness._stop_cause import StopCause, StopWitness
 from quiesce.models import JudgingFenceLog, LogVerdict
 from quiesce.protocol import QuiesceConfig, RecoveryLevel
@@ -124,7 +129,7 @@ from quiesce.protocol.controller import (
     TrainerBoundary,
 )
 from quiesce.protocol.machines import CheckpointState, GateState, GroupState
-from quiesce.protocol.participant import AgentRole
+from quiesce.protocol.participant import AgentRole, ParticipantOp
 
 __all__ = [
     "CheckpointCounts",
@@ -156,6 +161,14 @@ _BUSY = frozenset(
 )
 
 
+_FAST = LATENCY_PROFILES["fast"]
+
+
+def _latency_profile(value: object) -> object:
+    """A profile's name stands for the profile."""
+    return LatencyProfile.named(value) if isinstance(value, str) else value
+
+
 class SimulationConfig(BaseModel):
     """Every knob of `quiesce simulate` (defaults finish in a few seconds)."""
 
@@ -179,12 +192,31 @@ class SimulationConfig(BaseModel):
     max_turns: int = Field(default=5, ge=1)
     seed: int = 0
     snapshot_dir: Path | None = None
-    time_limit_s: float = Field(default=20_000.0, gt=0)
-    """Virtual seconds after which an unfinished run gives up (`stop_reason` says so)."""
+    time_limit_s: float | None = Field(default=None, gt=0)
+    """Virtual seconds after which an unfinished run gives up (`stop_reason` says so).
+    None: `time_limit` (20,000 s, more for a long run of slow steps)."""
     validate_fences: bool = True
     """Check every participant's fence moves against the design model (refinement)."""
     fence_log: Path | None = None
     """Write the run's fence log (docs/validate.md) to this file, replacing it."""
+    latency: Annotated[LatencyProfile, BeforeValidator(_latency_profile)] = _FAST
+    """How long the world's work takes (`LatencyProfile`, or a name of `LATENCY_PROFILES`):
+    `fast` (the default) or `review`."""
+    checkpointing: bool = True
+    """False: no trigger ever reaches the controller (no trainer boundary, no periodic
+    attempt), so it never checkpoints: the baseline `benchmarks/bench_overhead.py` measures
+    checkpointing against."""
+
+    @property
+    def time_limit(self) -> float:
+        """The time limit in force: `time_limit_s`, or 20,000 virtual seconds, raised to four
+        times what `steps` training steps (each saving the trainer's checkpoint) and as many
+        periodic intervals take."""
+        if self.time_limit_s is not None:
+            return self.time_limit_s
+        latency = self.latency
+        per_step = latency.train_step(0, saves=True) + latency.snapshot_attempt_interval_s
+        return max(20_000.0, 4 * self.steps * per_step)
 
     @model_validator(mode="after")
     def _crash_within_the_run(self) -> SimulationConfig:
@@ -192,6 +224,11 @@ class SimulationConfig(BaseModel):
             raise ValueError(
                 f"crash_at_step {self.crash_at_step} is beyond steps {self.steps}: the run "
                 f"never reaches that step; crash at a step from 1 to {self.steps}"
+            )
+        if self.crash_at_step is not None and not self.checkpointing:
+            raise ValueError(
+                "crash_at_step needs checkpointing: the controller crashes right after a "
+                "published snapshot, and with checkpointing off none is ever taken"
             )
         return self
 
@@ -314,6 +351,7 @@ class _World:
         trainer: InMemoryTrainer,
         plane: InMemoryDataPlane,
         observers: Sequence[Observer] = (),
+        metrics: Sequence[MetricHook] = (),
         progress: Callable[[int], None] | None = None,
         coordinator_factory: CoordinatorFactory = Coordinator,
     ) -> None:
@@ -328,6 +366,7 @@ class _World:
         self.store = SnapshotStore(root / "snapshots")
         self.journal = ControllerJournal(root / "controller")
         self.observers = tuple(observers)
+        self.metrics = tuple(metrics)
         self.progress = progress
         self.coordinator_factory = coordinator_factory
         self.budget = config.steps * config.groups_per_step
@@ -366,6 +405,7 @@ class _World:
             turns=_turns(self.cfg.max_turns),
             has_group=self._trainer_has,
             observers=[self._observe, self.witness, *self.observers],
+            metrics=self.metrics,
         )
 
     def _trainer_has(self, group: GroupRecord) -> bool:
@@ -379,7 +419,7 @@ class _World:
         self.phase = _S.IDLE
         self.trainer.rollback_to_anchor()  # a (re)starting trainer loads its checkpoint
         if self.deadline_at is None:  # the time limit counts from the first start
-            self.deadline_at = self.clock.now() + self.cfg.time_limit_s
+            self.deadline_at = self.clock.now() + self.cfg.time_limit
         async with self.clock.task_group() as tg:
             tg.start_soon(driver.run, name="driver")
             report = await driver.start()
@@ -390,7 +430,8 @@ class _World:
                 self._after_restore(driver)
                 self.restored(report)
                 tg.start_soon(self._trainer_loop, driver, name="trainer")
-                tg.start_soon(self._periodic, driver, name="periodic")
+                if self.cfg.checkpointing:
+                    tg.start_soon(self._periodic, driver, name="periodic")
                 tg.start_soon(self._time_limit, self.deadline_at, name="time-limit")
                 self._react(driver.state)
             await self._until_done_or_crash(driver)
@@ -425,6 +466,10 @@ class _World:
         """Hook, awaited once the data is used up and before `driver` stops cleanly: the
         world no longer reacts (the periodic trigger still runs). Nothing here; a subclass
         may give the controller time to finish what it still owes."""
+
+    def crashed(self) -> None:
+        """Hook, called right after the world crashed the controller (`crash_at_step`).
+        Nothing here; a subclass may report it."""
 
     def _finish(self, reason: str | None, driver: Driver) -> None:
         if self.done.is_set():
@@ -542,9 +587,13 @@ class _World:
                 continue
             groups = self.plane.take_finished(self.cfg.groups_per_step)
             self.training = True
+            # A step that moves the trainer's anchor ends with its own checkpoint write
+            # (every step at save_period 1, checkpointing on or off), before the boundary:
+            # nothing of it overlaps the participants' snapshot.
+            saves = (self.trainer.step + 1) % self.trainer.checkpoint_every == 0
             self.trainer.begin_optimizer_step(groups)
             driver.submit(OptimizerStepBegin())
-            await self.clock.sleep(0.05 + 0.01 * len(groups))
+            await self.clock.sleep(self.cfg.latency.train_step(len(groups), saves=saves))
             if not driver.alive:
                 return
             in_flight = self.open - {g.prompt_id for g in groups}
@@ -559,8 +608,9 @@ class _World:
                 self.progress(batch.step)
             for group in groups:
                 driver.submit(GroupTrained(group_id(group.prompt_id)))
-            self.boundaries += 1
-            driver.submit(TrainerBoundary(batch.step))
+            if self.cfg.checkpointing:
+                self.boundaries += 1
+                driver.submit(TrainerBoundary(batch.step))
 
     async def _periodic(self, driver: Driver) -> None:
         interval = self.protocol.snapshot_attempt_interval_s
@@ -585,6 +635,7 @@ class _World:
                 self.crashed_at = self.trainer.step
                 assert self.driver is not None
                 self.driver.crash()
+                self.crashed()
                 return
 
 
@@ -607,11 +658,15 @@ class _Run(_World):
         *,
         coordinator_factory: CoordinatorFactory = Coordinator,
         observers: Sequence[Observer] = (),
+        metrics: Sequence[MetricHook] = (),
         fence_file: FileFenceLog | None = None,
+        recorder: RunRecorder | None = None,
     ) -> None:
         where = "fence log" if config.fence_log is None else str(config.fence_log)
         self.judging = JudgingFenceLog(where) if config.validate_fences else None
-        sinks = tuple(sink for sink in (fence_file, self.judging) if sink is not None)
+        self.recorder = recorder
+        sinks = tuple(sink for sink in (fence_file, self.judging, recorder) if sink is not None)
+        latency = config.latency
         self.fleet = InMemoryFleet(
             clock,
             policies=config.policies,
@@ -620,25 +675,31 @@ class _Run(_World):
             resources_modes=(config.resources_mode,),
             group_scored=config.group_scored,
             group_size=config.group_size,
-            latency_s=(0.001, 0.004),
+            latency_s=latency.control_call_s,
             faults=_faults(config),
-            work=WorkConfig(retry_backoff_s=0.05, max_service_retries=10_000),
+            work=WorkConfig(
+                policy_latency_s=latency.policy_call_s,
+                mutation_latency_s=latency.tool_call_s,
+                retry_backoff_s=0.05,
+                max_service_retries=10_000,
+            ),
             fence_log=TeeFenceLog(*sinks) if sinks else None,
         )
+        if latency.snapshot_write_s[1] > 0:
+            # The participants that export their state write a snapshot artifact at commit.
+            for name, client in self.fleet.clients.items():
+                if self.fleet.configs[name].recovery_mode == "export_restore":
+                    client.service_s = {ParticipantOp.COMMIT: latency.snapshot_write_s}
         trainer = InMemoryTrainer()
+        if recorder is not None:
+            recorder.attach(clock, self.fleet, config.group_size)
+            observers = (*observers, recorder.observe)
         super().__init__(
             config,
             clock,
             root,
             protocol=QuiesceConfig(
-                rollout_timeout_s=120.0,
-                prepare_timeout_s=5.0,
-                control_timeout_s=2.0,
-                # Round trips take milliseconds here: a try that waits half a second has
-                # timed out, and its retries still fit the 2 s deadline (§4).
-                call_try_timeout_s=0.5,
-                prepare_retry_interval_s=0.2,
-                snapshot_attempt_interval_s=4.0,
+                **latency.protocol(),  # the timers fitted to the profile's latencies
                 save_period=1,
                 max_consecutive_failures=3,
                 keep_latest_k=2,
@@ -649,6 +710,7 @@ class _Run(_World):
             trainer=trainer,
             plane=InMemoryDataPlane(trainer),
             observers=observers,
+            metrics=metrics,
             progress=progress,
             coordinator_factory=coordinator_factory,
         )
@@ -670,7 +732,13 @@ class _Run(_World):
     def _new_driver(self) -> Driver:
         driver = super()._new_driver()
         self.fleet.on_completed = driver.completed
+        if self.recorder is not None:
+            self.recorder.controller_started()
         return driver
+
+    def crashed(self) -> None:
+        if self.recorder is not None:
+            self.recorder.controller_crashed(self.trainer.step)
 
     async def settle(self, driver: Driver) -> None:
         """I9 is a goal "with no further faults": stop the faults and give the controller
@@ -816,7 +884,7 @@ class _Run(_World):
         if self.stop_reason is None:
             return None
         if self.stop_reason == "time_limit":
-            return f"the virtual time limit ({self.cfg.time_limit_s:g} s) ran out"
+            return f"the virtual time limit ({self.cfg.time_limit:g} s) ran out"
         return f"the controller stopped ({self.stop_reason})"
 
 
@@ -826,14 +894,25 @@ async def run_simulation(
     *,
     coordinator_factory: CoordinatorFactory = Coordinator,
     observers: Sequence[Observer] = (),
+    metrics: Sequence[MetricHook] = (),
+    recorder: RunRecorder | None = None,
 ) -> SimulationResult:
     """Run one simulation inside a running anyio loop (asyncio or trio); `progress(step)`
     is called after every optimizer step; `coordinator_factory` builds each controller
     process's coordinator (a test plants a controller bug there); every `observers` entry
-    sees each step of every controller process (a benchmark collects its figures there)."""
+    sees each step of every controller process (a benchmark collects its figures there);
+    every `metrics` hook gets each metric point (docs/metrics.md); `recorder` records the
+    run's timeline for `render_report`."""
     clock = VirtualClock(seed=config.seed)
     run_in = functools.partial(
-        _run_in, config, clock, progress=progress, factory=coordinator_factory, observers=observers
+        _run_in,
+        config,
+        clock,
+        progress=progress,
+        factory=coordinator_factory,
+        observers=observers,
+        metrics=metrics,
+        recorder=recorder,
     )
     if config.snapshot_dir is not None:
         config.snapshot_dir.mkdir(parents=True, exist_ok=True)
@@ -850,6 +929,8 @@ async def _run_in(
     progress: Callable[[int], None] | None,
     factory: CoordinatorFactory,
     observers: Sequence[Observer],
+    metrics: Sequence[MetricHook],
+    recorder: RunRecorder | None,
 ) -> SimulationResult:
     with contextlib.ExitStack() as closing:
         fence_file = (
@@ -864,10 +945,15 @@ async def _run_in(
             progress,
             coordinator_factory=factory,
             observers=observers,
+            metrics=metrics,
             fence_file=fence_file,
+            recorder=recorder,
         )
         await clock.run(run.main)
-    return run.result(clock.now())
+    result = run.result(clock.now())
+    if recorder is not None:
+        recorder.finish(result.model_dump(mode="json"))
+    return result
 
 
 def simulate(
@@ -877,13 +963,17 @@ def simulate(
     progress: Callable[[int], None] | None = None,
     coordinator_factory: CoordinatorFactory = Coordinator,
     observers: Sequence[Observer] = (),
+    metrics: Sequence[MetricHook] = (),
+    recorder: RunRecorder | None = None,
     **overrides: Any,
 ) -> SimulationResult:
     """Run a simulation to completion (blocking) and return its result.
 
     `config` and `overrides` are the `SimulationConfig`; `coordinator_factory` builds each
     controller process's `Coordinator` (default: the real one); `observers` see every step
-    of every controller process (`Driver` observers).
+    of every controller process (`Driver` observers); `metrics` hooks get every metric
+    point (`OpenTelemetryMetrics`, docs/metrics.md); `recorder` (a `RunRecorder`) records
+    the timeline `render_report` draws.
 
     >>> result = simulate(steps=2, groups_per_step=2, group_size=2, seed=1)
     >>> (result.verdict, result.rollouts.lost, result.rollouts.duplicated, result.untrained.count)
@@ -893,7 +983,11 @@ def simulate(
     if config is not None and overrides:
         cfg = config.model_copy(update=overrides)
     run = functools.partial(
-        run_simulation, coordinator_factory=coordinator_factory, observers=observers
+        run_simulation,
+        coordinator_factory=coordinator_factory,
+        observers=observers,
+        metrics=metrics,
+        recorder=recorder,
     )
     result: SimulationResult = anyio.run(run, cfg, progress, backend=backend)
     return result

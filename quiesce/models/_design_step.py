@@ -68,6 +68,7 @@ from quiesce.protocol.machines import (
     CheckpointInput,
     IntentAction,
     RegistryInput,
+    Restart,
     RestoreInput,
 )
 
@@ -76,7 +77,7 @@ __all__ = ["DELAYABLE", "TRANSIENT", "Step", "initial_state"]
 CI, TI = CheckpointInput, AttemptInput
 _DONE_INPUT = {"prepare": CI.ROLES_DONE, "commit": CI.ROLES_DONE, "release": CI.ROLES_DONE}
 _DONE_INPUT.update(abort=CI.ROLES_DONE, flush=CI.ACKS_FLUSHED)
-_TOUCHED = ("preparing", "committing", "capturing", "validating")
+_RESTARTED = classify(Cause.PARTICIPANT_RESTARTED)
 # §4: a refusal answered to a control call is classified by its code.
 _REFUSAL_CAUSE = {
     "checkpoint_conflict": Cause.CHECKPOINT_CONFLICT,
@@ -281,6 +282,11 @@ class Step(LedgerSide):
         if self.next_call() is None:
             self.finish_walk()
 
+    def call_again(self, p: int) -> None:
+        """`p` is called again in this walk, in its turn (a restarted participant is
+        prepared again)."""
+        self.walk = self.walk._replace(done=self.walk.done & ~(1 << p))
+
     def finish_walk(self) -> None:
         """Every call of the walk answered: its machine moves on."""
         phase = self.walk.phase
@@ -409,10 +415,17 @@ class Step(LedgerSide):
             # Its running executions died with the old process, but a completed result whose
             # report was lost survives in its journal: retiring the attempts finds it.
             self.expire_group()
-        if self.m1.state in _TOUCHED and self.walk.phase in M1_PHASE:
-            self.fail(Cause.PARTICIPANT_RESTARTED)
-            return True
-        return False
+        # M1's rows decide: the attempt fails if it touched `p` (called it with its id).
+        if self.walk.phase not in M1_PHASE:
+            return False
+        before = self.m1.state
+        touched = bool(self.attempted >> p & 1)
+        # Seen in the reply of a call of the walk: `p`'s role is the one being called.
+        self.fire(CI.RESTARTED, Restart(NAMES[p], touched, _RESTARTED, in_turn=True))
+        if self.m1.state == before:
+            return False
+        self.judge_failure(Cause.PARTICIPANT_RESTARTED)
+        return True
 
     def check_order(self, p: int, op: str, op_id: int, extra: Any) -> None:
         """I5: a control call goes to `p` only after every earlier participant of the
@@ -622,6 +635,7 @@ _M1_WORK: dict[str, Callable[[Step, Any], None]] = {
     "arm_prepare_deadline": _set(deadline=lambda s: s.m1.attempt),
     "call_prepare": _walk("prepare"),
     "cancel_prepare_timers": _set(deadline=lambda s: 0),
+    "call_prepare_again": lambda step, arg: step.call_again(NAMES.index(arg.participant)),
     "call_commit": _walk("commit"),
     "capture_cut": lambda step, arg: step.capture(reflushed=False),
     "validate": _validate,

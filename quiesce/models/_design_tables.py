@@ -68,6 +68,7 @@ from quiesce.protocol.machines import (
     PolicyState,
     RegistryState,
     ResourcesState,
+    Restart,
     RestoreData,
     RestoreState,
     Trigger,
@@ -171,7 +172,7 @@ class Steppers:
     @_memo
     def checkpoint(self, m1: M1, input: Enum, arg: Hashable) -> tuple[M1, tuple[str, ...]] | None:
         """Fire M1 `input`. `arg`: TRIGGER `(id, step, skip Cause | None)`, RECOVERED
-        `(id, step)`, FAILED a `Cause`; the other inputs take none."""
+        `(id, step)`, FAILED a `Cause`, RESTARTED a `Restart`; the other inputs take none."""
         attempt = None
         if m1.attempt:
             attempt = CheckpointAttempt(
@@ -187,6 +188,8 @@ class Steppers:
         real: Any = None
         if isinstance(arg, Cause):
             real = classify(arg)
+        elif isinstance(arg, Restart):
+            real = arg
         elif isinstance(arg, tuple):
             fresh = CheckpointAttempt(OpId(0, arg[0], 0), arg[1], 0.0, 0.0)
             skip = arg[2] if len(arg) > 2 else None

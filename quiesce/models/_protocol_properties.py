@@ -41,11 +41,13 @@ from quiesce.protocol.controller import (
     Stopped,
     TimerKey,
     TimerKind,
+    background_timer,
     call_retry_timer,
 )
 from quiesce.protocol.machines import (
     PHASE_ORDER,
     AttemptState,
+    CallState,
     CheckpointState,
     ExecState,
     FenceOp,
@@ -516,6 +518,13 @@ def _calls_bounded(
     if phase not in (CheckpointState.FLUSHING_ACKS, CheckpointState.CAPTURING):
         return True
     acking = {m.call.participant for m in messages if m.call.op is Op.ACK}
+    # A flush's batch backing off is sent again by its own timer (§4, like a phase's call).
+    names = {name for name, _ in timers}
+    flush = str(attempt.op_id)
+    for (agent, op, about), call in controller.background:
+        backing_off = op is Op.ACK and call.value.state is CallState.BACKING_OFF
+        if backing_off and about == flush and background_timer((agent, op, about)) in names:
+            acking.add(agent)
     return attempt.acking <= acking
 
 

@@ -437,7 +437,8 @@ class System:
         if message.reply is not None:
             answer = message.reply
             reply = self._made(
-                (message,), lambda: Reply(call.participant, call.op, call.op_id, answer)
+                (message,),
+                lambda: Reply(call.participant, call.op, call.op_id, answer, call.payload),
             )
             effects = self._run(draft, [reply])
             return self._freeze(draft), effects

@@ -26,7 +26,7 @@ class TimerKind(StrEnum):
     ATTEMPT_RETRY = "retry"  # retry a pending abort or release (M1 abort/release_pending)
     RESTORE_RETRY = "restore_retry"  # ask again the restore-flow calls that failed (M9)
     CALL_RETRY = "call_retry"  # one call's backoff before it is sent again (§4 amended)
-    RETIRE_RETRY = "retire_retry"  # send a failed retire again; subject: the attempt key
+    BACKGROUND_RETRY = "background_retry"  # a background call's backoff; subject: op, about
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -90,6 +90,23 @@ def test_json_prints_one_document_with_every_key(tmp_path: Path) -> None:
     assert json.loads(again.stdout) == document  # same seed, same JSON (another directory)
 
 
+def test_latency_and_checkpointing_reach_the_run() -> None:
+    small = ["simulate", "--json", "--steps", "2", "--groups-per-step", "2", "--group-size", "2"]
+    review = CliRunner().invoke(main, [*small, "--latency", "review"])
+    assert review.exit_code == 0, review.output
+    document = json.loads(review.stdout)
+    assert document["checkpoints"]["completed"] == 2
+    # Training steps of two minutes, each ending with the trainer's 30 s checkpoint write.
+    assert document["virtual_seconds"] >= 2 * (120.0 + 30.0)
+    off = CliRunner().invoke(main, [*small, "--latency", "review", "--no-checkpointing"])
+    assert off.exit_code == 0, off.output
+    # The trainer saves its own checkpoint with participant checkpointing off too.
+    assert json.loads(off.stdout)["virtual_seconds"] >= 2 * (120.0 + 30.0)
+    counts = json.loads(off.stdout)["checkpoints"]
+    assert (counts["completed"], counts["skipped"], counts["failed"]) == (0, 0, 0)
+    assert json.loads(off.stdout)["rollouts"]["trained"] == document["rollouts"]["trained"]
+
+
 def test_a_bad_option_is_a_usage_error() -> None:
     result = CliRunner().invoke(main, ["simulate", "--target-level", "episode"])
     assert result.exit_code == 2
@@ -111,6 +128,11 @@ def test_a_bad_option_is_a_usage_error() -> None:
         (["--crash-at-step", "0"], "Error: Invalid value for '--crash-at-step': 0 is not in"),
         (["--resources", "-1"], "Error: Invalid value for '--resources': -1 is not in the range"),
         (["--group-size", "0"], "Error: Invalid value for '--group-size': 0 is not in the range"),
+        (
+            ["--no-checkpointing", "--crash-at-step", "2"],
+            "error: --crash-at-step needs checkpointing: the controller crashes right after",
+        ),
+        (["--latency", "slow"], "Error: Invalid value for '--latency': 'slow' is not one of"),
     ],
 )
 def test_a_bad_number_is_refused_with_one_error_line(args: list[str], line: str) -> None:

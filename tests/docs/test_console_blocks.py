@@ -37,6 +37,8 @@ MARK = re.compile(r"<!-- docs-test: (skip|slow): (.+?) -->")
 EXPECTED_EXIT = re.compile(r"#\s*exit (\d+)")
 # Printed by the ERR trap the block runs under: the code and the command that failed.
 FAILED = re.compile(r"^docs-test: exit (\d+) from: (.*)$", re.M)
+# Commands that change a project: run here, under UV_PROJECT, they would change this one.
+CHANGES_A_PROJECT = re.compile(r"\b(uv (add|remove|sync|lock|init)|pip install)\b")
 BLOCK_TIMEOUT_S = 600
 
 
@@ -99,6 +101,9 @@ def _expected_failures(block: Block) -> dict[str, int]:
 def test_the_block_runs_as_pasted(block: Block, tmp_path: Path) -> None:
     assert not block.text.startswith("$ "), (
         f"{block.id} is a transcript: mark it `<!-- docs-test: skip: REASON -->`"
+    )
+    assert not CHANGES_A_PROJECT.search(block.text), (
+        f"{block.id} installs or syncs a project: mark it `<!-- docs-test: skip: REASON -->`"
     )
     script = "trap 'echo \"docs-test: exit $? from: $BASH_COMMAND\" >&2' ERR\n" + block.text
     with _port_lock(block):

@@ -3,14 +3,14 @@
 Chromium runs the page's script and `--dump-dom` prints the DOM it built; the URL
 fragment drives it (`#step=N` moves the cursor, `#path=...` takes steps by hand through
 the server). `--virtual-time-budget` lets the hand steps' requests finish before the dump.
-Skipped only when no Chromium is installed (CI installs it: see .ci/run).
+Skipped only when no Chromium is installed (CI installs it: see .ci/run); the helpers are
+tests/browser.py's, shared with the run report's test.
 """
 
 from __future__ import annotations
 
 import re
 import selectors
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,43 +23,17 @@ from click.testing import CliRunner
 from quiesce.cli import main
 from quiesce.explore import Session
 from quiesce.models import Violation, build_model
+from tests.browser import chromium, dump_dom, needs_chromium
 from tests.explore.conftest import MUTANT
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"
-)
+pytestmark = needs_chromium
 EXPLORE = [sys.executable, "-m", "quiesce", "explore", "two-phase", "--mutant", MUTANT]
-
-
-def chromium(profile: Path, url: str, *args: str) -> str:
-    assert CHROMIUM is not None
-    command = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={profile}",
-        *args,
-        url,
-    ]
-    ran = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
-    return ran.stdout
-
-
-def dump_dom(profile: Path, url: str) -> str:
-    return chromium(profile, url, "--virtual-time-budget=5000", "--dump-dom")
 
 
 def current(dom: str, instance: str) -> str | None:
     """The state highlighted in `instance`'s diagram."""
-    card = dom.split(f'<div class="instance" data-instance="{instance}">', 1)[1]
-    card = card.split('<div class="instance"', 1)[0]
+    card = re.split(f'<details class="instance[^"]*" data-instance="{re.escape(instance)}"', dom)[1]
+    card = card.split('<details class="instance', 1)[0]
     found = re.search(r'<g class="node current" data-state="([^"]+)"', card)
     return None if found is None else found.group(1)
 
@@ -73,8 +47,10 @@ def text_of(dom: str, pattern: str) -> str:
 def assert_at_the_violation(dom: str) -> None:
     """Step 2 of the counterexample: rm2 committed while rm1 aborted, TCConsistent broken."""
     assert text_of(dom, r'<span id="position">([^<]*)') == "step 2 / 2"
-    assert text_of(dom, r'<div id="banner" class="at">([^<]*)') == (
-        "TCConsistent violated (always) at step 2"
+    # The step's card says it, so the banner is hidden there.
+    assert re.search(r'<div id="banner"[^>]* hidden', dom)
+    assert text_of(dom, r'(?s)<section id="step" class="violating">.*?<p id="verdict">([^<]*)') == (
+        "TCConsistent violated by this step: no RM has committed while another has aborted"
     )
     assert text_of(dom, r'<li class="([^"]*)" data-property="TCConsistent"') == "fails violated"
     assert text_of(dom, r'<li class="([^"]*)" data-property="TypeOK"') == "holds"
@@ -110,7 +86,9 @@ def test_the_served_page_steps_to_the_violation_and_by_hand_past_it(
     assert_at_the_violation(dump_dom(tmp_path / "a", served + "#step=2"))
     before = dump_dom(tmp_path / "b", served + "#step=1")
     assert text_of(before, r'<li class="([^"]*)" data-property="TCConsistent"') == "holds"
-    assert text_of(before, r'<div id="banner" class="">([^<]*)').startswith("TCConsistent")
+    assert text_of(before, r'<div id="banner" class="">([^<]*)') == (
+        "TCConsistent violated (always) at step 2"
+    )
     assert current(before, "rm2") == "working"
     # By hand: the counterexample's two steps, then TMAbort, which only the server knows.
     session = Session(build_model("two-phase", mutant=MUTANT), two_phase_violation)

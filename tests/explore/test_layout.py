@@ -91,3 +91,19 @@ def test_edge_tooltips_carry_every_row_label_and_long_labels_are_cut() -> None:
 
 def test_the_layout_is_deterministic() -> None:
     assert table_svg(TABLES["checkpoint"]) == table_svg(TABLES["checkpoint"])
+
+
+def test_edges_sharing_a_target_and_inputs_are_bundled_under_one_label() -> None:
+    # The checkpoint's `failed` from ten states to `stopped` was ten labels (22 in all).
+    root = parse(TABLES["checkpoint"])
+    trunks = [g for g in root.iter(f"{SVG}g") if g.get("class") == "trunk"]
+    titles = [g.findtext(f"{SVG}title", "") for g in trunks]
+    assert "failed: from 10 states (hover each curve)" in titles
+    texts = [t.text for t in root.iter(f"{SVG}text")]
+    assert texts.count("failed") <= 9
+    # A trunk carries the rows of every edge it bundles, so it lights up when one fires.
+    edges = [g for g in root.iter(f"{SVG}g") if g.get("class") == "edge"]
+    unlabelled = [g for g in edges if g.find(f"{SVG}text") is None]
+    bundled_rows = sorted(r for g in unlabelled for r in g.get("data-rows", "").split())
+    trunk_rows = sorted(r for g in trunks for r in g.get("data-rows", "").split())
+    assert bundled_rows == trunk_rows and len(unlabelled) == 2 + 10 + 2 + 4

@@ -28,8 +28,10 @@ from quiesce.models._design_mutants import DESIGN_MUTANTS, small
 from quiesce.protocol.machines import AGENT_EXECUTION, CONTROL_FENCE
 
 PROPERTIES = ("I1", "I2", "I3", "I4", "I5", "I6", "I8", "I7", "I9")
-REFERENCE_STATES = 216_092
-"""Distinct states of the §8 reference size with fault budget 1 (siblings identified)."""
+REFERENCE_STATES = 215_432
+"""Distinct states of the §8 reference size with fault budget 1 (siblings identified).
+216,092 until a participant restarted while preparing was prepared again instead of failing
+the attempt (M1 `restarted`, issue 23): the aborts those restarts began are gone."""
 
 
 def test_reference_size_is_protocol_md_section_8() -> None:
@@ -58,8 +60,9 @@ def test_quiesce_check_exhausts_the_design_at_the_reference_size_by_default() ->
     ("params", "distinct"),
     [
         ({"faults": 0}, 13_005),
-        ({**small(), "faults": 1, "crashes": True}, 1_225),
-        ({**small(siblings=2, attempts=2), "faults": 1, "crashes": True}, 4_399),
+        # 1,225 and 4,399 while a restart seen while preparing failed the attempt.
+        ({**small(), "faults": 1, "crashes": True}, 1_212),
+        ({**small(siblings=2, attempts=2), "faults": 1, "crashes": True}, 4_381),
     ],
     ids=["reference_fault_free", "one_rollout_every_fault", "two_siblings_every_fault"],
 )

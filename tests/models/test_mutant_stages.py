@@ -166,7 +166,9 @@ def test_a_trigger_meeting_a_pending_abort_is_reached_only_with_two_triggers() -
 def test_the_unmutated_design_stage_finds_no_violation() -> None:
     design = next(stage for stage in STAGES if isinstance(stage, DesignStage))
     result = check(DesignModel(DesignParams(**small(**design.params))))
-    assert result.ok and result.distinct_states == 3421
+    # 3,421 until a participant restarted while its role was prepared was prepared again
+    # instead of failing the attempt (issue 23).
+    assert result.ok and result.distinct_states == 3405
 
 
 def test_a_row_only_the_design_model_fires_is_killed_there() -> None:

@@ -24,7 +24,11 @@ from quiesce.models._portfolio import PORTFOLIO_BOUND, distinct_configurations
 # differed only in that count fell together. S17's moved (428 -> 122) and S11's became
 # exhaustible (7,012; past 300,000 before) when the coordinator began to keep at most one
 # background ACK batch per agent in flight: completions no longer pile up ACK batches.
-PINNED = (1655, 4965, 16386, 11672, 10210, 7194, 7012, 35474, 122, 46)
+# Three moved when ACK batches and retires became calls retried on their backoff, and a
+# participant restarted while preparing began to be prepared again instead of failing the
+# attempt (issue 23): 16,386 -> 18,063, 11,672 -> 12,402, 35,474 -> 38,527 (the
+# configurations with faults and retries or crashes reach more interleavings; none violates).
+PINNED = (1655, 4965, 18063, 12402, 10210, 7194, 7012, 38527, 122, 46)
 
 
 def test_one_entry_per_scenario_in_order() -> None:

@@ -57,13 +57,16 @@ def test_reference_size_is_protocol_md_section_8() -> None:
 
 # The two-sibling counts fell (54 -> 26, 21,685 -> 7,252) when the coordinator began to keep
 # at most one background ACK batch per agent in flight: a second completion no longer sends
-# a second batch beside the first, so fewer message multisets are reachable.
+# a second batch beside the first, so fewer message multisets are reachable. Every fault's
+# rose (47,381 -> 49,118 -> 51,687) when ACK batches and retires became calls retried on
+# their backoff, and again when a participant restarted while its role was prepared was
+# prepared again instead of failing the attempt (issue 23): more interleavings, no violation.
 @pytest.mark.parametrize(
     ("params", "distinct"),
     [
         (ONE_ROLLOUT, 1655),
         (TWO_SIBLINGS, 26),
-        (EVERY_FAULT, 47_381),
+        (EVERY_FAULT, 51_687),
         (TWO_SIBLINGS_ONE_CHECKPOINT, 7252),
     ],
     ids=["one_rollout", "two_siblings", "every_fault", "two_siblings_one_checkpoint"],

@@ -135,7 +135,8 @@ def test_no_trace_takes_an_abstracted_step_before_its_last() -> None:
     for trace in cover.traces:
         assert all(abstraction(label) is None for label in trace.labels()[:-1]), trace.label
     assert not set(cover.beyond) & {t.label for t in cover.traces}
-    assert cover.states == 4294
+    # 4,294 while a restart seen while preparing failed the attempt (issue 23).
+    assert cover.states == 4305
 
 
 @pytest.mark.slow

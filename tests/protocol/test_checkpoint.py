@@ -17,6 +17,7 @@ from quiesce.protocol.machines import (
     CheckpointData,
     CheckpointInput,
     CheckpointState,
+    Restart,
     Trigger,
 )
 
@@ -26,6 +27,9 @@ ATTEMPT = Attempt(op_id=X, trainer_step=0, started_at=0.0, phase_started_at=0.0)
 RETRYABLE = classify(Cause.TIMEOUT)
 SKIP = classify(Cause.TRAINER_STATE_CHANGED)
 FATAL = classify(Cause.WRONG_ID)
+TOUCHED = Restart("agent-0", True, classify(Cause.PARTICIPANT_RESTARTED))
+IN_TURN = Restart("agent-0", True, classify(Cause.PARTICIPANT_RESTARTED), in_turn=True)
+UNTOUCHED = Restart("agent-0", False, classify(Cause.PARTICIPANT_RESTARTED))
 
 
 def at(state: S, *, failures: int = 0, budget: int = 3, attempt: Attempt | None = ATTEMPT) -> Value:
@@ -86,6 +90,17 @@ CASES = [
         (s, I.FAILED, RETRYABLE, {}, S.ABORTING, ["cancel_prepare_timers", "call_abort"])
         for s in (S.PREPARING, S.COMMITTING, S.CAPTURING, S.VALIDATING)
     ],
+    # S19: a restart matters only if the attempt touched that participant: while its role
+    # is prepared it is prepared again; otherwise the attempt fails.
+    (S.PREPARING, I.RESTARTED, IN_TURN, {}, S.PREPARING, ["call_prepare_again"]),
+    *[
+        (s, I.RESTARTED, TOUCHED, {}, S.ABORTING, ["cancel_prepare_timers", "call_abort"])
+        for s in (S.PREPARING, S.COMMITTING, S.CAPTURING, S.VALIDATING)
+    ],
+    *[
+        (s, I.RESTARTED, UNTOUCHED, {}, s, [])
+        for s in (S.PREPARING, S.COMMITTING, S.CAPTURING, S.VALIDATING)
+    ],
     (
         S.ABORTING,
         I.ROLES_DONE,
@@ -122,7 +137,7 @@ CASES = [
 @pytest.mark.parametrize(
     ("source", "event", "arg", "data", "target", "effects"),
     CASES,
-    ids=[f"{c[0].value}-{c[1].value}-{c[4].value}" for c in CASES],
+    ids=[f"{c[0].value}-{c[1].value}-{c[4].value}-{i}" for i, c in enumerate(CASES)],
 )
 def test_every_row(source, event, arg, data, target, effects) -> None:
     value = at(source, **data)
@@ -223,3 +238,18 @@ def test_dropping_an_effect_name_is_a_mutant_that_keeps_the_rest() -> None:
     mutant = CHECKPOINT.without_effect(index, "write_intent")
     _, effects = mutant.step(at(S.IDLE), I.TRIGGER, Trigger(ATTEMPT))
     assert names(effects) == ["hold"]
+
+
+def test_a_restart_that_fails_the_attempt_counts_once_and_a_stop_names_the_participant() -> None:
+    # One failure more than the budget allows: the attempt aborts, then stops, and the stop
+    # names who restarted (§4: the reason names the participant of the last failure).
+    # (Once a commit may have begun, a restart in turn fails the attempt all the same.)
+    after, _ = CHECKPOINT.step(at(S.COMMITTING, failures=3), I.RESTARTED, IN_TURN)
+    assert after.state is S.ABORTING and after.data.failures == 4
+    assert after.data.attempt is not None and after.data.attempt.failed_by == "agent-0"
+    # Within the budget, nobody is named.
+    after, _ = CHECKPOINT.step(at(S.COMMITTING), I.RESTARTED, TOUCHED)
+    assert after.data.failures == 1 and after.data.attempt.failed_by is None
+    # A restart the attempt did not touch changes nothing.
+    value = at(S.COMMITTING)
+    assert CHECKPOINT.step(value, I.RESTARTED, UNTOUCHED) == (value, ())

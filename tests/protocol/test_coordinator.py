@@ -326,11 +326,49 @@ def test_reply_naming_the_wrong_id_stops() -> None:
     assert outcome(effects).reason == "invariant_error"
 
 
-def test_incarnation_change_mid_checkpoint_is_participant_restarted() -> None:
+def test_a_participant_restarted_in_its_turn_answers_its_prepare_with_its_new_incarnation() -> None:
+    # S19 while its role is prepared: its fence is durable (§6), what it lost was running
+    # work that nothing committed. Its call was in flight, so the new incarnation's reply
+    # is that call's answer: the attempt goes on to the agent.
     h = Harness()
     h.start()
+    x = h.x
     h.incarnation["pol"] = "i2"
     effects = h.answer("pol", Op.PREPARE)
+    [agent] = of(effects, Call)
+    assert (agent.participant, agent.op, agent.op_id) == ("ag", Op.PREPARE, x)
+    assert h.s.phase is S.PREPARING and h.s.attempt.cause is None
+    assert "participant_restarted" in [e.event for e in of(effects, Log)]
+
+
+def test_a_participant_of_the_role_being_prepared_that_answered_and_restarted_is_asked_again() -> (
+    None
+):
+    roles = {"pol": "policy", "ag1": "agent", "ag2": "agent", "res": "resources"}
+    h = Harness(roles)
+    h.start()
+    x = h.x
+    h.answer("pol", Op.PREPARE)
+    h.answer("ag1", Op.PREPARE)  # ag2 still preparing: the agents' role is being called
+    h.incarnation["ag1"] = "i2"
+    ack = AckReply(participant="ag1", incarnation="i2", acknowledged=(), unknown=())
+    effects = h.step(Reply("ag1", Op.ACK, None, ack))
+    [again] = of(effects, Call)
+    assert (again.participant, again.op, again.op_id) == ("ag1", Op.PREPARE, x)
+    assert h.s.phase is S.PREPARING and h.s.attempt.cause is None
+    assert h.calls() == [("ag1", x), ("ag2", x)]  # the role waits for both again
+    h.answer("ag2", Op.PREPARE)
+    h.answer("ag1", Op.PREPARE)
+    assert h.calls() == [("res", x)]
+
+
+def test_incarnation_change_after_commit_began_is_participant_restarted() -> None:
+    h = Harness()
+    h.start()
+    h.answer_all(Op.PREPARE)
+    assert h.s.phase is S.COMMITTING
+    h.incarnation["ag"] = "i2"
+    effects = h.answer("ag", Op.COMMIT)
     assert h.s.phase is S.ABORTING
     assert h.s.attempt.cause.cause is Cause.PARTICIPANT_RESTARTED
     assert any(c.op is Op.RESUME for c in of(effects, Call))
@@ -347,7 +385,8 @@ def test_a_restart_seen_before_the_attempt_touched_the_participant_does_not_fail
     ack = AckReply(participant="ag", incarnation="i2", acknowledged=(), unknown=())
     effects = h.step(Reply("ag", Op.ACK, None, ack))
     assert h.s.phase is S.PREPARING and h.s.attempt.cause is None
-    assert [e.event for e in of(effects, Log)] == ["participant_restarted"]
+    # Noted (and the ACK, of no batch this controller sent, is stale news).
+    assert [e.event for e in of(effects, Log)] == ["participant_restarted", "stale_reply"]
     h.answer_all(Op.PREPARE)
     assert h.s.phase is S.COMMITTING
 
@@ -355,8 +394,10 @@ def test_a_restart_seen_before_the_attempt_touched_the_participant_does_not_fail
 def test_a_restart_that_stops_the_run_names_the_participant() -> None:
     h = Harness(max_consecutive_failures=0)
     h.start()
+    h.answer_all(Op.PREPARE)
+    h.answer("ag", Op.COMMIT)  # commit: agents, then the policy
     h.incarnation["pol"] = "i2"
-    h.answer("pol", Op.PREPARE)
+    h.answer("pol", Op.COMMIT)
     _, effects = h.answer_all(Op.RESUME)
     [stopped] = of(effects, Stopped)
     assert (stopped.participant, stopped.cause) == ("pol", "participant_restarted")
@@ -610,18 +651,49 @@ def test_a_second_failed_call_of_a_role_in_a_pending_state_is_absorbed(pending: 
     assert sorted((c.participant, c.op_id) for c in of(effects, Call)) == [("ag1", x), ("ag2", x)]
 
 
-def test_a_failed_retire_is_sent_again_by_its_timer_until_answered() -> None:
+def test_a_failed_retire_is_sent_again_on_its_backoff_until_answered() -> None:
     from quiesce.protocol.controller import TimerKey, TimerKind
 
-    h = Harness()
+    h = Harness(call_retries=2, call_backoff_s=0.5, call_backoff_max_s=4.0)
     key = ("p4/0", 0)
+    # No retire in flight yet: its failure is stale news, nothing is armed.
     effects = h.step(CallFailed("ag", Op.RETIRE, None, Cause.PARTICIPANT_ERROR, key), 1.0)
-    [timer] = of(effects, ArmTimer)
-    assert timer.name == TimerKey(TimerKind.RETIRE_RETRY, "p4/0#0", "ag")
-    assert timer.at == h.now + QuiesceConfig().snapshot_attempt_interval_s
-    effects = h.step(TimerDue(timer.name), timer.at - h.now)
-    [again] = of(effects, Call)
-    assert (again.participant, again.op, again.op_id, again.payload) == ("ag", Op.RETIRE, None, key)
-    # Failing again re-arms the same timer; an answer arms nothing.
-    effects = h.step(CallFailed("ag", Op.RETIRE, None, Cause.TIMEOUT, key), 2.0)
-    assert [t.name for t in of(effects, ArmTimer)] == [timer.name]
+    assert of(effects, ArmTimer) == []
+    # A retire in flight (a group's deadline expired): each transient failure backs off,
+    # with full jitter, and the same retire goes again; the budget spent, it stops.
+    h.step(GroupOpened("p4", 1, "ag"))
+    effects = h.step(TimerDue(deadline_timer("p4")), 10_000.0)
+    [retire] = [c for c in of(effects, Call) if c.op is Op.RETIRE]
+    assert retire.payload == key
+    timer_name = TimerKey(TimerKind.BACKGROUND_RETRY, "retire p4/0#0", "ag")
+    for retry in (1, 2):
+        effects = h.step(CallFailed("ag", Op.RETIRE, None, Cause.TIMEOUT, key), 1.0)
+        [timer] = of(effects, ArmTimer)
+        assert timer.name == timer_name
+        assert h.now <= timer.at < h.now + 0.5 * 2 ** (retry - 1)
+        effects = h.step(TimerDue(timer.name), timer.at - h.now)
+        [again] = of(effects, Call)
+        assert (again.participant, again.op, again.op_id, again.payload) == (
+            "ag",
+            Op.RETIRE,
+            None,
+            key,
+        )
+    effects = h.step(CallFailed("ag", Op.RETIRE, None, Cause.TIMEOUT, key), 1.0)
+    assert of(effects, ArmTimer) == [] and of(effects, Call) == []
+
+
+def test_a_restart_of_an_earlier_role_seen_while_preparing_fails_the_attempt() -> None:
+    # The agent answered its prepare, the phase went on to the resources; then a reply
+    # shows the agent restarted (a later role was called since: it may have lost what the
+    # attempt counts on), so the attempt fails as S19 says, never retried inside it.
+    h = Harness()
+    h.start()
+    h.answer("pol", Op.PREPARE)
+    h.answer("ag", Op.PREPARE)
+    assert [name for name, _ in h.calls()] == ["res"]
+    h.incarnation["ag"] = "i2"
+    ack = AckReply(participant="ag", incarnation="i2", acknowledged=(), unknown=())
+    h.step(Reply("ag", Op.ACK, None, ack))
+    assert h.s.phase is S.ABORTING
+    assert h.s.attempt.cause.cause is Cause.PARTICIPANT_RESTARTED

@@ -8,6 +8,7 @@ participant is implemented: it sees only wire replies.
 """
 
 from quiesce.protocol._timers import ArmTimer, CancelTimer, TimerKey, TimerKind
+from quiesce.protocol.controller._background import background_timer
 from quiesce.protocol.controller._capture import CaptureFacts, CaptureVerdict, judge_capture
 from quiesce.protocol.controller._checkpoint_work import (
     CHECKPOINT_WORK,
@@ -257,6 +258,7 @@ __all__ = [
     "WeightSyncEnd",
     "WriteIntent",
     "WriteStaging",
+    "background_timer",
     "backoff_s",
     "call_retry_timer",
     "judge_capture",

@@ -61,6 +61,7 @@ from quiesce.protocol.machines import (
     Holder,
     Phase,
     PhaseCalls,
+    Restart,
     Slot,
     Trigger,
 )
@@ -231,7 +232,13 @@ def _outcome(run: CheckpointHost, arg: Any) -> None:
         result = "skipped" if skipped else "failed"
         reason, retryable = cause.reason, cause.retryable
     run.emit(
-        Outcome(attempt.op_id, result, reason, retryable, data.failures, data.skips)  # type: ignore[arg-type]
+        Outcome(attempt.op_id, result, reason, retryable, data.failures, data.skips),  # type: ignore[arg-type]
+        # Attempts by outcome and cause, counted where the outcome is decided.
+        Metric(
+            "checkpoint.attempts",
+            1.0,
+            (("cause", reason), ("outcome", result), ("retryable", str(retryable).lower())),
+        ),
     )
     if result == "skipped" and data.skips >= run.config.max_consecutive_skips:
         run.log("consecutive_skips", level="warning", skips=data.skips, reason=reason)
@@ -292,6 +299,15 @@ def _w_arm_prepare_deadline(run: CheckpointHost, _arg: Any) -> None:
     at = attempt.started_at + run.config.prepare_timeout_s
     run.set_attempt(replace(attempt, prepare_deadline_at=at))
     run.emit(ArmTimer(prepare_deadline_timer(attempt.op_id), at))
+
+
+def _w_call_prepare_again(run: CheckpointHost, arg: Restart) -> None:
+    # S19 while its role is prepared: a call still in flight is answered by the new
+    # incarnation anyway (its reply may be the very one that showed the restart); one its
+    # old incarnation answered goes again, same id, and the role waits for it.
+    key = (arg.participant, run.attempt.op_id)
+    if key in run.phases.answered():
+        run.phases.send_new([key])
 
 
 def _w_cancel_prepare_timers(run: CheckpointHost, _arg: Any) -> None:
@@ -401,6 +417,7 @@ CHECKPOINT_WORK: Mapping[str, Callable[[CheckpointHost, Any], None]] = MappingPr
         "arm_prepare_deadline": _w_arm_prepare_deadline,
         "call_prepare": _w_phase(Phase.PREPARE),
         "cancel_prepare_timers": _w_cancel_prepare_timers,
+        "call_prepare_again": _w_call_prepare_again,
         "call_commit": _w_phase(Phase.COMMIT),
         "capture_cut": _w_capture_cut,
         "validate": _w_validate,

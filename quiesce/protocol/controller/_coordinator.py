@@ -47,8 +47,9 @@ from quiesce.protocol._causes import Cause, Classification
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._errors import LocalProtocolError
 from quiesce.protocol._ids import OpId, OpKind
-from quiesce.protocol._messages import Role
+from quiesce.protocol._messages import ErrorReply, Role
 from quiesce.protocol._timers import TimerKey, TimerKind
+from quiesce.protocol.controller._background import BackgroundCalls
 from quiesce.protocol.controller._checkpoint_work import (
     CHECKPOINT_WORK,
     AttemptCalls,
@@ -92,6 +93,7 @@ from quiesce.protocol.controller._inputs import (
     WeightSyncBegin,
     WeightSyncEnd,
 )
+from quiesce.protocol.controller._ledger import AttemptKey
 from quiesce.protocol.controller._phase_runner import PhaseRunner, prepare_retry_timer
 from quiesce.protocol.controller._policy import CoordinatorPolicy
 from quiesce.protocol.controller._restore_flow import RestoreFlow
@@ -123,6 +125,7 @@ from quiesce.protocol.machines import (
     Holder,
     RegistryInput,
     RegistryState,
+    Restart,
     RestoreInput,
     RestoreState,
     Trigger,
@@ -205,6 +208,7 @@ class _Run:
         self._last: Attempt | None = state.attempt
         self.phases = PhaseRunner(self, AttemptCalls(self))
         self.rollouts = Rollouts(self)
+        self.background = BackgroundCalls(self, self.rollouts.seal_late)
         self.m9 = RestoreFlow(self)
 
     # ------------------------------------------------------------------ plumbing
@@ -301,7 +305,13 @@ class _Run:
     # ------------------------------------------------------------------ the parts
 
     def send_acks(self, flush: OpId | None = None) -> frozenset[str]:
-        return self.rollouts.send_acks(flush)
+        if flush is not None:
+            return self.background.flush(flush)
+        self.background.drain()
+        return frozenset()
+
+    def retire(self, agent: str, key: AttemptKey) -> None:
+        self.background.retire(agent, key)
 
     def dispatch_reserved(self) -> None:
         self.rollouts.dispatch_reserved()
@@ -367,8 +377,8 @@ class _Run:
             self.m9.on_retry_timer(timer)
         elif kind is TimerKind.CALL_RETRY:
             self._phases_of(OpId.parse(timer.subject)).on_retry_due(timer)
-        elif kind is TimerKind.RETIRE_RETRY:
-            self.rollouts.on_retire_due(timer)
+        elif kind is TimerKind.BACKGROUND_RETRY:
+            self.background.on_timer(timer)
         else:
             self._attempt_timer(timer)
 
@@ -536,21 +546,20 @@ class _Run:
         result = event.result
         incarnation = getattr(result, "incarnation", None)
         if incarnation is not None and self.restarted(event.participant, incarnation):
-            if event.op is Op.ACK:
-                self.rollouts.on_ack_unused(event.participant, event.op_id)
+            if event.op in _BACKGROUND_OPS:
+                self.background.on_unused(event)
             return
-        if event.op is Op.ACK:
-            self.rollouts.on_ack_reply(event.participant, event.op_id, result)
-        elif event.op is Op.RETIRE:
-            self.rollouts.on_retire_reply(event.participant, result)
+        if event.op in _BACKGROUND_OPS:
+            self.background.on_reply(event)
         else:
             self._phases_of(event.op_id).on_reply(event.participant, event.op, event.op_id, result)
+        if not isinstance(result, ErrorReply):
+            # Reachable again: its background calls that spent their retries go again.
+            self.background.on_answered(event.participant)
 
     def on_call_failed(self, event: CallFailed) -> None:
-        if event.op is Op.ACK:
-            self.rollouts.on_ack_failed(event)
-        elif event.op is Op.RETIRE:
-            self.rollouts.on_retire_failed(event)
+        if event.op in _BACKGROUND_OPS:
+            self.background.on_failed(event)
         else:
             self._phases_of(event.op_id).on_failure(
                 event.participant, event.op, event.op_id, event.cause
@@ -575,16 +584,16 @@ class _Run:
             for group in self.state.ledger.unfinished_groups():
                 if group.environment == participant:
                     self.rollouts.expire_group(group.group_id, retire=False)
+        # M1 decides what the restart costs the attempt (S19): nothing if it never touched
+        # the participant, a prepare again if its role is being prepared, else the attempt;
+        # if it fails, the reply must not be used.
         attempt = self.state.attempt
         touched = attempt is not None and participant in attempt.attempted
-        if self.state.phase in _TOUCHED and touched:
-            # §4, S19: it may have lost the attempt's id mid-checkpoint: never retried.
-            self.fail(Cause.PARTICIPANT_RESTARTED, participant)
-            return True
-        # Restarted before this attempt sent it anything (the reply of a background ACK
-        # or retire says so): it never held the id, so the attempt goes on; what it lost is
-        # retried above, as between attempts.
-        return False
+        cause = self.policy.classify(Cause.PARTICIPANT_RESTARTED)
+        in_turn = self.phases.calling(fleet.role_of(participant))
+        before = self.state.phase
+        self.fire(CheckpointInput.RESTARTED, Restart(participant, touched, cause, in_turn))
+        return self.state.phase is not before
 
     # ------------------------------------------------------------------ rollouts
 
@@ -599,8 +608,6 @@ class _Run:
 
 
 _S = CheckpointState
-# The states in which participants may hold the attempt's id: a restart there fails it.
-_TOUCHED = (_S.PREPARING, _S.COMMITTING, _S.CAPTURING, _S.VALIDATING)
 
 # Which store completion moves M1 on, in which state.
 _LOCAL_DONE: Mapping[tuple[CheckpointState, LocalOp], CheckpointInput] = MappingProxyType(
@@ -611,6 +618,10 @@ _LOCAL_DONE: Mapping[tuple[CheckpointState, LocalOp], CheckpointInput] = Mapping
         (_S.PUBLISHING, LocalOp.PUBLISH): CheckpointInput.PUBLISHED,
     }
 )
+
+# The ops of no remote phase (`_background`): ACK batches (background, or the strict flush)
+# and retires.
+_BACKGROUND_OPS = (Op.ACK, Op.RETIRE)
 
 _VERDICTS = {
     "verified": CheckpointInput.INSPECTED_VERIFIED,

@@ -17,6 +17,7 @@ from quiesce.protocol._causes import Cause
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._ids import OpId, OpKind
 from quiesce.protocol.controller._effects import ControllerEffect
+from quiesce.protocol.controller._ledger import AttemptKey
 from quiesce.protocol.controller._policy import CoordinatorPolicy
 from quiesce.protocol.controller._state import ControllerState
 from quiesce.protocol.machines import (
@@ -103,8 +104,12 @@ class StepHost(Protocol):
 
     def send_acks(self, flush: OpId | None = None) -> frozenset[str]:
         """Send the ACK outbox; the agents called (`flush`: the attempt whose strict flush
-        this is, to every agent owed; None: a background drain, to agents with no batch in
-        flight)."""
+        this is, to every agent owed; None: a background drain, a batch to each agent owed
+        with none in flight, and the empty set)."""
+        ...
+
+    def retire(self, agent: str, key: AttemptKey) -> None:
+        """Retire attempt `key` at `agent`, a background call (M3 `retire`)."""
         ...
 
     def dispatch_reserved(self) -> None:

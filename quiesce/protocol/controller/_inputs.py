@@ -117,12 +117,14 @@ class Reply:
     """`participant` answered the call `(op, op_id)` with `result`, a parsed wire model
     (`PrepareReply`, `CommitReply`, `ResumeReply`, `AckReply`, `RetireReply`,
     `ErrorReply`, ...). `op_id` is the id the *call* carried; the result's own id must match
-    it or the reply names the wrong id (`invariant_error`)."""
+    it or the reply names the wrong id (`invariant_error`). `payload` is the call's own
+    (`Call.payload`), as `CallFailed` has it: a retire's answer names its attempt key there."""
 
     participant: str
     op: Op
     op_id: OpId | None
     result: Any
+    payload: Any = None
 
 
 @dataclass(frozen=True, slots=True)

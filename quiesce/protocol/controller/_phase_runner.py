@@ -40,6 +40,7 @@ from quiesce.protocol._messages import (
     PrepareReply,
     RestoreReply,
     ResumeReply,
+    Role,
 )
 from quiesce.protocol._timers import ArmTimer, CancelTimer, TimerKey, TimerKind
 from quiesce.protocol.controller._effects import Call, Metric, Op
@@ -135,7 +136,7 @@ def with_conflict(
     return (conflicts - {key}) | {(key[0], active_id)}
 
 
-def backoff_s(config: QuiesceConfig, op_id: OpId, participant: str, retry: int) -> float:
+def backoff_s(config: QuiesceConfig, op_id: OpId | None, participant: str, retry: int) -> float:
     """The wait before retry number `retry` (1, 2, ...) of a call: exponential backoff with
     full jitter, a uniform fraction of `min(call_backoff_max_s, call_backoff_s * 2 ** (retry
     - 1))`. The fraction is a hash of the call and the retry number: the core stays pure (no
@@ -316,6 +317,19 @@ class PhaseRunner:
         """The calls not settled yet."""
         calls = self.owner.progress()
         return frozenset() if calls is None else calls.keys(*_IN_FLIGHT)
+
+    def answered(self) -> frozenset[CallKey]:
+        """The calls answered."""
+        calls = self.owner.progress()
+        return frozenset() if calls is None else calls.keys(CallState.ANSWERED)
+
+    def calling(self, role: Role | None) -> bool:
+        """Is the phase calling `role`'s slot now?"""
+        calls = self.owner.progress()
+        if calls is None or role is None:
+            return False
+        slots = self.h.policy.phase_order[calls.phase]
+        return calls.role < len(slots) and slots[calls.role].role is role
 
     def unanswered(self) -> frozenset[CallKey]:
         """The calls settled without an answer."""

@@ -62,13 +62,11 @@ from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import Role
 from quiesce.protocol._timers import ArmTimer, CancelTimer, TimerKey, TimerKind
 from quiesce.protocol.controller._effects import (
-    Call,
     ClearIntent,
     Dispatch,
     ListSnapshots,
     LoadSnapshot,
     Metric,
-    Op,
     Redispatch,
     RestoreCut,
     RestoreOutcome,
@@ -720,10 +718,10 @@ def _w_redispatch(flow: RestoreFlow, _arg: Any) -> None:
     )
     flow.h.state = replace(flow.h.state, ledger=plan.ledger)
     # N is tombstoned on every agent; N+1 claims its continuation once (Dispatch below).
-    deadline = flow.deadline()
     for retire in plan.retire:
         key = (retire.rollout_id, retire.attempt)
-        flow.h.emit(*(Call(a, Op.RETIRE, None, deadline, key) for a in flow.members(Role.AGENT)))
+        for agent in flow.members(Role.AGENT):
+            flow.h.retire(agent, key)
     snapshot = run.snapshot
     if snapshot is not None:
         flow.h.emit(RestoreCut(snapshot.snapshot_id))

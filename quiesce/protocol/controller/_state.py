@@ -9,11 +9,13 @@ flow compute the next state.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from quiesce.fsm import Value
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._levels import RecoveryLevel
 from quiesce.protocol._messages import Continuation, RestoreReply, Role
+from quiesce.protocol.controller._effects import Op
 from quiesce.protocol.controller._ledger import Ledger, OwedAck
 from quiesce.protocol.controller._recovery_levels import EffectiveLevel
 from quiesce.protocol.controller._restore_plan import (
@@ -27,6 +29,8 @@ from quiesce.protocol.controller._restore_plan import (
 )
 from quiesce.protocol.machines import (
     Attempt,
+    CallData,
+    CallState,
     CheckpointData,
     CheckpointState,
     Deadlines,
@@ -102,6 +106,23 @@ class Fleet:
         return default
 
 
+BackgroundKey = tuple[str, Op, str]
+"""An ACK batch or a retire: the agent called, the op, and what it is about ("" for the
+agent's background batch, the attempt's id for its strict flush, `rollout#attempt` for a
+retire)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundCall:
+    """One ACK batch or retire: its `call` table value, what it carries (the batch's
+    `OwedAck`s, or the retired attempt's key) and, for M1's strict flush, the attempt's id
+    (None: a background call)."""
+
+    value: Value[CallState, CallData]
+    payload: Any
+    op_id: OpId | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class ControllerState:
     """Everything the controller knows; frozen, hashable, compact.
@@ -116,8 +137,10 @@ class ControllerState:
     `unowned_acks` is the second part of the ACK outbox: `(agent, receipt)` of completions
     the ledger does not own (work of an interval a restore rolled back), owed an ACK so
     their agent can be ready again, never trained; `unowned_dropped` counts them.
-    `background_acks` are the agents with a background ACK batch in flight (unanswered):
-    the next batch to one of them waits for that answer, so batches never pile up.
+    `background` are the background calls (`_background`): each agent's ACK batch and the
+    retires, keyed by `(agent, op, subject)`, each a value of the `call` table with what it
+    carries; one in flight (waiting, or backing off) stops a second of the same key, so
+    batches never pile up, and a failed one stays until its agent answers again.
     `refused_groups` are the groups whose dispatch failed (a refused or failed `begin`) and
     were redispatched at once: a second failure before their deadline expires waits for
     that deadline, so an agent that refuses every `begin` is retried once per
@@ -140,7 +163,7 @@ class ControllerState:
     restoring: RestoreRun | None = None
     unowned_acks: tuple[tuple[str, OwedAck], ...] = ()
     unowned_dropped: int = 0
-    background_acks: frozenset[str] = frozenset()
+    background: tuple[tuple[BackgroundKey, BackgroundCall], ...] = ()
     refused_groups: frozenset[str] = frozenset()
 
     @property

@@ -38,6 +38,7 @@ from quiesce.protocol.machines._checkpoint import (
     CheckpointData,
     CheckpointInput,
     CheckpointState,
+    Restart,
     Trigger,
     stops_the_run,
 )
@@ -225,6 +226,7 @@ __all__ = [
     "ResourcesData",
     "ResourcesInput",
     "ResourcesState",
+    "Restart",
     "RestoreData",
     "RestoreInput",
     "RestoreState",

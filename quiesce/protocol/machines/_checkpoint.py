@@ -21,6 +21,8 @@ doing that work (the mutants of `quiesce.models` rely on it).
                                                       INSPECTED_ABSENT -> aborting
       aborting --FAILED--> abort_pending --RETRY_DUE | TRIGGER--> aborting   (same id)
       releasing --FAILED--> release_pending --RETRY_DUE | TRIGGER--> releasing (same id)
+      preparing --RESTARTED [in_turn] (holds, prepare it again, same id)
+      preparing .. validating --RESTARTED [touched]--> aborting   (S19: never retried)
       any attempt state --FAILED [fatal]--> stopped
       closing_admission, flushing_acks --FAILED [exhausted]--> stopped
       aborting --ROLES_DONE | FAILED [over_budget]--> stopped
@@ -31,6 +33,12 @@ Rules encoded in the rows:
   published) or `aborting` (X not published), each retried with the same X; nothing mints a
   new id while `abort_pending` or `release_pending` holds (a TRIGGER there retries X);
 - a fatal cause stops at once, keeping the intent record for the next start (§6);
+- a participant restart (S19) matters only if the attempt touched that participant. While
+  its role is being prepared, it kept its fence (§6) and lost only running work, none of
+  it committed: it is prepared again with the same id. Otherwise (a later role was called
+  since, or it may have committed) it may have lost what the attempt counts on: the
+  attempt fails (never retried inside it, §4). One the attempt never called holds nothing,
+  and the attempt goes on;
 - every attempt that fails retryably counts once, with its first cause (a failing abort
   or release is retried by its timer and counts nothing more); `exhausted` = more than
   `failure_budget` (= `max_consecutive_failures`) in a row: `stopped`, or, once
@@ -60,6 +68,7 @@ __all__ = [
     "CheckpointData",
     "CheckpointInput",
     "CheckpointState",
+    "Restart",
     "Trigger",
     "stops_the_run",
 ]
@@ -96,6 +105,7 @@ class CheckpointInput(Enum):
     INSPECTED_ABSENT = "inspected_absent"  # not there
     FAILED = "failed"  # a step failed or was skipped (arg: Classification)
     RETRY_DUE = "retry_due"  # the retry timer of a pending abort or release fired
+    RESTARTED = "restarted"  # a reply showed a participant's new incarnation (arg: Restart)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +187,18 @@ class Trigger:
     skip: Classification | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """The argument of RESTARTED: who restarted, whether the attempt `touched` it (called it
+    with its id, S6), whether the phase is calling its role now (`in_turn`), and how §4
+    classifies a restart."""
+
+    participant: str
+    touched: bool
+    cause: Classification
+    in_turn: bool = False
+
+
 # ----------------------------------------------------------------------------- the rows
 
 _S = CheckpointState
@@ -186,6 +208,7 @@ ATTEMPT_STATES = tuple(s for s in _S if s not in (_S.IDLE, _S.STOPPED))
 """Every state with an attempt in flight."""
 _BEFORE_PARTICIPANTS = (_S.CLOSING_ADMISSION, _S.FLUSHING_ACKS)
 _PARTICIPANTS_TOUCHED = (_S.PREPARING, _S.COMMITTING, _S.CAPTURING, _S.VALIDATING)
+_AFTER_PREPARE = (_S.COMMITTING, _S.CAPTURING, _S.VALIDATING)
 _PENDING = (_S.ABORT_PENDING, _S.RELEASE_PENDING)
 _BUSY = tuple(s for s in ATTEMPT_STATES if s not in _PENDING)
 
@@ -228,6 +251,15 @@ _ROWS = (
     on(_S.ABORT_PENDING, _I.TRIGGER, _S.ABORTING, effects=("cancel_retry", "call_abort")),
     on(_S.RELEASE_PENDING, _I.RETRY_DUE, _S.RELEASING, effects="call_release"),
     on(_S.RELEASE_PENDING, _I.TRIGGER, _S.RELEASING, effects=("cancel_retry", "call_release")),
+    # --- a participant restarted (S19). One the attempt never called holds nothing: the
+    # attempt goes on. One of the role being prepared kept its fence (§6 journal) and lost
+    # only what was running, which nothing committed yet: it is prepared again, same id.
+    # Any other may have lost what the attempt counted on (a later role was called since,
+    # or it may have committed): the attempt fails, never retried inside it (§4).
+    # (Last, so the rows above keep their indices: mutant notes are keyed by them.)
+    on(_S.PREPARING, _I.RESTARTED, None, guard="in_turn", effects="call_prepare_again"),
+    on(_PARTICIPANTS_TOUCHED, _I.RESTARTED, _S.ABORTING, guard="touched", update="note_restart", effects=("cancel_prepare_timers", "call_abort")),
+    on(_PARTICIPANTS_TOUCHED, _I.RESTARTED, None),
 )
 # ruff: enable[E501]
 # fmt: on
@@ -237,6 +269,9 @@ _ROWS = (
 # row maps is refused (`unmapped="forbidden"` below).
 _IGNORED = (
     *each(_BUSY, _I.TRIGGER),
+    # A restart outside preparing .. validating: nobody may hold the id, or its abort or
+    # release is retried with the same id anyway.
+    *each(tuple(s for s in _S if s not in _PARTICIPANTS_TOUCHED), _I.RESTARTED),
     *each((_S.IDLE, *_BUSY), _I.RETRY_DUE),
     *each(_S.STOPPED, (_I.TRIGGER, _I.RETRY_DUE)),
 )
@@ -266,6 +301,14 @@ def stops_the_run(data: CheckpointData, cause: Classification) -> bool:
     failure more than `failure_budget` (the `fatal` and `exhausted` guards)?"""
     value = Value(CheckpointState.IDLE, data)
     return _fatal(value, cause) or _exhausted(value, cause)
+
+
+def _touched(_value: Value[Any, CheckpointData], arg: Restart) -> bool:
+    return arg.touched
+
+
+def _in_turn(_value: Value[Any, CheckpointData], arg: Restart) -> bool:
+    return arg.touched and arg.in_turn
 
 
 def _over_budget(value: Value[Any, CheckpointData], _arg: object) -> bool:
@@ -308,6 +351,14 @@ def _note_cause(data: CheckpointData, cause: Classification) -> CheckpointData:
         return data
     noted = replace(data, attempt=replace(attempt, cause=cause))
     return noted if attempt.published else _count(noted, cause)
+
+
+def _note_restart(data: CheckpointData, arg: Restart) -> CheckpointData:
+    # As any failure; if it stops the run, the stop names the restarted participant (§4).
+    noted = _note_cause(data, arg.cause)
+    if noted.attempt is not None and stops_the_run(data, arg.cause):
+        return replace(noted, attempt=replace(noted.attempt, failed_by=arg.participant))
+    return noted
 
 
 def _abandon(data: CheckpointData, cause: Classification) -> CheckpointData:
@@ -361,12 +412,15 @@ CHECKPOINT: Table[CheckpointState, CheckpointInput] = Table(
         "fatal": _fatal,
         "exhausted": _exhausted,
         "over_budget": _over_budget,
+        "touched": _touched,
+        "in_turn": _in_turn,
     },
     updates={
         "begin": _begin,
         "skipped": _skipped,
         "adopt": _adopt,
         "note_cause": _note_cause,
+        "note_restart": _note_restart,
         "abandon": _abandon,
         "published": _published,
         "unverifiable": _unpublished(_UNVERIFIABLE),
@@ -394,6 +448,10 @@ ARG_EXAMPLES: Mapping[CheckpointInput, tuple[object, ...]] = {
     ),
     _I.RECOVERED: _ATTEMPTS,
     _I.FAILED: _CLASSIFICATIONS,
+    _I.RESTARTED: tuple(
+        Restart("agent-0", touched, classify(Cause.PARTICIPANT_RESTARTED), in_turn)
+        for touched, in_turn in ((True, True), (True, False), (False, False))
+    ),
 }
 """Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): a `Trigger`,
 the recovered `Attempt`, every cause's `Classification`; the other inputs take none."""

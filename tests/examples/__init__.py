@@ -1,0 +1,1 @@
+"""The examples of examples/, started and checked as a user would check a service."""
