@@ -36,7 +36,7 @@ processes; the wall time is reported (the figures are virtual-time only, so they
 same on any machine).
 
 `--quick` is the form CI gates on (`.ci/run`): 12 seeds at 0.05 and 0.10, every mode.
-`--check-readme README.md` then also fails unless the README's table for the same command
+`--check-readme docs/benchmarks.md` then also fails unless that page's table for the same command
 line is exactly what this run printed, so a quoted figure cannot drift.
 """
 

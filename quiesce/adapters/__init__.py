@@ -6,6 +6,9 @@ Nothing here decides protocol behaviour; the pure core in `quiesce.protocol` doe
 >>> from quiesce.adapters import SnapshotStore, VirtualClock
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from quiesce.adapters._clock import (
     Clock,
     ClockEvent,
@@ -49,30 +52,6 @@ from quiesce.adapters._host_journal import (
     JournalCorrupt,
     JournalSink,
     MemoryJournal,
-)
-from quiesce.adapters._http_client import HttpParticipant
-from quiesce.adapters._http_data_plane import (
-    DATA_PREFIX,
-    DataEvent,
-    GenerateRequest,
-    HttpPolicyService,
-    HttpResourcesService,
-    MutateRequest,
-    ServiceUnusable,
-    connect_services,
-)
-from quiesce.adapters._http_server import (
-    API_PREFIX,
-    DEFAULT_MAX_BODY_BYTES,
-    REQUEST_MODELS,
-    RESET_PATH,
-    ROUTES,
-    WireError,
-    configure_server_logging,
-    create_app,
-    create_resettable_app,
-    participant_lifespan,
-    status_of,
 )
 from quiesce.adapters._in_memory import (
     CALL_FAULTS,
@@ -123,12 +102,6 @@ from quiesce.adapters._participant_host import (
     random_incarnation,
     secret_incarnation,
 )
-from quiesce.adapters._ray import (
-    ParticipantActor,
-    RayParticipant,
-    RayUnavailable,
-    spawn_ray_participant,
-)
 from quiesce.adapters._snapshot_store import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -166,6 +139,92 @@ from quiesce.adapters._trainer import (
     Trainer,
     TrainerCheckpoint,
 )
+
+if TYPE_CHECKING:
+    from quiesce.adapters._http_client import HttpParticipant
+    from quiesce.adapters._http_data_plane import (
+        DATA_PREFIX,
+        DataEvent,
+        GenerateRequest,
+        HttpPolicyService,
+        HttpResourcesService,
+        MutateRequest,
+        ServiceUnusable,
+        connect_services,
+    )
+    from quiesce.adapters._http_server import (
+        API_PREFIX,
+        DEFAULT_MAX_BODY_BYTES,
+        REQUEST_MODELS,
+        RESET_PATH,
+        ROUTES,
+        WireError,
+        configure_server_logging,
+        create_app,
+        create_resettable_app,
+        participant_lifespan,
+        status_of,
+    )
+    from quiesce.adapters._ray import (
+        ParticipantActor,
+        RayParticipant,
+        RayUnavailable,
+        spawn_ray_participant,
+    )
+
+# Name -> the module defining it, for the names imported on first use: the HTTP and Ray
+# adapters import httpx and starlette (or ray), which a simulated run never needs.
+_LAZY = {
+    **dict.fromkeys(("HttpParticipant",), "quiesce.adapters._http_client"),
+    **dict.fromkeys(
+        (
+            "DATA_PREFIX",
+            "DataEvent",
+            "GenerateRequest",
+            "HttpPolicyService",
+            "HttpResourcesService",
+            "MutateRequest",
+            "ServiceUnusable",
+            "connect_services",
+        ),
+        "quiesce.adapters._http_data_plane",
+    ),
+    **dict.fromkeys(
+        (
+            "API_PREFIX",
+            "DEFAULT_MAX_BODY_BYTES",
+            "REQUEST_MODELS",
+            "RESET_PATH",
+            "ROUTES",
+            "WireError",
+            "configure_server_logging",
+            "create_app",
+            "create_resettable_app",
+            "participant_lifespan",
+            "status_of",
+        ),
+        "quiesce.adapters._http_server",
+    ),
+    **dict.fromkeys(
+        (
+            "ParticipantActor",
+            "RayParticipant",
+            "RayUnavailable",
+            "spawn_ray_participant",
+        ),
+        "quiesce.adapters._ray",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
 
 __all__ = [
     "API_PREFIX",

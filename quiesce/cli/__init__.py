@@ -5,9 +5,10 @@ checked before a command starts (`_paths.py`, `_values.py`): a bad value is one 
 naming it and the fix, exit 2, never a traceback. A file-system error after that (a file
 removed or a disk filled mid-run) is one line too, exit 1.
 
-Commands are imported only when they run (`_COMMANDS` maps a name to its module), so a
-participant server started by `quiesce serve` does not pay for hypothesis or the model
-checker, and a restart in `quiesce chaos` is as fast as the server itself.
+Commands are imported only when they run (`_COMMANDS` maps a name to its module and its
+one-line summary), so `quiesce --help` imports none of them, a participant server started
+by `quiesce serve` does not pay for hypothesis or the model checker, and a restart in
+`quiesce chaos` is as fast as the server itself.
 """
 
 from __future__ import annotations
@@ -19,20 +20,72 @@ import click
 
 __all__ = ["main"]
 
-# name -> (module, attribute), in the order `quiesce --help` lists them.
-_COMMANDS: dict[str, tuple[str, str]] = {
-    "simulate": ("quiesce.cli._simulate", "simulate"),
-    "tables": ("quiesce.cli._tables", "tables"),
-    "diagram": ("quiesce.cli._diagram", "diagram"),
-    "diagrams": ("quiesce.cli._diagram", "diagrams"),
-    "check": ("quiesce.cli._check", "check"),
-    "mutants": ("quiesce.cli._mutants", "mutants"),
-    "explore": ("quiesce.cli._explore", "explore"),
-    "serve": ("quiesce.cli._serve", "serve"),
-    "conform": ("quiesce.cli._conform", "conform"),
-    "chaos": ("quiesce.cli._chaos", "chaos"),
-    "validate": ("quiesce.cli._validate", "validate"),
-    "cover": ("quiesce.cli._cover", "cover"),
+# name -> (module, attribute, summary), in the order `quiesce --help` lists them. The
+# summary is the command's own (its docstring's first sentence; a test keeps them equal),
+# so `quiesce --help` lists the commands without importing any of them.
+_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "simulate": (
+        "quiesce.cli._simulate",
+        "simulate",
+        "Run a simulated training run with checkpoints, faults and a crash (virtual clock).",
+    ),
+    "tables": (
+        "quiesce.cli._tables",
+        "tables",
+        "List the registered tables (or only NAME): states, inputs, rows, guards and effects.",
+    ),
+    "diagram": (
+        "quiesce.cli._diagram",
+        "diagram",
+        "Draw the registered table NAME (`quiesce tables` lists the names).",
+    ),
+    "diagrams": (
+        "quiesce.cli._diagram",
+        "diagrams",
+        "Regenerate the Mermaid and DOT diagram of every registered table.",
+    ),
+    "check": (
+        "quiesce.cli._check",
+        "check",
+        "Explore every reachable state of MODEL (default: design) and check its properties.",
+    ),
+    "mutants": (
+        "quiesce.cli._mutants",
+        "mutants",
+        "List the mutants, or (--verify) show that every check kills its mutant.",
+    ),
+    "explore": (
+        "quiesce.cli._explore",
+        "explore",
+        "Step through MODEL (default: design) in a web page: its tables' diagrams with the"
+        " current states, the enabled actions, the path, the properties and the rows covered.",
+    ),
+    "serve": (
+        "quiesce.cli._serve",
+        "serve",
+        "Serve one participant over HTTP (routes in docs/wire.md).",
+    ),
+    "conform": (
+        "quiesce.cli._conform",
+        "conform",
+        "Check that the participant server at --url follows the protocol (docs/wire.md).",
+    ),
+    "chaos": (
+        "quiesce.cli._chaos",
+        "chaos",
+        "Kill -9 a real controller and participants at random moments; check nothing was"
+        " lost, duplicated or restored from a half-written snapshot.",
+    ),
+    "validate": (
+        "quiesce.cli._validate",
+        "validate",
+        "Check fence logs (docs/validate.md) against the design model, step by step.",
+    ),
+    "cover": (
+        "quiesce.cli._cover",
+        "cover",
+        "Replay a shortest trace of every design step label on the pure System.",
+    ),
 }
 
 
@@ -46,10 +99,21 @@ class _LazyGroup(click.Group):
         target = _COMMANDS.get(cmd_name)
         if target is None:
             return None
-        module, attribute = target
+        module, attribute, _ = target
         command = getattr(importlib.import_module(module), attribute)
         assert isinstance(command, click.Command)
         return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # click's own would import every command for its short help: a stand-in command
+        # holding the same summary is cut by click the way the real one would be.
+        width = formatter.width - 6 - max(map(len, _COMMANDS))
+        rows = [
+            (name, click.Command(name, help=summary).get_short_help_str(width))
+            for name, (_, _, summary) in _COMMANDS.items()
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

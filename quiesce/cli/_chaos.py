@@ -7,12 +7,13 @@ moment -- restarts it, and judges the run with a ledger independent of the contr
 or one JSON object with `--json`). `--report FILE` also writes the run as one self-contained
 HTML page (`quiesce.harness.render_report`): the controller's phases, the kills and
 restarts, every participant's fence, on the host's monotonic clock. Exit 0 when every check
-held, 1 otherwise, 2 on a usage or set-up error, 130 when interrupted (every child is
-stopped first).
+held, 1 otherwise, 2 on a usage or set-up error, 130 / 143 when stopped by Ctrl-C / SIGTERM
+(every child is stopped first).
 """
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ import click
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from quiesce.cli._output import fail, json_option, log_level_option, print_json
+from quiesce.cli._output import fail, heartbeat, json_option, log_level_option, print_json
 from quiesce.cli._paths import OutputDir, OutputFile
 from quiesce.harness import (
     ChaosConfig,
@@ -102,12 +103,25 @@ def chaos(
     """Kill -9 a real controller and participants at random moments; check nothing was
     lost, duplicated or restored from a half-written snapshot."""
     config = ChaosConfig(kills=kills, seed=seed, steps=steps, workdir=workdir, log_level=log_level)
+    said: list[str] = []  # the progress lines so far, for the partial summary
+
+    def say(line: str) -> None:
+        said.append(line)
+        click.echo(line, err=True)
+
     recorder = None if report is None else ChaosRecorder()
     try:
-        result = run_chaos(config, say=lambda line: click.echo(line, err=True), recorder=recorder)
+        # run_chaos stops its children on SIGINT / SIGTERM itself (ChaosInterrupted); the
+        # heartbeat covers the seconds between two kills.
+        with heartbeat("chaos: running"):
+            result = run_chaos(config, say=say, recorder=recorder)
     except ChaosInterrupted as error:
-        click.echo(f"error: {error}", err=True)
-        raise SystemExit(130) from None
+        click.echo(f"chaos: {error}", err=True)
+        click.echo(
+            f"chaos: STOPPED by {signal.Signals(error.signum).name} after {len(said)} progress"
+            " lines (see above): no verdict, the run did not finish"
+        )
+        raise SystemExit(128 + error.signum) from None
     except ChaosError as error:
         fail(error)
     if report is not None and recorder is not None:

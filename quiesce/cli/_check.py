@@ -15,6 +15,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Mapping
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import click
 from rich.console import Console
 
 from quiesce.cli._counterexample import print_story, write_traces
-from quiesce.cli._output import fail, json_option, print_json, print_stats
+from quiesce.cli._output import fail, heartbeat, json_option, print_json, print_stats
 from quiesce.cli._paths import OutputDir
 from quiesce.cli._portfolio import check_portfolio
 from quiesce.cli._signals import Stopped, stop_on_signals
@@ -221,7 +222,7 @@ def check(
     quiesce check design --faults 2   # the longer run (minutes)
     quiesce check two-phase --mutant commit_without_message --trace-out traces/
     quiesce check protocol --walks 2000 --seed 1 --refine
-    quiesce check protocol --swarm 200 --walks 20 --ray   # README, 'Past one machine'
+    quiesce check protocol --swarm 200 --walks 20 --ray   # docs/checking.md, 'Past one machine'
     quiesce check --portfolio
     """
     if portfolio:
@@ -239,8 +240,27 @@ def check(
     if walkers is not None and refined:
         raise click.UsageError("--swarm takes no --refine (use --walks N --refine)")
     model = _build(name, settings, faults, mutant)
+    design_seconds = 0.0
     if refined:
-        model = _refined(model)
+        # Exhausting the design first takes minutes at some sizes: say so while it runs,
+        # stop cleanly on a signal, and count its time in the run's.
+        what = "check: --refine: exhausting the design model at the matching size"
+        try:
+            with stop_on_signals(), heartbeat(what, logged=True) as elapsed:
+                model = _refined(model)
+        except Stopped as stop:
+            click.echo(
+                f"check: {stop} while exhausting the design for --refine: nothing explored",
+                err=True,
+            )
+            if as_json:
+                print_json({"model": name, "mutant": mutant, "interrupted": stop.signal.name,
+                            "distinct_states": 0, "complete": False, "violations": []})  # fmt: skip
+            else:
+                click.echo(f"{name}: STOPPED by {stop.signal.name} (design phase of --refine)")
+            sys.exit(stop.exit_code)
+        design_seconds = elapsed()
+        click.echo(f"check: --refine: the design was exhausted in {design_seconds:.1f}s", err=True)
     title = _title(name, model.params, mutant)
     mode = "exhaustive" if not sampled else "walks" if walkers is None else "swarm"
     if walkers is not None:
@@ -264,7 +284,7 @@ def check(
         if name == IMPLEMENTATION_MODEL and unbounded:
             click.echo(
                 "check: the protocol at the §8 reference size has well over 10^7 states and"
-                " will not finish in minutes (README, 'Model checking'): bound it with"
+                " will not finish in minutes (docs/checking.md): bound it with"
                 " --max-states N, or sample it deeply with --walks N",
                 err=True,
             )
@@ -278,8 +298,11 @@ def check(
             progress_every=_REPORT_EVERY_WALKS,
         )  # fmt: skip
     started = time.perf_counter()
+    # A swarm reports once per walker, which may take longer than a progress line's
+    # interval: a heartbeat fills the gaps.
+    beat = heartbeat("check: swarm running", logged=True) if walkers is not None else nullcontext()
     try:
-        with stop_on_signals():
+        with stop_on_signals(), beat:
             result = search()
     except Stopped as stop:
         progress.close()
@@ -290,7 +313,7 @@ def check(
     progress.close()
     if isinstance(result, SwarmResult):
         if trace_out is not None:
-            write_traces(result.model, result.violations, trace_out)
+            write_traces(result.model, result.violations, trace_out, model_name=name)
         print_swarm(result, title, mutant, as_json=as_json)
         sys.exit(1 if result.violations else 0)
     if walks is not None:
@@ -305,16 +328,18 @@ def check(
             err=True,
         )
     if trace_out is not None:
-        write_traces(model, result.violations, trace_out)
+        write_traces(model, result.violations, trace_out, model_name=name)
     if as_json:
         document = result.to_json()
         document["mutant"] = mutant
         document["mode"] = mode
+        if refined:
+            document["refine_design_seconds"] = round(design_seconds, 6)
         if walks is not None:
             document["walks"] = {"walks": walks, "seed": seed, "max_depth": max_depth}
         print_json(document)
     else:
-        _print_human(result, title, shortest=walks is None)
+        _print_human(result, title, shortest=walks is None, design_seconds=design_seconds)
     sys.exit(1 if result.violations else 0)
 
 
@@ -325,7 +350,8 @@ def _build(
     try:
         spec = get_model_spec(name)
         if mutant is not None and mutant not in spec.mutants:
-            fail(unknown_name(f"{name} mutant", mutant, spec.mutants, "quiesce mutants --all"))
+            listing = f"quiesce mutants --model {name}"
+            fail(unknown_name(f"{name} mutant", mutant, spec.mutants, listing))
         return build_model(name, dict(settings), faults=faults, mutant=mutant)
     except QuiesceError as error:
         fail(error)
@@ -398,13 +424,18 @@ def _report_stopped(
     )
 
 
-def _print_human(result: CheckResult[Any], title: str, *, shortest: bool) -> None:
+def _print_human(
+    result: CheckResult[Any], title: str, *, shortest: bool, design_seconds: float = 0.0
+) -> None:
     click.echo(title)
+    # With --refine, the design's exhaustion before the search is part of the run's time.
+    design = (("seconds exhausting the design", f"{design_seconds:.3f}"),) if design_seconds else ()
     print_stats(
         (
             ("distinct states", f"{result.distinct_states:,}"),
             ("generated states", f"{result.generated_states:,}"),
             ("depth", str(result.depth)),
+            *design,
             ("seconds", f"{result.seconds:.3f}"),
             ("states/s", f"{result.states_per_s:,.0f}"),
             ("symmetry", "on" if result.symmetry else "off"),

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import click
 
-from quiesce.cli._output import fail, json_option, print_json
+from quiesce.cli._output import fail, heartbeat, json_option, print_json
 from quiesce.cli._paths import InputFile
 from quiesce.cli._serve import read_token
+from quiesce.cli._signals import stop_on_signals, stopped_in
 from quiesce.cli._values import FiniteFloatRange, HttpUrl, ShellCommand
 from quiesce.protocol.wire import Role
 from quiesce.testing import ConformanceSetupError, check_conformance
@@ -122,21 +123,29 @@ def conform(
     """Check that the participant server at --url follows the protocol (docs/wire.md)."""
     token = read_token(token_file)
     try:
-        result = check_conformance(
-            url,
-            role,
-            token,
-            examples=examples,
-            steps=steps,
-            seed=seed,
-            executions=executions,
-            timeout=timeout,
-            reset=reset_url,
-            restart=restart_cmd,
-            min_coverage=min_coverage,
-        )
+        with stop_on_signals(), heartbeat(f"conform: checking {url}"):
+            result = check_conformance(
+                url,
+                role,
+                token,
+                examples=examples,
+                steps=steps,
+                seed=seed,
+                executions=executions,
+                timeout=timeout,
+                reset=reset_url,
+                restart=restart_cmd,
+                min_coverage=min_coverage,
+            )
     except ConformanceSetupError as error:
         fail(error)
+    except BaseException as error:
+        stop = stopped_in(error)
+        if stop is None:
+            raise
+        click.echo(f"conform: {stop}: no verdict", err=True)
+        click.echo(f"STOPPED by {stop.signal.name}: {url} was not judged (the run did not finish)")
+        raise SystemExit(stop.exit_code) from None
     if as_json:
         print_json(result.to_json())
     else:

@@ -28,9 +28,11 @@ from typing import Any
 import click
 
 from quiesce.models import NO_STALL, Model, Step, Trace, Violation, mermaid_sequence
+from quiesce.protocol.machines import TABLES
 
 __all__ = [
     "TableMoves",
+    "draw_command",
     "field_diff",
     "flat_fields",
     "print_story",
@@ -104,9 +106,16 @@ def print_story(model: Model[Any], violation: Violation[Any], *, shortest: bool)
     _print_values(model, violation, states[-1], states[-2] if len(states) > 1 else None)
 
 
-def write_traces(model: Model[Any], violations: Sequence[Violation[Any]], directory: Path) -> None:
+def write_traces(
+    model: Model[Any],
+    violations: Sequence[Violation[Any]],
+    directory: Path,
+    *,
+    model_name: str,
+) -> None:
     """Write each violation's sequence diagram and per-table traces into `directory`,
-    saying on stderr what was written and which tables the trace left alone."""
+    saying on stderr what was written, which tables the trace left alone, and the
+    `quiesce diagram` command that draws one (`model_name`: the registered model)."""
     directory.mkdir(parents=True, exist_ok=True)
     for violation in violations:
         prop = violation.property
@@ -142,10 +151,21 @@ def write_traces(model: Model[Any], violations: Sequence[Violation[Any]], direct
                 " no table: see the printed story for the fields it changed",
                 err=True,
             )
-        if written:
-            table, path = next(((t, p) for t, p in written if t in last_moved), written[0])
-            base = table.partition("[")[0]
-            click.echo(f"check: draw one with: quiesce diagram {base} --trace {path}", err=True)
+        drawable = [(t, p) for t, p in written if model.table_of(t) is not None]
+        if drawable:
+            table, path = next(((t, p) for t, p in drawable if t in last_moved), drawable[0])
+            command = draw_command(model, model_name, table, path)
+            click.echo(f"check: draw one with: {command}", err=True)
+
+
+def draw_command(model: Model[Any], model_name: str, instance: str, path: Path) -> str:
+    """The `quiesce diagram` command that draws the trace file `path` of table instance
+    `instance`: a protocol table by its name, any other model's by `--model`."""
+    table = model.table_of(instance)
+    assert table is not None
+    if table.name in TABLES:
+        return f"quiesce diagram {table.name} --trace {path}"
+    return f"quiesce diagram {table.name} --model {model_name} --trace {path}"
 
 
 def trace_file_stem(name: str) -> str:

@@ -8,21 +8,25 @@ that regenerates the committed Mermaid and DOT files the staleness test compares
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from quiesce.cli._output import fail, print_json
 from quiesce.cli._paths import InputFile, OutputDir, OutputFile
-from quiesce.cli._values import Name
+from quiesce.cli._values import Name, unknown_name
 from quiesce.fsm import (
     DiagramError,
     GraphvizFailed,
     GraphvizNotFound,
+    QuiesceError,
+    Table,
     TraceStep,
     load_trace,
     render,
     write_diagrams,
 )
+from quiesce.models import build_model
 from quiesce.protocol.machines import TABLES, UnknownTable, get_table
 
 __all__ = ["diagram", "diagrams"]
@@ -44,13 +48,22 @@ __all__ = ["diagram", "diagrams"]
     help="Write the diagram to this file (its directory must exist) instead of stdout.",
 )
 @click.option(
+    "--model",
+    "model_name",
+    type=Name(),
+    help="Draw a table of this registered model (`check --trace-out` names it when the table"
+    " is not the protocol's, e.g. --model two-phase for `rm` and `tm`).",
+)
+@click.option(
     "--trace",
     "trace_file",
     type=InputFile(),
     help='Draw a trace: a UTF-8 JSON list of {"state", "input", "target"} steps (spec names),'
     ' as `check --trace-out` writes them; a step marked "violates" is drawn in red.',
 )
-def diagram(name: str, format_: str, out: Path | None, trace_file: Path | None) -> None:
+def diagram(
+    name: str, format_: str, out: Path | None, model_name: str | None, trace_file: Path | None
+) -> None:
     """Draw the registered table NAME (`quiesce tables` lists the names).
 
     Edges read `input [guard] / effect, effect`; a trace numbers and highlights its steps.
@@ -58,20 +71,33 @@ def diagram(name: str, format_: str, out: Path | None, trace_file: Path | None) 
     \b
     Example:
         quiesce diagram admission_gate --format svg --out gate.svg
+        quiesce diagram rm --model two-phase
     """
     try:
-        table = get_table(name)
+        table = get_table(name) if model_name is None else _model_table(model_name, name)
         trace: list[TraceStep] = [] if trace_file is None else load_trace(table, trace_file)
         text = render(table, format_, trace)  # type: ignore[arg-type]
     except (GraphvizNotFound, GraphvizFailed) as error:
         fail(error, code=1)  # the machine lacks a tool: not a usage error
-    except (UnknownTable, DiagramError) as error:
+    except (UnknownTable, DiagramError, QuiesceError) as error:
         fail(error)
     if out is None:
         click.echo(text, nl=False)
     else:
         out.write_text(text, encoding="utf-8")
         click.echo(f"wrote {out}", err=True)
+
+
+def _model_table(model_name: str, name: str) -> Table[Any, Any]:
+    """The table called `name` that an instance of the registered model steps (its
+    reference configuration, unmutated)."""
+    model = build_model(model_name, {})
+    tables = {
+        table.name: table for table in map(model.table_of, model.tables()) if table is not None
+    }
+    if name not in tables:
+        fail(unknown_name(f"{model_name} table", name, tables, "quiesce tables"))
+    return tables[name]
 
 
 @click.command()

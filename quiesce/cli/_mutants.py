@@ -22,12 +22,15 @@ from typing import Any
 
 import click
 
-from quiesce.cli._output import json_option, print_json
+from quiesce.cli._output import fail, heartbeat, json_option, one_line, print_json
 from quiesce.cli._signals import Stopped, stop_on_signals
+from quiesce.cli._values import Name
+from quiesce.fsm import QuiesceError
 from quiesce.models import (
     MUTANTS,
     Mutant,
     Verdict,
+    get_model_spec,
     sample_generated,
     survivor_note,
     verify_many,
@@ -61,6 +64,12 @@ def _family(mutant: Mutant) -> str:
     is_flag=True,
     help="Every generated mutant: one line each in the list; with --verify, run them all.",
 )
+@click.option(
+    "--model",
+    "model_name",
+    type=Name(),
+    help="List only the mutants `quiesce check MODEL --mutant NAME` takes, with what each breaks.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sample.")
 @click.option(
     "--sample",
@@ -77,15 +86,29 @@ def _family(mutant: Mutant) -> str:
     help="Processes verifying mutants at once.",
 )
 @json_option
-def mutants(run: bool, everything: bool, seed: int, sample: int, jobs: int, as_json: bool) -> None:
+def mutants(
+    run: bool,
+    everything: bool,
+    model_name: str | None,
+    seed: int,
+    sample: int,
+    jobs: int,
+    as_json: bool,
+) -> None:
     """List the mutants, or (--verify) show that every check kills its mutant.
 
     \b
     quiesce mutants
+    quiesce mutants --model design
     quiesce mutants --verify --json
     quiesce mutants --verify --all --jobs 2
     quiesce check --mutant S2_boolean_suspend --set train_switch=1
     """
+    if model_name is not None:
+        if run or everything:
+            raise click.UsageError("--model lists a model's mutants: it takes no --verify, --all")
+        _list_model(model_name, as_json)
+        return
     if not run:
         _list(everything, as_json)
         return
@@ -99,7 +122,7 @@ def mutants(run: bool, everything: bool, seed: int, sample: int, jobs: int, as_j
     verdicts: list[Verdict] = []
     stopped: Stopped | None = None
     try:
-        with stop_on_signals():
+        with stop_on_signals(), heartbeat("mutants: verifying"):
             for number, verdict in enumerate(verify_many(chosen, jobs), 1):
                 verdicts.append(verdict)
                 state = f"killed by {verdict.killed_by}" if verdict.killed else verdict.status
@@ -127,7 +150,8 @@ def mutants(run: bool, everything: bool, seed: int, sample: int, jobs: int, as_j
     else:
         for v in verdicts:
             mark = "killed" if v.killed else v.status.upper()
-            click.echo(f"{mark:14s} {v.mutant.name:45s} {v.killed_by or '-':10s} {v.detail[:80]}")
+            detail = one_line(v.detail)[:80]
+            click.echo(f"{mark:14s} {v.mutant.name:45s} {v.killed_by or '-':10s} {detail}")
         click.echo(_summary_line(summary))
     if stopped is not None:
         sys.exit(stopped.exit_code)
@@ -164,6 +188,22 @@ def _list(everything: bool, as_json: bool) -> None:
         f"{counts['scenario']} scenario and {counts['generated']} generated mutants;"
         " none was run here: `quiesce mutants --verify` runs them"
     )
+
+
+def _list_model(model_name: str, as_json: bool) -> None:
+    """The mutants `quiesce check MODEL --mutant NAME` takes, each with what it breaks."""
+    try:
+        spec = get_model_spec(model_name)
+    except QuiesceError as error:
+        fail(error)
+    if as_json:
+        print_json({"model": model_name, "mutants": dict(spec.mutants)})
+        return
+    for name, doc in spec.mutants.items():
+        click.echo(f"{name:45s} {one_line(doc)}")
+    first = next(iter(spec.mutants), None)
+    try_one = f": `quiesce check {model_name} --mutant {first}` checks the first" if first else ""
+    click.echo(f"{len(spec.mutants)} mutants of {model_name}{try_one}")
 
 
 def _summary(verdicts: list[Verdict], not_run: int) -> dict[str, Any]:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -13,7 +16,17 @@ from rich.table import Table
 
 from quiesce.fsm import QuiesceError
 
-__all__ = ["abbreviated", "fail", "json_option", "log_level_option", "print_json", "print_stats"]
+__all__ = [
+    "abbreviated",
+    "fail",
+    "heartbeat",
+    "json_option",
+    "log_level_option",
+    "one_line",
+    "print_json",
+    "print_stats",
+    "progress_lines",
+]
 
 
 def print_json(document: Any) -> None:
@@ -40,9 +53,15 @@ def abbreviated(value: object, limit: int = 120) -> str:
     return f"{shown[: limit - 12]}...' ({len(str(value)):,} chars)"
 
 
+def one_line(text: str) -> str:
+    """`text` with every run of whitespace (newlines included) as one space: a row of a
+    table, or a one-line error, stays one line whatever the message holds."""
+    return " ".join(text.split())
+
+
 def fail(error: QuiesceError | str, code: int = 2) -> NoReturn:
     """Report `error` on stderr and exit with `code` (2: usage or input error)."""
-    click.echo(f"error: {error}", err=True)
+    click.echo(f"error: {one_line(str(error))}", err=True)
     sys.exit(code)
 
 
@@ -66,3 +85,51 @@ def log_level_option(
         show_default=True,
         help=help,
     )
+
+
+PROGRESS_EVERY_S = 2.0
+"""A long command without a live bar (stderr is not a terminal) logs a line this often."""
+
+
+def progress_lines(
+    describe: Callable[[], str], clock: Callable[[], float] = time.monotonic
+) -> Callable[[], None]:
+    """A callback to call as often as work advances: once `PROGRESS_EVERY_S` have passed
+    since the last line (or since it was made), it writes `describe()` on stderr, one line
+    each time, so a log keeps the history; a run shorter than that writes nothing."""
+    shown_at = clock()
+
+    def tick() -> None:
+        nonlocal shown_at
+        now = clock()
+        if now - shown_at < PROGRESS_EVERY_S:
+            return
+        shown_at = now
+        click.echo(describe(), err=True)
+
+    return tick
+
+
+@contextmanager
+def heartbeat(what: str, *, logged: bool = False) -> Iterator[Callable[[], float]]:
+    """While the block runs (a step that reports no progress of its own), write `what` and
+    the seconds so far on stderr every `PROGRESS_EVERY_S`: on a terminal, or (`logged`)
+    also into a log, as `check`'s own progress does. Yields a function giving the seconds
+    the block has taken."""
+    started = time.monotonic()
+    if not (logged or sys.stderr.isatty()):
+        yield lambda: time.monotonic() - started
+        return
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(PROGRESS_EVERY_S):
+            click.echo(f"{what}, {time.monotonic() - started:.0f}s", err=True)
+
+    thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield lambda: time.monotonic() - started
+    finally:
+        done.set()
+        thread.join()

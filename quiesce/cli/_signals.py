@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["Stopped", "stop_on_signals"]
+__all__ = ["Stopped", "stop_on_signals", "stopped_in"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -56,3 +56,16 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def stopped_in(error: BaseException) -> Stopped | None:
+    """The `Stopped` that `error` is, or carries: a task group (anyio, a driver's event
+    loop) raises it wrapped in an exception group."""
+    if isinstance(error, Stopped):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = stopped_in(inner)
+            if found is not None:
+                return found
+    return None

@@ -14,23 +14,25 @@ Exit codes (`EXIT_CODES`):
 - 2: a usage error (an option out of range, `--crash-at-step` beyond `--steps`): one line;
 - 3: the controller stopped before the run ended (a fatal cause, or more than
   `max_consecutive_failures` failed checkpoints): `stop` says which participant, which
-  cause, after how many failures. A stopped run is never "ok".
+  cause, after how many failures. A stopped run is never "ok";
+- 130 / 143: Ctrl-C / SIGTERM stopped the run; it prints how many steps it finished.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table as RichTable
 
 from quiesce.adapters import configure_logging
-from quiesce.cli._output import fail, json_option, log_level_option, print_json
+from quiesce.cli._output import fail, json_option, log_level_option, print_json, progress_lines
 from quiesce.cli._paths import OutputDir, OutputFile
+from quiesce.cli._signals import Stopped, stop_on_signals, stopped_in
 from quiesce.cli._values import FiniteFloatRange
 from quiesce.fsm import QuiesceError
 from quiesce.harness import (
@@ -51,7 +53,7 @@ EXIT_CODES = {"ok": 0, "violated": 1, "stopped": 3}
 _LISTED = 10
 
 
-def _summary(result: SimulationResult) -> RichTable:
+def _summary(result: SimulationResult, crash_at_step: int | None) -> RichTable:
     table = RichTable(title=f"quiesce simulate (seed {result.seed})", show_header=True)
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -79,7 +81,7 @@ def _summary(result: SimulationResult) -> RichTable:
             "faults injected / participant restarts",
             f"{result.faults_injected} / {result.participant_restarts}",
         ),
-        ("controller crash at step", result.crashed_at_step if result.crashed_at_step else "-"),
+        ("controller crash at step", _crash(result.crashed_at_step, crash_at_step)),
         ("virtual seconds", f"{result.virtual_seconds:.2f}"),
         ("fence moves / stutters vs the design", _refinement(result)),
         ("stopped", f"yes ({result.stop_reason})" if result.stopped else "no"),
@@ -91,6 +93,37 @@ def _summary(result: SimulationResult) -> RichTable:
     return table
 
 
+def _crash(crashed: int | None, asked: int | None) -> str:
+    """When the controller crashed, next to what `--crash-at-step` asked: the crash comes
+    after the first checkpoint at or after that step with rollouts in flight."""
+    if asked is None:
+        return "-"
+    if crashed is None:
+        return f"none (asked: at or after {asked})"
+    if crashed == asked:
+        return str(crashed)
+    return f"{crashed} (asked: at or after {asked})"
+
+
+def _restore(restore: dict[str, Any]) -> str:
+    """One restore of the run, on one line: what it restored and what it redispatched."""
+    kind = restore["kind"]
+    what = (
+        f"from snapshot {restore['snapshot_id']}"
+        if kind == "snapshot"
+        else {
+            "fresh_start": "a fresh start (no snapshot matched the trainer's anchor)",
+            "bootstrap": "a bootstrap (no snapshot matched the trainer's anchor)",
+            "restore_failed": "failed",
+            "stopped": "stopped before it ended",
+        }.get(kind, kind)
+    )
+    rejected = "; ".join(f"{snapshot}: {why}" for snapshot, why in restore["rejected"])
+    return f"restore: {what}, {restore['redispatched']} attempts redispatched" + (
+        f" (rejected {rejected})" if rejected else ""
+    )
+
+
 def _refinement(result: SimulationResult) -> str:
     found = result.refinement
     if found is None:
@@ -99,9 +132,19 @@ def _refinement(result: SimulationResult) -> str:
     return f"{found['moves']} / {found['stutters']} ({verdict})"
 
 
-def _explanations(result: SimulationResult, steps: int) -> list[str]:
-    """The lines under the table: why the controller stopped, what ended untrained."""
+def _explanations(result: SimulationResult, steps: int, crash_at_step: int | None) -> list[str]:
+    """The lines under the table: why the crash came late or not at all, what each restore
+    restored, why the controller stopped, what ended untrained."""
     lines: list[str] = []
+    if crash_at_step is not None and result.crashed_at_step != crash_at_step:
+        when = (
+            f"at step {result.crashed_at_step}" if result.crashed_at_step is not None else "never"
+        )
+        lines.append(
+            f"crash: {when}: the controller crashes after the first checkpoint at or after"
+            f" step {crash_at_step} that completes with rollouts in flight"
+        )
+    lines.extend(_restore(restore) for restore in result.restores)
     if result.stop is not None:
         lines.append(f"stopped at step {result.steps} of {steps}: {result.stop.describe()}")
     for group in result.untrained.groups[:_LISTED]:
@@ -109,6 +152,20 @@ def _explanations(result: SimulationResult, steps: int) -> list[str]:
     if result.untrained.count > _LISTED:
         lines.append(f"... and {result.untrained.count - _LISTED} more untrained groups (--json)")
     return lines
+
+
+def _report_stopped(stop: Stopped, done: int, steps: int, as_json: bool) -> None:
+    """The partial summary of a run stopped by a signal: how far it got. Nothing is judged:
+    the invariants hold only of a finished run."""
+    click.echo(
+        f"simulate: {stop} after {done} of {steps} training steps: the run did not finish"
+        " (nothing judged)",
+        err=True,
+    )
+    if as_json:
+        print_json({"interrupted": stop.signal.name, "steps": done, "of_steps": steps})
+    else:
+        click.echo(f"simulate: STOPPED by {stop.signal.name} at step {done} of {steps}")
 
 
 def _one_line(error: ValidationError) -> str:
@@ -306,28 +363,59 @@ def simulate(
         )
     except ValidationError as error:
         fail(_one_line(error))
+    done = 0  # training steps finished, for the partial summary of a stopped run
+
+    def reached(step: int) -> None:
+        nonlocal done
+        done = step
+
     recorder = None if report is None else RunRecorder()
     recording: dict[str, Any] = {} if recorder is None else {"recorder": recorder}
     try:
-        if as_json:
-            result = run(config, **recording)
-        else:
-            console = Console(stderr=True)
-            with Progress(
-                TextColumn("training"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                console=console,
-                transient=True,
-            ) as bar:
-                task = bar.add_task("steps", total=steps)
-                result = run(
-                    config,
-                    progress=lambda step: bar.update(task, completed=step),
-                    **recording,
+        with stop_on_signals():
+            if as_json or not sys.stderr.isatty():
+                # No live bar: a line on stderr every few seconds says how far it got.
+                tick = progress_lines(lambda: f"simulate: step {done} of {steps}")
+
+                def logged(step: int) -> None:
+                    reached(step)
+                    tick()
+
+                result = run(config, progress=logged, **recording)
+            else:
+                # Imported here: only a terminal shows the bar.
+                from rich.progress import (
+                    BarColumn,
+                    MofNCompleteColumn,
+                    Progress,
+                    TextColumn,
+                    TimeElapsedColumn,
                 )
+
+                console = Console(stderr=True)
+                with Progress(
+                    TextColumn("training"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                    console=console,
+                    transient=True,
+                ) as bar:
+                    task = bar.add_task("steps", total=steps)
+
+                    def show(step: int) -> None:
+                        reached(step)
+                        bar.update(task, completed=step)
+
+                    result = run(config, progress=show, **recording)
     except QuiesceError as error:
         fail(error)
+    except BaseException as error:
+        stop = stopped_in(error)
+        if stop is None:
+            raise
+        _report_stopped(stop, done, steps, as_json)
+        raise SystemExit(stop.exit_code) from None
     if report is not None and recorder is not None:
         try:
             write_report(report, recorder)
@@ -337,9 +425,9 @@ def simulate(
     if as_json:
         print_json(result.model_dump(mode="json"))
     else:
-        Console().print(_summary(result))
-        for line in _explanations(result, steps):
-            click.echo(line)
+        Console().print(_summary(result, crash_at_step))
+        for explanation in _explanations(result, steps, crash_at_step):
+            click.echo(explanation)
         for violation in result.violations:
             click.echo(f"violation: {violation}", err=True)
     raise SystemExit(EXIT_CODES[result.verdict])

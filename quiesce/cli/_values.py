@@ -37,6 +37,9 @@ MAX_URL = 2_000
 MAX_COMMAND = 2_000
 """Longest shell command (`conform --restart-cmd`) an option takes."""
 
+# The control characters a pasted multi-line shell script legitimately holds.
+_SCRIPT_WHITESPACE = frozenset("\n\t\r")
+
 
 def visible(text: str) -> bool:
     """No whitespace or control character (a NUL or newline breaks logs, headers, sockets)."""
@@ -81,8 +84,9 @@ class HttpUrl(click.ParamType[str]):
 
 
 class ShellCommand(click.ParamType[str]):
-    """A shell command line: 1 to `MAX_COMMAND` printable characters (spaces allowed, no
-    newline or control character), with balanced quotes."""
+    """A shell command: 1 to `MAX_COMMAND` characters with balanced quotes. Newlines and tabs
+    are allowed (a script pasted over several lines is what a shell runs too); any other
+    control character (a NUL, an escape) is refused."""
 
     name = "command"
 
@@ -92,8 +96,9 @@ class ShellCommand(click.ParamType[str]):
             self.fail("an empty command", param, ctx)
         if len(text) > MAX_COMMAND:
             self.fail(f"{abbreviated(text)} is longer than {MAX_COMMAND} characters", param, ctx)
-        if not text.isprintable():
-            self.fail(f"{abbreviated(text)} has control characters (one line only)", param, ctx)
+        if not all(c.isprintable() or c in _SCRIPT_WHITESPACE for c in text):
+            reason = "has control characters (newlines and tabs are fine; a NUL or escape is not)"
+            self.fail(f"{abbreviated(text)} {reason}", param, ctx)
         try:
             shlex.split(text)
         except ValueError as error:

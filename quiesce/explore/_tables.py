@@ -1,14 +1,13 @@
 """The table instances a model composes, and where each one is along a path.
 
-A model names its table instances (`Model.tables()`: `tm`, `rm1`, `control_fence[policy]`)
-and tells what a trace does to each (`Model.project`), but the public `Model` interface
-says neither which `Table` an instance steps nor its control state in a given model
-state. Both are read here through the public API:
+A model names its table instances (`Model.tables()`: `tm`, `rm1`, `control_fence[policy]`),
+tells what a trace does to each (`Model.project`) and which `Table` each steps
+(`Model.table_of`), but not an instance's control state in a given model state. That, and
+the rest, is read here through the public API:
 
-- the table of an instance: the model's own (possibly mutated) tables for the three
-  registered models (`TwoPhase.rm_table`/`tm_table`, `ProtocolModel.hooks`,
-  `DesignModel.table_of`), else the protocol's table of the instance's base name
-  (`control_fence[policy]` -> `control_fence`);
+- the table of an instance: `Model.table_of` (the model's own, possibly mutated, tables),
+  else the protocol's table of the instance's base name (`control_fence[policy]` ->
+  `control_fence`);
 - the rows a step fires: the projection of the one-step trace, matched against the rows;
 - the control states: where the projection moved an instance, else what the model shows
   (`describe_state` of the first two, `DesignModel.control`; their initial state is
@@ -163,20 +162,7 @@ def _matches(row: Any, step: Mapping[str, str]) -> bool:
 
 
 def _table_of(model: Model[Any], instance: str) -> Table[Any, Any] | None:
-    if isinstance(model, TwoPhase):
-        return model.tm_table if instance == "tm" else model.rm_table
-    if isinstance(model, DesignModel):
-        return model.table_of(instance)
-    if isinstance(model, ProtocolModel):
-        hooks = model.hooks
-        own = {
-            "checkpoint": hooks.checkpoint,
-            "admission_gate": hooks.gate,
-            "deadline_registry": hooks.deadlines,
-        }
-        base = instance.partition("[")[0]
-        return own.get(base) or TABLES.get(base)
-    return TABLES.get(instance.partition("[")[0])
+    return model.table_of(instance) or TABLES.get(instance.partition("[")[0])
 
 
 def _protocol_control(described: Mapping[str, Any], instance: str) -> str | None:

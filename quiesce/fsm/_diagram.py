@@ -378,7 +378,8 @@ def _drawing(table: Table[Any, Any], trace: Sequence[TraceStep]) -> _Drawing:
         for source in row.sources
     ]
     steps: list[list[int]] = [[] for _ in edges]
-    broken: list[list[str]] = [[] for _ in edges]  # per edge, the properties it violates
+    # Per edge, the steps on it that violate a property, with the property.
+    broken: list[list[tuple[int, str]]] = [[] for _ in edges]
     visited: set[Enum] = set()
     violated: set[Enum] = set()
     outside: dict[tuple[Enum, Enum, str], int] = {}  # traced moves that are no row's
@@ -408,7 +409,7 @@ def _drawing(table: Table[Any, Any], trace: Sequence[TraceStep]) -> _Drawing:
                 broken.append([])
         steps[at].append(index + 1)
         if step.violates is not None:
-            broken[at].append(step.violates)
+            broken[at].append((index + 1, step.violates))
             violated.update((state, target))
     arrows, junctions = _arrows(table, edges, steps, broken)
     return _Drawing(arrows, junctions, frozenset(visited), frozenset(violated))
@@ -418,16 +419,22 @@ def _arrows(
     table: Table[Any, Any],
     edges: Sequence[_Edge],
     steps: Sequence[Sequence[int]],
-    broken: Sequence[Sequence[str]],
+    broken: Sequence[Sequence[tuple[int, str]]],
 ) -> tuple[tuple[_Arrow, ...], tuple[str, ...]]:
     """The edges as drawn: a row leaving `MERGE_SOURCES` states or more through a junction,
     the self-loops of a state as one loop (at its first), everything else one arrow each."""
 
     def text(ats: Sequence[int], numbers: Sequence[int]) -> str:
-        """The label of edges `ats` (one row), numbered, naming the properties they break."""
-        properties = dict.fromkeys(p for at in ats for p in broken[at])
-        violates = f" (violates {', '.join(properties)})" if properties else ""
-        return _numbered(numbers, edges[ats[0]].label) + violates
+        """The label of edges `ats` (one row), numbered, naming the properties they break:
+        `1, 4. go (violates I3 at 4)` when only some of its steps break one."""
+        violating = sorted({n for at in ats for n, _ in broken[at]})
+        properties = dict.fromkeys(p for at in ats for _, p in sorted(broken[at]))
+        if not properties:
+            return _numbered(numbers, edges[ats[0]].label)
+        where = "" if violating == sorted(numbers) else f" at {', '.join(map(str, violating))}"
+        return (
+            f"{_numbered(numbers, edges[ats[0]].label)} (violates {', '.join(properties)}{where})"
+        )
 
     loops: dict[Enum, list[int]] = {}
     for at, edge in enumerate(edges):

@@ -12,13 +12,9 @@ its processes' event lines and fence logs), and `render_report` draws either as 
 self-contained HTML page (`quiesce simulate --report`, `quiesce chaos --report`).
 """
 
-from quiesce.harness._chaos import ChaosConfig, ChaosError, ChaosInterrupted, ChaosResult, run_chaos
-from quiesce.harness._chaos_controller import (
-    DurableTrainer,
-    LoggedDataPlane,
-    read_consumed,
-    read_trained,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from quiesce.harness._latency import LATENCY_PROFILES, LatencyProfile, UnknownLatencyProfile
 from quiesce.harness._progress import Untrained, UntrainedGroup
 from quiesce.harness._recorder import EVENT_KINDS, ChaosRecorder, RunRecorder
@@ -33,6 +29,55 @@ from quiesce.harness._simulate import (
     simulate,
 )
 from quiesce.harness._stop_cause import AttemptFailure, StopCause, StopWitness
+
+if TYPE_CHECKING:
+    from quiesce.harness._chaos import (
+        ChaosConfig,
+        ChaosError,
+        ChaosInterrupted,
+        ChaosResult,
+        run_chaos,
+    )
+    from quiesce.harness._chaos_controller import (
+        DurableTrainer,
+        LoggedDataPlane,
+        read_consumed,
+        read_trained,
+    )
+
+# Name -> the module defining it, for the names imported on first use: real-process chaos
+# imports httpx and the HTTP adapters, which a simulated run never needs.
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "ChaosConfig",
+            "ChaosError",
+            "ChaosInterrupted",
+            "ChaosResult",
+            "run_chaos",
+        ),
+        "quiesce.harness._chaos",
+    ),
+    **dict.fromkeys(
+        (
+            "DurableTrainer",
+            "LoggedDataPlane",
+            "read_consumed",
+            "read_trained",
+        ),
+        "quiesce.harness._chaos_controller",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
 
 __all__ = [
     "EVENT_KINDS",

@@ -195,6 +195,11 @@ class Model(ABC, Generic[St]):
         """The table instances a trace can be projected onto."""
         return ()
 
+    def table_of(self, instance: str) -> Table[Any, Any] | None:
+        """The engine table that table instance `instance` (one of `tables()`) steps, so a
+        projected trace can be drawn on it; None when no engine table does."""
+        return None
+
     def project(self, trace: Trace[St], table: str) -> list[dict[str, str]]:
         """`trace` seen by one table instance, in the engine's `--trace FILE` format.
 

@@ -105,6 +105,7 @@ from quiesce.protocol.machines import (
     CALL,
     CHECKPOINT,
     DEADLINE_REGISTRY,
+    TABLES,
     AttemptState,
     ExecState,
     GroupState,
@@ -649,6 +650,18 @@ class ProtocolModel(Model[PState]):
 
     def tables(self) -> Sequence[str]:
         return table_names(self.cast)
+
+    def table_of(self, instance: str) -> Table[Any, Any] | None:
+        # `agent_execution[g0-0#0]` steps the protocol's `agent_execution` table; a
+        # mutant's hooks may replace the controller's own three.
+        hooks = self.hooks
+        own = {
+            "checkpoint": hooks.checkpoint,
+            "admission_gate": hooks.gate,
+            "deadline_registry": hooks.deadlines,
+        }
+        base = instance.partition("[")[0]
+        return own.get(base) or TABLES.get(base)
 
     def project(self, trace: Trace[PState], table: str) -> list[dict[str, str]]:
         if table not in self.tables():

@@ -33,8 +33,13 @@ __all__ = [
     "register_model",
 ]
 
-# Packages whose import registers models.
-_PROVIDERS = ("quiesce.models",)
+# Modules whose import registers models, in the order `known_models()` lists them
+# (`quiesce.models` imports its names on first use, so importing it registers nothing).
+_PROVIDERS = (
+    "quiesce.models._design_spec",
+    "quiesce.models._protocol_spec",
+    "quiesce.models._two_phase",
+)
 _MODELS: dict[str, ModelSpec] = {}
 
 

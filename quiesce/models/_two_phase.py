@@ -311,6 +311,11 @@ class TwoPhase(Model[TwoPhaseState]):
     def tables(self) -> Sequence[str]:
         return ("tm", *(f"rm{r}" for r in range(1, self.rms + 1)))
 
+    def table_of(self, instance: str) -> Table[Any, Any] | None:
+        if instance not in self.tables():
+            return None
+        return self.tm_table if instance == "tm" else self.rm_table
+
     def project(self, trace: Trace[TwoPhaseState], table: str) -> list[dict[str, str]]:
         if table not in self.tables():
             return super().project(trace, table)

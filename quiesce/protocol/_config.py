@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from quiesce.fsm import QuiesceError
@@ -164,6 +163,10 @@ class QuiesceConfig(_Strict):
             text = path.read_text()
         except OSError as error:
             raise ConfigError("<file>", f"cannot read: {error}", source=str(path)) from None
+        # Imported here: a config file is the only YAML quiesce reads, and yaml is slow to
+        # import for every command that never reads one.
+        import yaml
+
         try:
             if path.suffix == ".toml":
                 data: Any = tomllib.loads(text)

@@ -97,17 +97,17 @@ def restart_hook(restart: Restart, timeout: float) -> Callable[[], None]:
 
         return call
     command = restart
+    # Errors are one line: a multi-line script is named by its words, on one line.
+    named = " ".join(command.split())
 
     def run() -> None:
         try:
             done = subprocess.run(command, shell=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            raise ConformanceSetupError(
-                command, f"the restart command ran over {timeout}s"
-            ) from None
+            raise ConformanceSetupError(named, f"the restart command ran over {timeout}s") from None
         if done.returncode != 0:
             raise ConformanceSetupError(
-                command, f"the restart command exited {done.returncode}; it must exit 0"
+                named, f"the restart command exited {done.returncode}; it must exit 0"
             )
 
     return run

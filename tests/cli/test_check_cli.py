@@ -120,7 +120,13 @@ def test_an_unknown_mutant_is_one_short_line_with_the_close_matches() -> None:
     assert ran.exit_code == 2 and ran.stdout == ""
     assert ran.stderr.count("\n") == 1 and len(ran.stderr) < 200, ran.stderr
     assert "did you mean S2_boolean_suspend?" in ran.stderr
-    assert "`quiesce mutants --all` lists all" in ran.stderr
+    listing = "quiesce mutants --model design"
+    assert f"`{listing}` lists all 10" in ran.stderr
+    # The listing the hint names lists exactly those 10, and says so.
+    listed = CliRunner().invoke(main, listing.split()[1:])
+    assert listed.exit_code == 0
+    assert len(listed.stdout.splitlines()) == 11 and "S2_boolean_suspend " in listed.stdout
+    assert listed.stdout.splitlines()[-1].startswith("10 mutants of design")
 
 
 def test_a_model_with_few_mutants_names_them_all() -> None:

@@ -119,3 +119,18 @@ def test_flat_fields_opens_mappings_to_the_depth_asked() -> None:
     state = {"a": {"b": {"c": 1}}, "e": {}}
     assert flat_fields(state) == {"a.b.c": 1, "e": {}}
     assert flat_fields(state, depth=1) == {"a": {"b": {"c": 1}}, "e": {}}
+
+
+def test_a_two_phase_trace_is_drawn_by_the_command_check_prints(tmp_path: Path) -> None:
+    out = tmp_path / "traces"
+    args = ["check", "two-phase", "--mutant", "commit_without_message", "--trace-out", str(out)]
+    ran = CliRunner().invoke(main, args)
+    assert ran.exit_code == 1
+    hint = re.search(r"draw one with: quiesce (.+)", ran.stderr)
+    assert hint is not None, ran.stderr
+    assert hint.group(1).startswith("diagram rm --model two-phase --trace ")
+    drawn = CliRunner().invoke(main, hint.group(1).split())
+    assert drawn.exit_code == 0, drawn.output
+    assert "__row2 --> committed : 1. recv_commit [commit_sent] (violates TCConsistent)" in (
+        drawn.stdout
+    )

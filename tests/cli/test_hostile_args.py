@@ -200,6 +200,16 @@ _TEXT = st.one_of(
     st.text(min_size=2_001, max_size=5_000),  # longer than any name or URL may be
     st.builds(lambda a, c, b: a + c + b, st.text(max_size=10), _CONTROL, st.text(max_size=10)),
 )
+_SHELL_TEXT = st.one_of(
+    st.just(""),
+    st.text(min_size=2_001, max_size=5_000),
+    st.builds(
+        lambda a, c, b: a + c + b,
+        st.text(max_size=10),
+        st.sampled_from(["\x00", "\x01", "\x1b", "\x7f", "\u2028"]),
+        st.text(max_size=10),
+    ),
+)
 _NOT_A_NUMBER = st.text(max_size=20).filter(lambda s: not _parses(s))
 
 
@@ -225,6 +235,10 @@ def _hostile(param: click.Parameter, files: _Files) -> tuple[list[str], st.Searc
     if isinstance(param.type, Setting):
         fixed = ["", "rms", "=3", "rms=\t", "rms=" + "9" * 5_000]
         return fixed, st.one_of(_TEXT, _TEXT.filter(bool).map(lambda junk: f"rms={junk}"))
+    if isinstance(param.type, ShellCommand):
+        # A script pasted over several lines is a valid command: newlines and tabs pass.
+        fixed = ["", " \n\t", "x" * 5_000, "a\x00b", "a\x1bb", "echo 'unbalanced"]
+        return fixed, _SHELL_TEXT
     if family == "text":
         return ["", "x" * 5_000, "a\x00b", "a\nb"], _TEXT
     if family == "choice":

@@ -152,6 +152,20 @@ def test_a_surviving_scenario_mutant_exits_1(monkeypatch: pytest.MonkeyPatch) ->
     assert f"{SCENARIO} run (scenario: {SCENARIO - 1} killed, 1 survived)" in out
 
 
+def test_a_multi_line_detail_keeps_its_verdict_on_one_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    def verify(m: Mutant) -> Verdict:
+        detail = "Traceback (most recent call last):\n  File x\nValueError: boom"
+        return Verdict(m, "killed", "I1", 1, 0.0, detail=detail)
+
+    monkeypatch.setattr(_mutants, "verify_many", _fake_many(verify))
+    code, out, _ = run("mutants", "--verify", "--sample", "0")
+    assert code == 0
+    rows = out.splitlines()
+    assert len(rows) == SCENARIO + 1
+    assert all(row.startswith("killed ") for row in rows[:-1])
+    assert rows[0].endswith("Traceback (most recent call last): File x ValueError: boom")
+
+
 def test_ctrl_c_mid_verify_prints_what_ran_and_exits_130(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
 

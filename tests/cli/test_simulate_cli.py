@@ -182,3 +182,25 @@ def test_a_stopped_run_exits_3_and_says_why(monkeypatch: pytest.MonkeyPatch, as_
         r"the last checkpoint, ck-\S+, failed on participant_error at agent-1 \(prepare\)",
         why,
     ), why
+
+
+def test_the_summary_names_the_restored_snapshot_and_a_late_crash() -> None:
+    # With participant restarts the first checkpoint at step 4 or after with rollouts in
+    # flight is at step 6: the table shows both, and a line says why.
+    args = ["simulate", "--restart-rate", "0.05", "--crash-at-step", "4"]
+    ran = CliRunner().invoke(main, args)
+    document = json.loads(CliRunner().invoke(main, [*args, "--json"]).stdout)
+    crashed = document["crashed_at_step"]
+    assert crashed is not None and crashed > 4
+    assert f"{crashed} (asked: at or after 4)" in ran.stdout
+    assert f"crash: at step {crashed}: the controller crashes after the first checkpoint" in (
+        ran.stdout
+    )
+    [restore] = document["restores"]
+    assert f"restore: from snapshot {restore['snapshot_id']}, " in ran.stdout
+
+
+def test_a_crash_on_time_shows_only_its_step() -> None:
+    ran = CliRunner().invoke(main, ["simulate", "--crash-at-step", "4"])
+    assert re.search(r"controller crash at step\s+│\s+4 │", ran.stdout), ran.stdout
+    assert "asked" not in ran.stdout and "restore: from snapshot ck-" in ran.stdout

@@ -8,7 +8,14 @@ import click
 import pytest
 
 from quiesce.cli._output import abbreviated
-from quiesce.cli._values import FiniteFloatRange, HttpUrl, Name, Setting, unknown_name
+from quiesce.cli._values import (
+    FiniteFloatRange,
+    HttpUrl,
+    Name,
+    Setting,
+    ShellCommand,
+    unknown_name,
+)
 
 
 def refusal(kind: click.ParamType, value: str) -> str:
@@ -71,3 +78,11 @@ def test_unknown_name_lists_few_names_and_suggests_among_many() -> None:
     assert unknown_name("mutant", "zzz", many, "quiesce mutants --all") == (
         "no mutant named 'zzz'; `quiesce mutants --all` lists all 100"
     )
+
+
+def test_shell_command_takes_a_pasted_multi_line_script_and_refuses_other_controls() -> None:
+    script = 'kill -9 "$(cat s/.lock)"; flock s/.lock true\n    serve \\\n\t--port 8700 &'
+    assert ShellCommand().convert(script, None, None) == script
+    for bad in ("a\x00b", "a\x1bb", "echo 'open", " \n"):
+        with pytest.raises(click.BadParameter):
+            ShellCommand().convert(bad, None, None)

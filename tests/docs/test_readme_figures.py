@@ -1,8 +1,9 @@
-"""README.md's figures are what the commands print: each quoted number is produced here by
-the command (or the model call it wraps) and compared with the README, so a change that
-moves a figure fails until the README moves with it.
+"""The figures of README.md and the pages it leads to (docs/simulate.md, docs/checking.md,
+docs/conformance.md) are what the commands print: each quoted number is produced here by
+the command (or the model call it wraps) and compared with its page, so a change that moves
+a figure fails until the page moves with it.
 
-A figure is a regex over the README (whitespace-normalised, so reflowing a paragraph does
+A figure is a regex over its page (whitespace-normalised, so reflowing a paragraph does
 not matter) whose groups are the quoted numbers, and the run that produces them. Left out,
 because no command reproduces them byte for byte: timings and rates, the benchmarks
 (ratios measured on a loaded machine), `chaos` (real processes killed on wall-clock
@@ -26,17 +27,19 @@ from click.testing import CliRunner
 from quiesce.cli import main
 from quiesce.models import ProtocolModel, ProtocolParams, check
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+CHECKING = "docs/checking.md"
 
 
-def _readme() -> str:
-    return " ".join(README.read_text(encoding="utf-8").split())
+def _page(page: str) -> str:
+    return " ".join((ROOT / page).read_text(encoding="utf-8").split())
 
 
-def _quoted(pattern: str) -> tuple[str, ...]:
-    """The groups of `pattern` in the README, thousands separators dropped."""
-    found = re.search(pattern, _readme())
-    assert found is not None, f"README no longer has a sentence matching {pattern!r}"
+def _quoted(pattern: str, page: str) -> tuple[str, ...]:
+    """The groups of `pattern` in `page`, thousands separators dropped."""
+    found = re.search(pattern, _page(page))
+    assert found is not None, f"{page} no longer has a sentence matching {pattern!r}"
     return tuple(group.replace(",", "") for group in found.groups())
 
 
@@ -49,11 +52,12 @@ def _run(*args: str, exit_code: int = 0) -> Any:
 
 @dataclass(frozen=True)
 class Figure:
-    """Numbers the README quotes (`pattern`'s groups) and the run that prints them."""
+    """Numbers a page quotes (`pattern`'s groups) and the run that prints them."""
 
     name: str
     pattern: str
     produce: Callable[[], Sequence[object]]
+    page: str = CHECKING
 
 
 def _fault_example() -> list[object]:
@@ -179,6 +183,7 @@ FIGURES: list[Any] = [
         r" from a saved turn, (\d+) rerun from scratch\), (\d+) items trained, (\d+) lost,"
         r" (\d+) duplicated, (\d+) untrained",
         _fault_example,
+        "docs/simulate.md",
     ),
     *(_two_phase(rms) for rms in (1, 2, 3, 4, 5)),
     pytest.param(_two_phase(7), marks=pytest.mark.slow, id="two-phase rms=7"),
@@ -262,17 +267,35 @@ FIGURES: list[Any] = [
 @pytest.mark.parametrize(
     "figure", [f if not isinstance(f, Figure) else pytest.param(f, id=f.name) for f in FIGURES]
 )
-def test_the_readme_quotes_what_the_command_prints(figure: Figure) -> None:
-    quoted = _quoted(figure.pattern)
+def test_the_page_quotes_what_the_command_prints(figure: Figure) -> None:
+    quoted = _quoted(figure.pattern, figure.page)
     produced = tuple(str(value) for value in figure.produce())
     assert quoted == produced, (
-        f"README's {figure.name!r} quotes {quoted}, the command prints {produced}: "
-        "move the README with the change"
+        f"{figure.page}'s {figure.name!r} quotes {quoted}, the command prints {produced}: "
+        "move the page with the change"
     )
 
 
-def test_the_serve_example_creates_its_token_file() -> None:
+def test_the_readme_picture_is_what_quiesce_diagram_draws() -> None:
+    drawn = CliRunner().invoke(main, ["diagram", "checkpoint"])
+    assert drawn.exit_code == 0
     text = README.read_text(encoding="utf-8")
+    assert f"```mermaid\n{drawn.stdout}```" in text, (
+        "README's picture is not `quiesce diagram checkpoint`: paste it again"
+    )
+
+
+def test_the_readme_python_runs() -> None:
+    blocks = re.findall(r"^```python\n(.*?)^```", README.read_text(encoding="utf-8"), re.M | re.S)
+    assert blocks, "the README lost its taste of embedding"
+    for number, block in enumerate(blocks, 1):
+        namespace: dict[str, object] = {"__name__": "readme"}
+        exec(compile(block, f"README.md, python block {number}", "exec"), namespace)
+    assert namespace["driver"].outcomes[-1].result == "completed"  # type: ignore[attr-defined]
+
+
+def test_the_serve_example_creates_its_token_file() -> None:
+    text = (ROOT / "docs" / "conformance.md").read_text(encoding="utf-8")
     serve = text.index("uv run quiesce serve --role agent --port 8700")
     before = text[text.rindex("```console", 0, serve) : serve]
     assert re.search(r"> tok\b", before), "the serve example must write `tok` before reading it"

@@ -279,6 +279,16 @@ def test_the_violating_step_is_drawn_in_red_and_names_the_property() -> None:
     assert mermaid != render_mermaid(PHASES, trace[:1])
 
 
+def test_an_edge_taken_twice_names_only_the_step_that_violates() -> None:
+    # idle -> one -> two -> three -> idle -> one: the edge idle -> one is steps 1 and 5.
+    loop = [("idle", "go", "one"), ("one", "go", "two"), ("two", "go", "three")]
+    trace = [*steps(*loop, ("three", "go", "idle"))]
+    trace.append(TraceStep(state="idle", input="go", target="one", violates="I3"))
+    mermaid = render_mermaid(PHASES, trace)
+    assert "    idle --> one : 1, 5. go (violates I3 at 5)\n" in mermaid
+    assert "    one --> two : 2. go\n" in mermaid
+
+
 def test_a_variant_move_outside_the_table_is_drawn_dashed_only_when_named() -> None:
     move = {"state": "two", "input": "ping", "target": "idle"}
     with pytest.raises(TraceError, match="is not a move of the table"):

@@ -1,5 +1,5 @@
 """The goodput benchmark's figures: one real run's observer, and how runs are summed up
-(the full sweep runs in `benchmarks/bench_faults.py`; the run the README quotes is a slow
+(the full sweep runs in `benchmarks/bench_faults.py`; the run docs/benchmarks.md quotes is a slow
 test)."""
 
 from __future__ import annotations
@@ -103,17 +103,17 @@ def test_the_readme_check_finds_its_table_by_the_command_line_and_names_a_drift(
     assert "cannot read" in str(bench_faults.readme_drift(tmp_path / "nope.md", marker, table))
 
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 
 
 @pytest.mark.slow
-def test_the_readme_table_is_what_the_command_it_names_prints() -> None:
-    # The README quotes the command line its table came from (in the table's opening
+def test_the_benchmarks_table_is_what_the_command_it_names_prints() -> None:
+    # docs/benchmarks.md quotes the command line its table came from (in the table's opening
     # marker); the figures are virtual-time only, so running it again prints the same table.
     # The quick table is checked by CI's gate itself (`--check-readme`); this checks the rest.
-    tables = bench_faults.readme_tables(README.read_text(encoding="utf-8"))
+    tables = bench_faults.readme_tables(PAGE.read_text(encoding="utf-8"))
     full = {marker: table for marker, table in tables.items() if marker != "--quick"}
-    assert full, "README lost its full bench_faults table"
+    assert full, "docs/benchmarks.md lost its full bench_faults table"
     for marker, table in full.items():
         args = bench_faults.parse(marker.split())
         result = bench_faults.measure(args.seeds, args.steps, args.workers, args.rates, args.modes)

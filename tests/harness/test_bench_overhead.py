@@ -1,5 +1,5 @@
 """The checkpoint-overhead benchmark: one real run's observer, how runs are summed up and
-judged, and the README's table, which is what CI's quick form prints (virtual time only,
+judged, and docs/benchmarks.md's table, which is what CI's quick form prints (virtual time only,
 so the same on any machine)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 from benchmarks import bench_overhead
 from benchmarks.bench_overhead import Job, RunFigures
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "benchmarks.md"
 
 
 def test_one_run_on_counts_a_snapshot_per_step_and_its_seconds() -> None:
@@ -108,18 +109,20 @@ def test_the_ratio_without_trainer_save_takes_it_out_of_both_runs() -> None:
 
 
 def test_the_readme_table_is_what_the_command_it_names_prints() -> None:
-    # The README quotes the command line its table came from, CI's quick form, in the
+    # docs/benchmarks.md quotes the command line its table came from, CI's quick form, in the
     # table's opening marker; `.ci/run` runs the same command as a gate.
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     found = re.search(
         r"<!-- bench_overhead:begin (.*?) -->\n(.*?)\n<!-- bench_overhead:end", text, re.S
     )
-    assert found is not None, "README lost its bench_overhead table"
+    assert found is not None, "docs/benchmarks.md lost its bench_overhead table"
     command = found.group(1).split()
     assert command[:3] == ["uv", "run", "python"] and command[3].endswith("bench_overhead.py")
     args = bench_overhead.parse(command[4:])
-    assert args.quick, "the README quotes CI's quick form"
-    gates = (README.parent / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    assert found.group(1) in gates, "CI runs the command the README's table came from"
+    assert args.quick, "docs/benchmarks.md quotes CI's quick form"
+    gates = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert found.group(1) in gates, "CI runs the command the table came from"
     result = bench_overhead.measure(args.seeds, args.steps, args.workers, args.profiles)
-    assert bench_overhead.markdown(result) == found.group(2), "move the README with the change"
+    assert bench_overhead.markdown(result) == found.group(2), (
+        "move docs/benchmarks.md with the change"
+    )

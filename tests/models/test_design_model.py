@@ -46,7 +46,7 @@ def test_reference_size_is_protocol_md_section_8() -> None:
 
 def test_quiesce_check_exhausts_the_design_at_the_reference_size_by_default() -> None:
     # `quiesce check` with no model: the design at §8's reference size, fault budget 1, every
-    # property holding. Its budget in CI is 60 s on a 2-core machine (measured: README).
+    # property holding. Its budget in CI is 60 s on a 2-core machine (measured: docs/checking.md).
     ran = CliRunner().invoke(main, ["check", "--json"])
     assert ran.exit_code == 0, ran.output
     document = json.loads(ran.stdout)

@@ -26,8 +26,8 @@ from quiesce.protocol.controller import CoordinatorPolicy
 from quiesce.protocol.machines import PHASE_ORDER, Phase
 
 # The smallest exhaustive configurations, cheap enough for every CI run. The §8 reference
-# size (`ProtocolParams()`) is far larger: see the README section "Model checking the
-# protocol" for its measured size.
+# size (`ProtocolParams()`) is far larger: see docs/checking.md, "The §8 reference size", for
+# its measured size.
 ONE_ROLLOUT: dict[str, Any] = dict(
     siblings=1,
     turns=1,
