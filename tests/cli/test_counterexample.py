@@ -36,16 +36,16 @@ def test_the_story_numbers_the_steps_and_shows_only_what_changed(
     assert story.count('"triggers":') == 1
     steps = re.findall(r"^ +(\d+)\. (.+)$", story, flags=re.MULTILINE)
     assert [int(n) for n, _ in steps] == list(range(1, len(steps) + 1))
-    # The group's deadline retires s1#0 in the same atomic step, and S17's row releases
+    # The group's deadline retires s0#0 in the same atomic step, and S17's row releases
     # its completed, un-ACKed result there: the state before it still held the result.
     last = steps[-1][1]
     assert last.startswith("the group's deadline expires") and "I1 violated here" in last
     tail = story[story.index(last) :]
     assert (
-        "agent_execution[g0-1#0]: completed --retire--> tombstoned (variant S17, not in the"
+        "agent_execution[g0-0#0]: completed --retire--> tombstoned (variant S17, not in the"
         " table)" in tail
     )
-    assert 'parts.executions: -{"sibling":1,"attempt":0,"state":"completed","turn":1}' in tail
+    assert 'parts.executions: -{"sibling":0,"attempt":0,"state":"completed","turn":1}' in tail
     assert "I1 is false after the last step; the fields the last step changed:" in tail
 
 
@@ -53,7 +53,7 @@ def test_the_agent_trace_keeps_the_violating_step_and_the_diagram_highlights_it(
     s17: tuple[Result, Path],
 ) -> None:
     ran, out = s17
-    trace = out / "I1.agent_execution.g0-1_0.json"
+    trace = out / "I1.agent_execution.g0-0_0.json"
     steps = json.loads(trace.read_text())
     assert steps[-1] == {
         "state": "completed",

@@ -43,9 +43,9 @@ def test_the_default_design_model_draws_its_tables_along_the_s17_walk(tmp_path: 
     last = data["frames"][-1]
     assert last["action"] == "the group's deadline expires"
     # The violating step fires S17's own row of the retired execution, which ends it.
-    assert "agent_execution[g0-1#0]" in last["fired"]
-    assert last["controls"]["agent_execution[g0-1#0]"] == "tombstoned"
-    assert data["frames"][-2]["controls"]["agent_execution[g0-1#0]"] == "completed"
+    assert "agent_execution[g0-0#0]" in last["fired"]
+    assert last["controls"]["agent_execution[g0-0#0]"] == "tombstoned"
+    assert data["frames"][-2]["controls"]["agent_execution[g0-0#0]"] == "completed"
 
 
 def test_walks_that_find_nothing_open_the_initial_state(tmp_path: Path) -> None:
