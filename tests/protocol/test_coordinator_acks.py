@@ -312,3 +312,13 @@ def test_every_try_of_a_background_call_is_bounded(retries: int) -> None:
     effects = h.step(RolloutCompleted("gone/0", 0, "rcpt", agent="ag"), 1.0)
     [call] = acks(effects)
     assert call.deadline_at == h.now + h.c.config.control_timeout_s
+
+
+def test_a_retire_answer_that_names_no_attempt_is_stale_news() -> None:
+    # A `Reply` built without the call's payload (the attempt key) names no retire: it is
+    # logged as stale and changes nothing, never a crash inside the step.
+    h = Harness()
+    before = h.s
+    effects = h.step(Reply("ag", Op.RETIRE, None, ack_reply("ag")))
+    assert "stale_reply" in [e.event for e in of(effects, Log)]
+    assert h.s.background == before.background == ()

@@ -248,8 +248,14 @@ class BackgroundCalls:
         self, participant: str, op: Op, op_id: OpId | None, payload: Any
     ) -> BackgroundKey | None:
         # An ACK's news is about its agent's batch (or that flush's); a retire's names its
-        # attempt key (the call's payload). News of a call not in flight is stale.
-        key = _ack_key(participant, op_id) if op is Op.ACK else _retire_key(participant, payload)
+        # attempt key (the call's payload; news without one names no call). News of a call
+        # not in flight is stale.
+        if op is Op.ACK:
+            key = _ack_key(participant, op_id)
+        elif isinstance(payload, tuple) and len(payload) == 2:
+            key = _retire_key(participant, payload)
+        else:
+            return None
         return key if self._in_flight(key) else None
 
     def _in_flight(self, key: BackgroundKey) -> bool:
