@@ -118,6 +118,11 @@ class _LazyGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            # Ctrl-C before a command took over its signals (while it starts): the exit
+            # status a shell gives a process stopped by SIGINT, not click's "Aborted!" 1.
+            click.echo("quiesce: stopped by SIGINT", err=True)
+            raise SystemExit(130) from None
         except OSError as error:
             if error.filename is None:  # not about a file: a bug to see in full
                 raise

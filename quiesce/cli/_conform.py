@@ -29,10 +29,10 @@ import click
 from quiesce.cli._output import fail, heartbeat, json_option, print_json
 from quiesce.cli._paths import InputFile
 from quiesce.cli._serve import read_token
-from quiesce.cli._signals import stop_on_signals, stopped_in
+from quiesce.cli._signals import stop_requested, stopped_in
 from quiesce.cli._values import FiniteFloatRange, HttpUrl, ShellCommand
 from quiesce.protocol.wire import Role
-from quiesce.testing import ConformanceSetupError, check_conformance
+from quiesce.testing import ConformanceSetupError, ConformanceStopped, check_conformance
 
 __all__ = ["conform"]
 
@@ -123,7 +123,7 @@ def conform(
     """Check that the participant server at --url follows the protocol (docs/wire.md)."""
     token = read_token(token_file)
     try:
-        with stop_on_signals(), heartbeat(f"conform: checking {url}"):
+        with stop_requested() as request, heartbeat(f"conform: checking {url}"):
             result = check_conformance(
                 url,
                 role,
@@ -136,11 +136,12 @@ def conform(
                 reset=reset_url,
                 restart=restart_cmd,
                 min_coverage=min_coverage,
+                stop=request.event,
             )
     except ConformanceSetupError as error:
         fail(error)
     except BaseException as error:
-        stop = stopped_in(error)
+        stop = request.stopped() if isinstance(error, ConformanceStopped) else stopped_in(error)
         if stop is None:
             raise
         click.echo(f"conform: {stop}: no verdict", err=True)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["Stopped", "stop_on_signals", "stopped_in"]
+__all__ = ["StopRequest", "Stopped", "stop_on_signals", "stop_requested", "stopped_in"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -53,6 +53,43 @@ def stop_on_signals() -> Iterator[None]:
     previous = {signum: signal.signal(signum, _raise_stopped) for signum in _SIGNALS}
     try:
         yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+class StopRequest:
+    """SIGINT or SIGTERM, recorded for code that stops at its own safe points (between
+    two requests) rather than wherever the signal lands: `event` is set by the first
+    signal, `stopped()` is the `Stopped` to report."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+
+    def record(self, signum: int, _frame: FrameType | None) -> None:
+        if self.event.is_set():  # asked twice: stop now, wherever the program is
+            raise Stopped(signum)
+        self.signum = signum
+        self.event.set()
+
+    def stopped(self) -> Stopped:
+        assert self.signum is not None, "no signal was recorded"
+        return Stopped(self.signum)
+
+
+@contextmanager
+def stop_requested() -> Iterator[StopRequest]:
+    """Record SIGINT or SIGTERM in the yielded `StopRequest` while the block runs; a
+    second signal raises `Stopped` at once. Restore the handlers after. Off the main
+    thread the block runs with no handlers, as under `stop_on_signals`."""
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    previous = {signum: signal.signal(signum, request.record) for signum in _SIGNALS}
+    try:
+        yield request
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

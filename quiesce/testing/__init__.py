@@ -54,6 +54,7 @@ from quiesce.testing._machine import DEADLINE_AT
 from quiesce.testing._results import (
     ConformanceResult,
     ConformanceSetupError,
+    ConformanceStopped,
     ConformanceViolation,
     KitStep,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "BusyDuplicateHost",
     "ConformanceResult",
     "ConformanceSetupError",
+    "ConformanceStopped",
     "ConformanceViolation",
     "Exchange",
     "FlakyCommitHost",

@@ -35,7 +35,13 @@ from quiesce.testing._projection import (
 )
 from quiesce.testing._race import Explanation
 from quiesce.testing._requests import BAD_DIGEST, DEADLINE_AT, FENCE_OPS, Key, Snapshot
-from quiesce.testing._results import ConformanceSetupError, ConformanceViolation, KitStep, brief
+from quiesce.testing._results import (
+    ConformanceSetupError,
+    ConformanceStopped,
+    ConformanceViolation,
+    KitStep,
+    brief,
+)
 from quiesce.testing._rules import (
     CODE_RULES,
     DUPLICATE_RULE,
@@ -108,16 +114,24 @@ class JudgedExample(RuleBasedStateMachine):
         return self.run.client
 
     def _send(self, op: str, body: Any = None, **options: Any) -> Exchange:
+        self._stop_if_asked()
         try:
             return self.client.send(op, body, **options)
         except ServerUnreachable as error:
             self._unreachable(error, body)
 
     def _send_together(self, op: str, body: Any, copies: int) -> tuple[Exchange, ...]:
+        self._stop_if_asked()
         try:
             return self.client.send_together(op, body, copies=copies)
         except ServerUnreachable as error:
             self._unreachable(error, body)
+
+    def _stop_if_asked(self) -> None:
+        # Between requests, never inside one: an exception raised from a signal handler
+        # can land in a library's cleanup and be swallowed there.
+        if self.run.stop is not None and self.run.stop.is_set():
+            raise ConformanceStopped(self.run.url)
 
     def _unreachable(self, error: ServerUnreachable, body: Any) -> NoReturn:
         self.steps.append(KitStep(Exchange(error.method, error.path, body, 0, error.detail)))

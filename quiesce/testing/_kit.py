@@ -90,6 +90,7 @@ pass `executions=False`: the kit then checks the fence, ACK and retire only.
 from __future__ import annotations
 
 import secrets
+import threading
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
@@ -134,6 +135,7 @@ def check_conformance(
     reset: Reset | None = None,
     restart: Restart | None = None,
     min_coverage: float = 0.0,
+    stop: threading.Event | None = None,
 ) -> ConformanceResult:
     """Check a participant server (role `agent`, `policy` or `resources`) against the
     reference participant: `examples` generated sequences of up to `steps` operations each.
@@ -154,7 +156,9 @@ def check_conformance(
     (an agent that runs its own rollouts). `seed` makes the generated sequences reproducible
     (None: a random one, reported in the result). `min_coverage` (percent) fails a run that
     fired fewer of the role's live table rows (M2 and M3, M4 or M5;
-    `ConformanceResult.coverage`).
+    `ConformanceResult.coverage`). Setting `stop` (from another thread or a signal
+    handler) ends the run before its next request: it raises `ConformanceStopped`, with
+    no verdict.
 
     >>> check_conformance("http://127.0.0.1:1", "agent", "t")  # doctest: +SKIP
     """
@@ -163,6 +167,7 @@ def check_conformance(
     run = KitRun(server, token, known, executions and known is Role.AGENT, timeout, hook)
     if restart is not None:
         run.restart = restart_hook(restart, timeout)
+    run.stop = stop
     if isinstance(server, str):
         _connect(run, server)
     unshrinkable = NO_RESET if isinstance(server, str) and hook is None else ""

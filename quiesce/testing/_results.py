@@ -105,6 +105,18 @@ class ConformanceSetupError(QuiesceError):
         super().__init__(f"cannot check {url}: {detail}")
 
 
+class ConformanceStopped(KeyboardInterrupt):
+    """The run was asked to stop (`check_conformance`'s `stop` was set) and stopped before
+    its next request, with no verdict. A `KeyboardInterrupt`: hypothesis then stops at
+    once without recording the example it cut short (any other exception there is taken
+    for a test outcome, and a cut example for inconsistent data generation), and a
+    caller's `except Exception` lets it through."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        super().__init__(f"the check of {url} was stopped before it finished: no verdict")
+
+
 @dataclass(frozen=True)
 class ConformanceResult:
     """The outcome of a conformance run. `ok` is False iff `violation` is set (its `steps`

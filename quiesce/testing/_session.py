@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import subprocess
+import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -158,6 +159,8 @@ class KitRun:
     timeout: float
     reset: Callable[[], None] | None = None
     restart: Callable[[], None] | None = None
+    stop: threading.Event | None = None
+    """Set by the caller to stop the run before its next request (`ConformanceStopped`)."""
     client: WireClient | None = None
     capabilities: Capabilities | None = None
     config: ParticipantConfig | None = None

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from quiesce.testing import (
     BusyDuplicateHost,
     ConformanceResult,
     ConformanceSetupError,
+    ConformanceStopped,
     FlakyCommitHost,
     LocalServer,
     RefusalOrderHost,
@@ -317,6 +319,17 @@ def test_without_a_reset_hook_the_kit_says_it_cannot_shrink_and_why() -> None:
     assert "note: not shrunk: the examples share one server" in report
     assert "shortest" not in report and "failing sequence (" in report
     assert result.to_json()["failure"]["not_shrunk_because"] == result.not_shrunk_because
+
+
+def test_a_set_stop_ends_the_run_before_its_next_request_with_no_verdict() -> None:
+    config = {"name": "policy-s", "role": "policy"}
+    stop = threading.Event()
+    with LocalServer.start(config, token=TOKEN) as server:
+        threading.Timer(0.5, stop.set).start()
+        with pytest.raises(ConformanceStopped, match=r"stopped before it finished: no verdict"):
+            check_conformance(server.url, "policy", TOKEN, examples=1_000_000, stop=stop)
+        # The server is left answering: the kit stopped between two requests.
+        assert httpx.get(f"{server.url}/control/v1/capabilities").status_code in (200, 401)
 
 
 def test_a_reset_callable_gives_each_example_a_fresh_participant() -> None:
