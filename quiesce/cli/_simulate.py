@@ -32,7 +32,7 @@ from rich.table import Table as RichTable
 from quiesce.adapters import configure_logging
 from quiesce.cli._output import fail, json_option, log_level_option, print_json, progress_lines
 from quiesce.cli._paths import OutputDir, OutputFile
-from quiesce.cli._signals import Stopped, stop_on_signals, stopped_in
+from quiesce.cli._signals import Stopped, stop_requested, stopped_in
 from quiesce.cli._values import FiniteFloatRange
 from quiesce.fsm import QuiesceError
 from quiesce.harness import (
@@ -366,13 +366,18 @@ def simulate(
     done = 0  # training steps finished, for the partial summary of a stopped run
 
     def reached(step: int) -> None:
+        # A stop takes effect here, between two training steps, inside the run's task:
+        # raised from the signal handler it could land in an event-loop callback, which
+        # logs it and runs on.
         nonlocal done
         done = step
+        if request.event.is_set():
+            raise request.stopped()
 
     recorder = None if report is None else RunRecorder()
     recording: dict[str, Any] = {} if recorder is None else {"recorder": recorder}
     try:
-        with stop_on_signals():
+        with stop_requested() as request:
             if as_json or not sys.stderr.isatty():
                 # No live bar: a line on stderr every few seconds says how far it got.
                 tick = progress_lines(lambda: f"simulate: step {done} of {steps}")
