@@ -25,7 +25,7 @@ class SlowJournalHost(ParticipantHost):
     """CONFORMING: a journal write lasts until the participant is killed (at most
     `write_s`), so a kill lands inside it however loaded the machine is."""
 
-    write_s = 5.0
+    write_s = 2.0
 
     async def _persist(self, effects: tuple[ParticipantEffect, ...]) -> None:
         with anyio.move_on_after(self.write_s):
@@ -74,12 +74,18 @@ def test_the_reference_conforms_when_killed_during_requests() -> None:
 
 
 class LateReadingServer(LocalServer):
-    """CONFORMING: uvicorn hands every control request to the participant 0.3 s late, so a
-    kill during the request restarts the participant before it ever sees the request."""
+    """CONFORMING: uvicorn hands every control request to the participant late: once the
+    participant was restarted, or after `late_s`. A kill during the request then restarts
+    the participant before it ever sees the request, however loaded the machine is."""
+
+    late_s = 5.0
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/control/v1/"):
-            await asyncio.sleep(0.3)
+            arrived_at = self.host
+            with anyio.move_on_after(self.late_s):
+                while self.host is arrived_at:
+                    await asyncio.sleep(0.01)
         await super()._dispatch(scope, receive, send)
 
 
@@ -97,6 +103,7 @@ def test_a_request_the_restarted_participant_answers_is_judged_on_the_recovered_
             assert late.reply["incarnation"] == server.host.incarnation != before
         finally:
             client.close()
+        server.late_s = 0.05  # every request of the kit is late; the kills it makes, during
         result = check_conformance(
             server.url, "policy", TOKEN, examples=8, seed=2, reset=server.reset,
             restart=server.restart,
