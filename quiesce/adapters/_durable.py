@@ -2,7 +2,8 @@
 
 What lives here: the three moves every crash-safe write in quiesce is built from -- write a
 temporary file and fsync it, rename it over the target, fsync the directory so the rename
-itself survives a power cut. What it does not know: what the bytes mean.
+itself survives a power cut -- and `make_dirs`, which creates a directory so that it too
+survives one. What it does not know: what the bytes mean.
 
 Temporary files are named `.<target>.tmp`: a crash mid-write leaves at most one, which no
 reader ever opens (readers look only at final names) and the next write replaces.
@@ -13,7 +14,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["TMP_SUFFIX", "atomic_write", "fsync_dir", "is_tmp", "tmp_path_for"]
+__all__ = ["TMP_SUFFIX", "atomic_write", "fsync_dir", "is_tmp", "make_dirs", "tmp_path_for"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -35,6 +36,26 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_dirs(path: Path) -> None:
+    """Create directory `path` and its missing parents, each flushed into its parent.
+
+    `mkdir(parents=True)` alone is not durable: until its parent is fsynced, a power cut
+    may take back a new directory with everything written into it since, fsynced or not.
+
+    >>> import tempfile
+    >>> target = Path(tempfile.mkdtemp()) / "a" / "b"
+    >>> make_dirs(target); make_dirs(target); target.is_dir()
+    True
+    """
+    missing: list[Path] = []
+    while not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        fsync_dir(directory.parent)
 
 
 def atomic_write(path: Path, data: bytes) -> None:

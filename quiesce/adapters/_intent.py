@@ -25,7 +25,7 @@ from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from quiesce.adapters._durable import atomic_write, fsync_dir
+from quiesce.adapters._durable import atomic_write, fsync_dir, make_dirs
 from quiesce.adapters._snapshot_store import CheckpointIdText, parse_checkpoint_id
 from quiesce.fsm import QuiesceError
 
@@ -94,7 +94,7 @@ class ControllerJournal:
 
     def __init__(self, state_dir: str | os.PathLike[str]) -> None:
         self.state_dir = Path(state_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        make_dirs(self.state_dir)
         self.intent_path = self.state_dir / INTENT_NAME
         self.epoch_path = self.state_dir / EPOCH_NAME
 

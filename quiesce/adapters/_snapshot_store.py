@@ -42,7 +42,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from quiesce.adapters._durable import atomic_write, fsync_dir, is_tmp
+from quiesce.adapters._durable import atomic_write, fsync_dir, is_tmp, make_dirs
 from quiesce.fsm import QuiesceError
 from quiesce.protocol import InvalidOpId, OpId
 from quiesce.protocol.controller import SnapshotCandidate, SnapshotCondition
@@ -374,8 +374,7 @@ class SnapshotStore:
         self.trash_dir = self.root / "trash"
         try:
             for path in (self.staging_dir, self.published_dir, self.quarantine_dir, self.trash_dir):
-                path.mkdir(parents=True, exist_ok=True)
-            fsync_dir(self.root)
+                make_dirs(path)
             # A prune interrupted after its rename: the snapshot is already out of
             # `published/`, so finishing the delete is always safe.
             for leftover in sorted(self.trash_dir.iterdir()):
