@@ -50,12 +50,14 @@ def make_dirs(path: Path) -> None:
     True
     """
     missing: list[Path] = []
-    while not path.is_dir():
-        missing.append(path)
-        path = path.parent
+    ancestor = path
+    while not ancestor.exists():  # a file on the way stops here: mkdir names it below
+        missing.append(ancestor)
+        ancestor = ancestor.parent
     for directory in reversed(missing):
         directory.mkdir(exist_ok=True)
         fsync_dir(directory.parent)
+    path.mkdir(exist_ok=True)  # raises as `mkdir` does if `path` is not a directory
 
 
 def atomic_write(path: Path, data: bytes) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio.to_thread
 from pydantic import ValidationError
 
-from quiesce.adapters._durable import atomic_write
+from quiesce.adapters._durable import atomic_write, make_dirs
 from quiesce.fsm import QuiesceError
 from quiesce.protocol.participant import Journal
 from quiesce.protocol.wire import Role
@@ -159,8 +159,11 @@ class FileJournal(JournalSink):
     async def write(self, journal: Journal) -> None:
         """Atomic write + fsync (`_durable.atomic_write`) of `encode(journal)`."""
         data = self.encode(journal)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        await anyio.to_thread.run_sync(atomic_write, self.path, data)
+        await anyio.to_thread.run_sync(self._write_file, data)
+
+    def _write_file(self, data: bytes) -> None:
+        make_dirs(self.state_dir)  # a first write creates it, durably
+        atomic_write(self.path, data)
 
     def load(self) -> Journal | None:
         """The journal on disk, its checksum verified; raises `JournalCorrupt` naming the

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
+from quiesce.adapters._durable import make_dirs
 from quiesce.fsm import QuiesceError
 
 __all__ = ["StateDirBusy", "StateDirLock", "StateDirUnusable"]
@@ -73,7 +74,7 @@ class StateDirLock:
         state_dir = Path(state_dir)
         path = state_dir / cls.FILE_NAME
         try:
-            state_dir.mkdir(parents=True, exist_ok=True)
+            make_dirs(state_dir)
         except OSError as error:
             raise StateDirUnusable(state_dir, f"cannot create it ({error.strerror})") from None
         try:
