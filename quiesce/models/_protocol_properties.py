@@ -54,6 +54,7 @@ from quiesce.protocol.machines import (
     FenceState,
     Phase,
     RegistryState,
+    RestoreState,
     group_of_timer,
 )
 from quiesce.protocol.participant import ParticipantState
@@ -307,7 +308,7 @@ class Judge:
                 "I3",
                 self._i3,
                 "publish-or-abort",
-                reads=("checkpoint", "fences", "messages", "store", "env.violations"),
+                reads=("checkpoint", "restore", "fences", "messages", "store", "env.violations"),
             ),
             always(
                 "I4",
@@ -357,8 +358,17 @@ class Judge:
         return discarded <= accounts.counted
 
     def _i3(self, state: PState) -> bool:
+        """I3 is due once the controller is idle: its checkpoint lifecycle (M1) idle and no
+        restore (M9) under way or ended in `restore_failed` (a stop). A restarted
+        controller whose checkpoint table is idle is still restoring until M9 reaches
+        `idle`; a restore call whose reply was lost holds its participant fenced to the
+        restore id until the retry timer sends it again, and that is not the settled
+        moment I3 speaks of (the design model judges it the same way, and the system run
+        also waits for M9 to end).
+        Then: no participant is fenced, and every committed id is published and released
+        or unpublished and aborted."""
         sys, env = state.system, state.env
-        if sys.controller.phase is not CheckpointState.IDLE:
+        if not _idle(sys.controller):
             return True
         if any(m.call.op in _CONTROL_OPS for m in sys.messages):
             return True
@@ -401,6 +411,15 @@ class Judge:
 
 
 # ============================================================================ helpers
+
+
+def _idle(controller: ControllerState) -> bool:
+    """Is the controller `idle` in I3's sense (§5): M1 idle, and M9 never started or ended
+    in `idle` (not restoring, not stopped by `restore_failed`)?"""
+    if controller.phase is not CheckpointState.IDLE:
+        return False
+    restore = controller.restore
+    return restore is None or restore.state is RestoreState.IDLE
 
 
 def _kept(sys: SystemState, key: tuple[str, int]) -> bool:

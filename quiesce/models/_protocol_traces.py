@@ -55,6 +55,8 @@ def describe_state(cast: Cast, state: PState) -> dict[str, Any]:
             label(controller.deadlines.state),
             sorted(controller.deadlines.data.holders),
         ],
+        # M9, the restore at controller start (`idle` once it ended).
+        "restore": None if controller.restore is None else label(controller.restore.state),
         "fences": {
             p.config.name: [
                 label(p.fence.state),
