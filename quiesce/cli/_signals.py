@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -42,20 +42,28 @@ def _raise_stopped(signum: int, _frame: FrameType | None) -> None:
 
 
 @contextmanager
+def _handled_by(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """Handle SIGINT and SIGTERM with `handler` in the block; restore the handlers after.
+    Off the main thread (where Python cannot install handlers) the block runs as is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, handler) for signum in _SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+@contextmanager
 def stop_on_signals() -> Iterator[None]:
     """Raise `Stopped` in the block on SIGINT or SIGTERM; restore the handlers after.
 
     Off the main thread (where Python cannot install handlers) the block runs as is.
     """
-    if threading.current_thread() is not threading.main_thread():
+    with _handled_by(_raise_stopped):
         yield
-        return
-    previous = {signum: signal.signal(signum, _raise_stopped) for signum in _SIGNALS}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 class StopRequest:
@@ -84,15 +92,8 @@ def stop_requested() -> Iterator[StopRequest]:
     second signal raises `Stopped` at once. Restore the handlers after. Off the main
     thread the block runs with no handlers, as under `stop_on_signals`."""
     request = StopRequest()
-    if threading.current_thread() is not threading.main_thread():
+    with _handled_by(request.record):
         yield request
-        return
-    previous = {signum: signal.signal(signum, request.record) for signum in _SIGNALS}
-    try:
-        yield request
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def stopped_in(error: BaseException) -> Stopped | None:
