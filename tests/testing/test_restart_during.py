@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import anyio
 from starlette.types import Receive, Scope, Send
@@ -22,15 +23,20 @@ TOKEN = "during-tok-81c2"
 
 
 class SlowJournalHost(ParticipantHost):
-    """CONFORMING: a journal write lasts until the participant is killed (at most
-    `write_s`), so a kill lands inside it however loaded the machine is."""
+    """CONFORMING: the first journal write after `writing` is cleared lasts until the
+    participant is killed (at most `write_s`), so a kill lands inside it however loaded the
+    machine is. `writing` is set once that write is under way: a kill that waits for it
+    cannot come before uvicorn has handed the request over."""
 
-    write_s = 2.0
+    write_s = 10.0
+    writing = threading.Event()
 
     async def _persist(self, effects: tuple[ParticipantEffect, ...]) -> None:
-        with anyio.move_on_after(self.write_s):
-            while self.alive:
-                await anyio.sleep(0.01)
+        if not SlowJournalHost.writing.is_set():
+            SlowJournalHost.writing.set()
+            with anyio.move_on_after(self.write_s):
+                while self.alive:
+                    await anyio.sleep(0.01)
         await super()._persist(effects)
 
 
@@ -41,7 +47,13 @@ def test_a_kill_cuts_a_request_whose_journal_write_is_under_way() -> None:
         try:
             before = server.host.incarnation
             body = {"op_id": "ck-1-1-step1", "deadline_at": DEADLINE_AT}
-            cut = client.send_while("prepare", body, server.restart)
+            SlowJournalHost.writing.clear()
+
+            def kill_inside_the_write() -> None:
+                assert SlowJournalHost.writing.wait(30), "the prepare never began its write"
+                server.restart()
+
+            cut = client.send_while("prepare", body, kill_inside_the_write)
             assert cut is not None and cut.status == 503  # the killed participant's answer
             assert server.host.incarnation != before
             assert server.host.state.fence.state.value == "idle"  # never journaled
