@@ -31,7 +31,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from quiesce.models import ProtocolModel, ProtocolParams, TwoPhase, check
+from quiesce.check import TwoPhase, check
+from quiesce.models import ProtocolModel, ProtocolParams
 
 _Rm = tuple[str, ...]
 _State = tuple[_Rm, str, frozenset[int], frozenset[Any]]

@@ -1,6 +1,6 @@
 """How many hypothesis examples does a bug four steps deep need? (sets the `ci` profile)
 
-Runs the table machine of the hand-made `combination_lock` (tests/models/test_table_machine.py:
+Runs the table machine of the hand-made `combination_lock` (tests/check/test_table_machine.py:
 it opens, breaking its invariant, only after one exact sequence of 4 inputs; any other input
 resets it) under the `ci` profile of tests/conftest.py with seeds 0..N-1 (an explicit seed
 replaces the profile's derandomized one), for several `max_examples`, and reports how many
@@ -26,8 +26,8 @@ from hypothesis import Verbosity, seed, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 import tests.conftest  # noqa: F401  (registers the profiles)
-from quiesce.models import table_state_machine
-from tests.models.test_table_machine import combination_lock
+from quiesce.check import table_state_machine
+from tests.check.test_table_machine import combination_lock
 
 
 def caught(max_examples: int, seed_value: int) -> bool:

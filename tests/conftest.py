@@ -21,7 +21,7 @@ import pytest
 from hypothesis import settings
 
 # Measured by `uv run python benchmarks/hypothesis_examples.py` on the hand-made 4-step bug
-# of tests/models/test_table_machine.py (a lock that opens only after one exact sequence of
+# of tests/check/test_table_machine.py (a lock that opens only after one exact sequence of
 # 4 inputs, any other input resetting it), one run per seed, seeds 0..19:
 #   max_examples        100   300   1000   2000
 #   caught (of 20)        8    12     20     20

@@ -23,6 +23,8 @@ from typing import Any
 import click
 from rich.console import Console
 
+from quiesce.check import CheckResult, Model, Progress, build_model, get_model_spec, walk
+from quiesce.check import check as explore
 from quiesce.cli._counterexample import print_story, write_traces
 from quiesce.cli._output import fail, heartbeat, json_option, print_json, print_stats
 from quiesce.cli._paths import OutputDir
@@ -31,22 +33,7 @@ from quiesce.cli._signals import Stopped, stop_on_signals
 from quiesce.cli._swarm import RAY_DEFAULT, print_swarm, run_swarm
 from quiesce.cli._values import Name, Setting, unknown_name
 from quiesce.fsm import QuiesceError
-from quiesce.models import (
-    DEFAULT_BITSTATE_BITS,
-    CheckResult,
-    Model,
-    Progress,
-    SwarmRequest,
-    SwarmResult,
-    SwarmSettings,
-    build_model,
-    get_model_spec,
-    refine,
-    walk,
-)
-from quiesce.models import (
-    check as explore,
-)
+from quiesce.models import DEFAULT_BITSTATE_BITS, SwarmRequest, SwarmResult, SwarmSettings, refine
 
 DEFAULT_MODEL = "design"
 """`quiesce check` with no MODEL checks the design (PROTOCOL.md §8, "Two levels of model"):

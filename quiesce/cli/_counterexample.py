@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from quiesce.models import NO_STALL, Model, Step, Trace, Violation, mermaid_sequence
+from quiesce.check import NO_STALL, Model, Step, Trace, Violation, mermaid_sequence
 from quiesce.protocol.machines import TABLES
 
 __all__ = [

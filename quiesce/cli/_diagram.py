@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from quiesce.check import build_model
 from quiesce.cli._output import fail, print_json
 from quiesce.cli._paths import InputFile, OutputDir, OutputFile
 from quiesce.cli._values import Name, unknown_name
@@ -26,7 +27,6 @@ from quiesce.fsm import (
     render,
     write_diagrams,
 )
-from quiesce.models import build_model
 from quiesce.protocol.machines import TABLES, UnknownTable, get_table
 
 __all__ = ["diagram", "diagrams"]

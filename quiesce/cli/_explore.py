@@ -16,13 +16,13 @@ from typing import Any
 
 import click
 
+from quiesce.check import Model, Trace, Violation, build_model, check, walk
 from quiesce.cli._check import DEFAULT_MODEL
 from quiesce.cli._output import fail
 from quiesce.cli._paths import InputFile, OutputFile
 from quiesce.cli._values import Name, Setting
 from quiesce.explore import Session, TraceFile, read_trace, render_page, serve
 from quiesce.fsm import QuiesceError
-from quiesce.models import Model, Trace, Violation, build_model, check, walk
 
 __all__ = ["explore"]
 

@@ -22,19 +22,12 @@ from typing import Any
 
 import click
 
+from quiesce.check import get_model_spec
 from quiesce.cli._output import fail, heartbeat, json_option, one_line, print_json
 from quiesce.cli._signals import Stopped, stop_on_signals
 from quiesce.cli._values import Name
 from quiesce.fsm import QuiesceError
-from quiesce.models import (
-    MUTANTS,
-    Mutant,
-    Verdict,
-    get_model_spec,
-    sample_generated,
-    survivor_note,
-    verify_many,
-)
+from quiesce.mutants import MUTANTS, Mutant, Verdict, sample_generated, survivor_note, verify_many
 
 KINDS = ("scenario", "generated")
 STATUSES = ("killed", "survived", "equivalent", "dead_by_design")

@@ -15,8 +15,9 @@ from typing import Any, NoReturn
 
 import click
 
+from quiesce.check import CheckResult
 from quiesce.cli._output import print_json
-from quiesce.models import CheckResult, run_portfolio
+from quiesce.models import run_portfolio
 
 
 def _show(params: Mapping[str, Any], result: CheckResult[Any]) -> None:

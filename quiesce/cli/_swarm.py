@@ -13,10 +13,10 @@ from collections.abc import Callable
 import click
 from rich.console import Console
 
+from quiesce.check import Progress
 from quiesce.cli._counterexample import print_story
 from quiesce.cli._output import fail, print_json, print_stats
 from quiesce.models import (
-    Progress,
     SwarmRayError,
     SwarmRequest,
     SwarmResult,

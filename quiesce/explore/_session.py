@@ -34,11 +34,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
+from quiesce.check import NO_STALL, Action, Model, Trace, Violation
 from quiesce.explore._layout import table_svg
 from quiesce.explore._tables import controls, fired, shown_name, table_instances
 from quiesce.explore._traces import described
 from quiesce.fsm import QuiesceError, Row, label
-from quiesce.models import NO_STALL, Action, Model, Trace, Violation
 
 __all__ = ["BadStep", "Session", "changes"]
 

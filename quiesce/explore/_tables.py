@@ -23,8 +23,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from quiesce.check import Action, Model, Step, Trace, TwoPhase
 from quiesce.fsm import Table, label
-from quiesce.models import Action, DesignModel, Model, ProtocolModel, Step, Trace, TwoPhase
+from quiesce.models import DesignModel, ProtocolModel
 from quiesce.protocol.machines import TABLES
 
 __all__ = ["Fired", "TableInstance", "controls", "fired", "shown_name", "table_instances"]

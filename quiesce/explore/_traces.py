@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from quiesce.check import Model, Step, Trace, Violation
 from quiesce.fsm import QuiesceError
-from quiesce.models import Model, Step, Trace, Violation
 
 __all__ = ["TraceFile", "TraceFileError", "TraceMismatch", "described", "read_trace", "replay"]
 

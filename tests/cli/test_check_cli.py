@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from quiesce.check import Progress, build_model
+from quiesce.check import check as explore
 from quiesce.cli import _check, main
 from quiesce.cli._check import PROGRESS_INTERVAL_S, _LiveProgress
-from quiesce.models import Progress, build_model
-from quiesce.models import check as explore
 
 
 def test_check_warns_that_the_reference_size_will_not_finish(

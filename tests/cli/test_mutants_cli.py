@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from quiesce.cli import _mutants, main
-from quiesce.models import MUTANTS, Mutant, Verdict
+from quiesce.mutants import MUTANTS, Mutant, Verdict
 
 SCENARIO = sum(m.kind == "scenario" for m in MUTANTS.values())
 GENERATED = len(MUTANTS) - SCENARIO

@@ -61,7 +61,7 @@ def test_a_command_that_runs_no_stateful_test_imports_no_test_tool(command: str)
 def test_simulate_imports_neither_http_nor_the_model_checker() -> None:
     loaded = _modules_after(_help("simulate"))
     assert not {"httpx", "starlette", "uvicorn", "yaml"} & loaded
-    assert not {"quiesce.models._mutants", "quiesce.models._swarm"} & loaded
+    assert not {"quiesce.mutants._catalog", "quiesce.models.coverage._swarm"} & loaded
 
 
 def test_the_stateful_names_still_load_on_first_use() -> None:

@@ -1,6 +1,6 @@
 """`quiesce check --swarm N [--ray [ADDRESS]]`: what it prints, and how it refuses.
 
-The swarm on a real local Ray is tested in `tests/models/test_swarm.py` (slow)."""
+The swarm on a real local Ray is tested in `tests/models/coverage/test_swarm.py` (slow)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from quiesce.check import Progress
 from quiesce.cli import main
 from quiesce.cli._check import _LiveProgress
-from quiesce.models import Progress
 
 S17 = "S17_retire_releases_completed"
 

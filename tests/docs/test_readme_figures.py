@@ -24,8 +24,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from quiesce.check import check
 from quiesce.cli import main
-from quiesce.models import ProtocolModel, ProtocolParams, check
+from quiesce.models import ProtocolModel, ProtocolParams
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -122,10 +123,10 @@ def _protocol_states(symmetry: bool = False, **changes: Any) -> int:
 
 
 def _pinned(config: dict[str, Any]) -> int:
-    """The state count `tests/models/test_protocol_model.py` pins and exhausts for
-    `config` on every run: the two largest rows take minutes on a loaded machine, so they
-    are checked against that run's pin instead of being explored twice."""
-    from tests.models import test_protocol_model as pins
+    """The state count `tests/models/implementation/test_protocol_model.py` pins and
+    exhausts for `config` on every run: the two largest rows take minutes on a loaded
+    machine, so they are checked against that run's pin instead of being explored twice."""
+    from tests.models.implementation import test_protocol_model as pins
 
     [mark] = pins.test_pinned_state_count_and_no_violation.pytestmark  # type: ignore[attr-defined]
     return next(int(distinct) for params, distinct in mark.args[1] if params == config)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from quiesce.models import Violation, build_model, check
+from quiesce.check import Violation, build_model, check
 
 MUTANT = "commit_without_message"
 

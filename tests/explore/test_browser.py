@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from quiesce.check import Violation, build_model
 from quiesce.cli import main
 from quiesce.explore import Session
-from quiesce.models import Violation, build_model
 from tests.browser import chromium, dump_dom, needs_chromium
 from tests.explore.conftest import MUTANT
 

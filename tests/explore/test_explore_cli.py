@@ -10,8 +10,8 @@ from typing import Any
 
 from click.testing import CliRunner
 
+from quiesce.check import Violation, build_model
 from quiesce.cli import main
-from quiesce.models import Violation, build_model
 from tests.explore.conftest import MUTANT
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from quiesce.check import TWO_PHASE_RM, TWO_PHASE_TM
 from quiesce.explore import table_svg
 from quiesce.fsm import Table, label
-from quiesce.models import TWO_PHASE_RM, TWO_PHASE_TM
 from quiesce.protocol.machines import TABLES
 
 SVG = "{http://www.w3.org/2000/svg}"

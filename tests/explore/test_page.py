@@ -6,8 +6,8 @@ import json
 import re
 from typing import Any
 
+from quiesce.check import Violation, build_model
 from quiesce.explore import Session, render_page
-from quiesce.models import Violation, build_model
 from tests.explore.conftest import MUTANT
 
 

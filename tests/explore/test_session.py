@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from quiesce.check import NO_STALL, Step, Trace, Violation, build_model
 from quiesce.explore import BadStep, Session
 from quiesce.explore._session import changes
-from quiesce.models import NO_STALL, Step, Trace, Violation, build_model
 from tests.explore.conftest import MUTANT
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from quiesce.check import Violation, build_model
 from quiesce.explore import TraceFileError, TraceMismatch, read_trace, replay
-from quiesce.models import Violation, build_model
 from tests.explore.conftest import MUTANT
 
 

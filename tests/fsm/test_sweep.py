@@ -12,7 +12,7 @@ Two layers:
   when no guard holds, never any other exception; and the table's invariants hold in
   every value a step produces.
 
-Arguments: `quiesce.models.arg_strategies` draws each input's argument from the examples
+Arguments: `quiesce.check.arg_strategies` draws each input's argument from the examples
 its table's module declares in `ARG_EXAMPLES` (inputs not named there get `None`). A table
 whose guards or updates read an argument must declare its examples there (a guard raising
 on `None` fails the sweep, pointing at that mapping).
@@ -28,8 +28,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from quiesce.check import arg_strategies
 from quiesce.fsm import GuardRejected, Table, TransitionNotAllowed, Value, label
-from quiesce.models import arg_strategies
 from quiesce.protocol.machines import ADMISSION_GATE, GateInput
 from quiesce.protocol.machines import TABLES as REGISTERED
 

@@ -8,15 +8,15 @@ model's projection test read that one result.
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
-from quiesce.models import CheckResult, ProtocolModel, ProtocolParams, check
-from quiesce.models._mutants import MUTANTS, STEP_TIMEOUT_S, _hang
-from quiesce.models._portfolio import PORTFOLIO_BOUND
+from quiesce.check import CheckResult, check
+from quiesce.models import ProtocolModel, ProtocolParams
+from quiesce.models.scenarios import PORTFOLIO_BOUND
+from quiesce.mutants import MUTANTS, STEP_TIMEOUT_S, watching_hangs
 
 MutantCheck = Callable[[str, Mapping[str, Any]], CheckResult[Any]]
 
@@ -32,11 +32,8 @@ def mutant_check() -> MutantCheck:
         if key not in done:
             model = ProtocolModel(ProtocolParams(**params), hooks=MUTANTS[name].hooks(), name=name)
             model.step_timeout = STEP_TIMEOUT_S
-            previous = signal.signal(signal.SIGALRM, _hang)
-            try:
+            with watching_hangs():
                 done[key] = check(model, max_states=PORTFOLIO_BOUND)
-            finally:
-                signal.signal(signal.SIGALRM, previous)
         return done[key]
 
     return run

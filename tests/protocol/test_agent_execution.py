@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from quiesce.check import arg_examples
 from quiesce.fsm import Effect, TransitionNotAllowed, Value
-from quiesce.models import arg_examples
 from quiesce.protocol.machines import (
     AGENT_EXECUTION,
     Admission,

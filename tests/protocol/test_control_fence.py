@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from quiesce.check import arg_examples
 from quiesce.fsm import Value
-from quiesce.models import arg_examples
 from quiesce.protocol._errors import CheckpointConflict, InvalidPhase, StaleCheckpoint
 from quiesce.protocol._ids import OpId
 from quiesce.protocol.machines import (

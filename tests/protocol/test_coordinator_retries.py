@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from quiesce.models import ProtocolModel, ProtocolParams, check
+from quiesce.check import check
+from quiesce.models import ProtocolModel, ProtocolParams
 from quiesce.protocol import Cause
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._ids import OpId
@@ -208,7 +209,7 @@ def test_the_jitter_is_deterministic_full_and_capped() -> None:
 
 # Every fault of §8 (crashes included) on one rollout, with one retry per call: the
 # explorer exhausts it and no property fails (the retries-off sizes are pinned in
-# tests/models/test_protocol_model.py).
+# tests/models/implementation/test_protocol_model.py).
 EVERY_FAULT_WITH_RETRIES: dict[str, Any] = dict(
     siblings=1,
     turns=1,

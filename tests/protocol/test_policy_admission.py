@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from quiesce.check import arg_examples
 from quiesce.fsm import Effect, GuardRejected, TransitionNotAllowed
-from quiesce.models import arg_examples
 from quiesce.protocol.machines import POLICY_ADMISSION, AdmissionData, PolicyInput, PolicyState
 from quiesce.protocol.machines import POLICY_ADMISSION as POLICY
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from quiesce.check import arg_examples
 from quiesce.fsm import GuardRejected, TransitionNotAllowed
-from quiesce.models import arg_examples
 from quiesce.protocol.machines import (
     RESOURCES,
     Mutation,

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from quiesce.models import MUTANTS, SCENARIOS, ScenarioFailed, scenario_system
+from quiesce.models import SCENARIOS, ScenarioFailed, scenario_system
+from quiesce.mutants import MUTANTS
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))

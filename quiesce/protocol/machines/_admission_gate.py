@@ -79,4 +79,4 @@ ARG_EXAMPLES: Mapping[GateInput, tuple[object, ...]] = {
     GateInput.HOLD: _OWNER_EXAMPLES,
     GateInput.RELEASE: _OWNER_EXAMPLES,
 }
-"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): owners."""
+"""Example arguments by input, for the sweeps (`quiesce.check.arg_examples`): owners."""

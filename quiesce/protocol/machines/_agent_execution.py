@@ -201,5 +201,5 @@ ARG_EXAMPLES: Mapping[AgentInput, tuple[object, ...]] = {
     I.RUN_FINISHED: (Completion(_RECEIPTS[0], '{"reward":1}'), Completion(_RECEIPTS[1], "{}")),
     I.RECV_ACK: (*_RECEIPTS, "wrong"),
 }
-"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): each input
+"""Example arguments by input, for the sweeps (`quiesce.check.arg_examples`): each input
 with the argument type it takes; the other inputs take none."""

@@ -204,5 +204,5 @@ ARG_EXAMPLES: Mapping[CallInput, tuple[object, ...]] = {
     # Transient and not, each before and after the plans' deadline (10.0).
     _I.CALL_FAILED: _FAILURES,
 }
-"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): the
+"""Example arguments by input, for the sweeps (`quiesce.check.arg_examples`): the
 timers (`ASK_AGAIN`, `RETRY_DUE`) take none."""

@@ -453,5 +453,5 @@ ARG_EXAMPLES: Mapping[CheckpointInput, tuple[object, ...]] = {
         for touched, in_turn in ((True, True), (True, False), (False, False))
     ),
 }
-"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): a `Trigger`,
+"""Example arguments by input, for the sweeps (`quiesce.check.arg_examples`): a `Trigger`,
 the recovered `Attempt`, every cause's `Classification`; the other inputs take none."""

@@ -379,5 +379,5 @@ ARG_EXAMPLES: Mapping[FenceInput, tuple[object, ...]] = {
         (I.RECV_STATUS, FenceOp.STATUS),
     )
 }
-"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): every input
+"""Example arguments by input, for the sweeps (`quiesce.check.arg_examples`): every input
 with its own op, three ordered ids, with and without a result."""

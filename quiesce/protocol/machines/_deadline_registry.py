@@ -295,5 +295,5 @@ ARG_EXAMPLES: Mapping[RegistryInput, tuple[object, ...]] = {
     _IN.STOP: _GROUP_ARGS,
     _IN.TIMER_DUE: _GROUP_ARGS,
 }
-"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): holders for
+"""Example arguments by input, for the sweeps (`quiesce.check.arg_examples`): holders for
 the holder-set inputs, groups for the per-group ones, at a few times and budgets."""

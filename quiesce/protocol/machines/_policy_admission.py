@@ -132,5 +132,5 @@ ARG_EXAMPLES: Mapping[PolicyInput, tuple[object, ...]] = {
     I.CALL_STARTED: ("call-1", "call-2"),
     I.CALL_FINISHED: ("call-1", "call-2"),
 }
-"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): call ids for
+"""Example arguments by input, for the sweeps (`quiesce.check.arg_examples`): call ids for
 call inputs; fence inputs take none."""

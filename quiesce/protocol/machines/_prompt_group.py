@@ -139,6 +139,6 @@ ARG_EXAMPLES: Mapping[GroupInput, tuple[object, ...]] = {
     # Sibling indexes, including ones outside any group (-1, and past the size) for the guards.
     GroupInput.SIBLING_SEALED: (-1, 0, 1, 2, 3, 4),
 }
-"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`; inputs not named
+"""Example arguments by input, for the sweeps (`quiesce.check.arg_examples`; inputs not named
 take none); start values come from `table.start()` (G=1 unless a sweep builds
 `GroupData(size=2)`)."""

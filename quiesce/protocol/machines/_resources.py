@@ -170,5 +170,5 @@ ARG_EXAMPLES: Mapping[ResourcesInput, tuple[object, ...]] = {
     # Revisions to install: none, one rollout, two, and a rollout named twice.
     I.IMPORT: ((), (("r0", 2),), (("r0", 0), ("r1", 3)), (("r1", 1), ("r1", 2))),
 }
-"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`): a `Mutation`
+"""Example arguments by input, for the sweeps (`quiesce.check.arg_examples`): a `Mutation`
 for mutation inputs, revisions for `IMPORT`; fence inputs take none."""

@@ -260,5 +260,5 @@ ARG_EXAMPLES: Mapping[RestoreInput, tuple[object, ...]] = {
     RestoreInput.RESTORE_REJECTED: ("digest_mismatch", "unowned_execution"),
     RestoreInput.DISCARD_BEGIN: (0, 1, 2, 3),
 }
-"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`); the inputs
+"""Example arguments by input, for the sweeps (`quiesce.check.arg_examples`); the inputs
 not named take none."""

@@ -153,5 +153,5 @@ ARG_EXAMPLES: Mapping[AttemptInput, tuple[object, ...]] = {
     AttemptInput.ROLLOUT_COMPLETED: ("r-1", "r-2"),
     AttemptInput.ACK_FLUSHED: ("r-1", "r-2"),
 }
-"""Example arguments by input, for the sweeps (`quiesce.models.arg_examples`); the inputs not
+"""Example arguments by input, for the sweeps (`quiesce.check.arg_examples`); the inputs not
 named take none."""

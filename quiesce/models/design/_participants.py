@@ -1,0 +1,318 @@
+"""The participants' side of a design-model step: three servers, their tables, their roles.
+
+What lives here: `ParticipantSide`, which serves one request at a participant exactly as
+`quiesce.protocol.participant` composes it, but over compact values: the fence (M2) decides
+(refusal, replay, retire, or start), the role does its work on a start (the policy's
+admission M4, the agent's executions M3, the resources M5: close, reopen, readiness,
+export, install) and the outcome steps the fence again. And the agent's own moves: begin,
+a turn, a finish, an ACK, a retire, a crash that keeps only the journal (§6). What it does
+not know: the controller (`_design_ledger`, `_design_step` read the replies).
+
+Replies are tuples the controller reads: `("ready",)`, `("not_ready",)`,
+`("committed", digest)`, `("failed",)`, `("resumed",)`, `("restored", digest, held,
+continuations)`, `("restore_failed",)`, `("discarded",)`, `("acked", keys)`,
+`("refused", code, active id)`, `("error",)` (an outcome the fence did not expect).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quiesce.models.design._scratch import LIVE, Scratch
+from quiesce.models.design._state import AGENT, NAMES, POLICY, RESOURCES, Key
+from quiesce.protocol.machines import (
+    AgentInput,
+    FenceInput,
+    FenceOp,
+    PolicyInput,
+    ResourcesInput,
+)
+
+__all__ = ["ParticipantSide"]
+
+AI, FI = AgentInput, FenceInput
+_WORKING = ("running", "park_requested")
+
+
+class ParticipantSide(Scratch):
+    """The participants' moves of a step (see the module doc)."""
+
+    def serve(self, p: int, op: str, op_id: int, extra: Any, fault: str) -> tuple[Any, ...]:
+        """Participant `p` handles one request; its reply, as the controller would read it."""
+        if op == "ack":
+            return self.serve_ack(extra)
+        fence_op = FenceOp(op)
+        stepped = self.request(p, op, op_id)
+        if stepped is None:
+            return ("refused", "invalid_phase", 0)
+        self.fences[p], effects = stepped
+        effect: tuple[Any, ...] = effects[0] if effects else ("none",)
+        kind = effect[0]
+        if kind == "refuse":
+            return ("refused", effect[1], effect[2])
+        if kind == "replay":
+            return self._replayed(p, op, effect[1])
+        if kind == "retire":
+            self.reopen(p)
+            return ("resumed",)
+        if kind != "start":
+            return ("error",)
+        if op == "prepare":
+            self.close(p)
+            ready = self.ready(p)
+            outcome = FI.PREPARE_READY if ready else FI.PREPARE_NOT_READY
+            self._outcome(p, outcome, fence_op, op_id, "ready" if ready else None)
+            return ("ready",) if ready else ("not_ready",)
+        if op == "commit":
+            if not self.ready(p):
+                self._outcome(p, FI.COMMIT_FAILED, fence_op, op_id, None)
+                return ("failed",)
+            digest = self.digest(p, op_id)
+            self._outcome(p, FI.COMMIT_DONE, fence_op, op_id, digest)
+            self.w = self.w._replace(unresolved=self.w.unresolved | {op_id})
+            return ("committed", digest)
+        if op == "restore":
+            return self.serve_restore(p, op_id, extra, fault)
+        self.restored = tuple(c for c in self.restored if c != extra)
+        return ("discarded",)
+
+    def _replayed(self, p: int, op: str, result: Any) -> tuple[Any, ...]:
+        if op == "prepare":
+            return ("ready",)
+        if op == "commit":
+            return ("committed", result)
+        if op == "restore":
+            return ("restored", result, self._held(), self.restored)
+        return ("resumed",)
+
+    def _outcome(self, p: int, input: FenceInput, op: FenceOp, op_id: int, result: Any) -> None:
+        stepped = self.t.fence(self.fences[p], input, op, op_id, result)
+        if stepped is not None:
+            self.fences[p] = stepped[0]
+
+    def serve_restore(self, p: int, op_id: int, snapshot_id: int, fault: str) -> tuple[Any, ...]:
+        """`restore(R, snapshot)` at `p`: close the role, install the artifact, answer the
+        digest it computed (or fail on the participant's side)."""
+        self.close(p)
+        if fault == "restore_failure":
+            self._outcome(p, FI.RESTORE_FAILED, FenceOp.RESTORE, op_id, None)
+            return ("restore_failed",)
+        snapshot = next(s for s in self.published if s.op_id == snapshot_id)
+        # Contents are dropped only once no restore can run again (`Scratch.result`).
+        assert snapshot.digests, f"restore of {snapshot_id} after its contents were dropped"
+        if p == AGENT:
+            # The agent's executions are replaced by the snapshot's continuations: the live
+            # ones belong to the interval the restore rolls back (M3 `retire`, "replaced on
+            # restore"); a completed result stays until its ACK (listed in the reply).
+            for key, (state, _) in list(self.executions.items()):
+                if state in LIVE:
+                    self.execution_input(key, AI.RETIRE)
+            self.restored = snapshot.digests[AGENT][2]
+        elif p == RESOURCES:
+            self.resources = self._resources(ResourcesInput.IMPORT) or self.resources
+        digest = snapshot.digests[p] if fault != "wrong_digest" else ("corrupt", NAMES[p])
+        self._outcome(p, FI.RESTORE_DONE, FenceOp.RESTORE, op_id, digest)
+        return ("restored", digest, self._held(), self.restored)
+
+    def _held(self) -> tuple[Key, ...]:
+        """The agent's completed, un-ACKed results (its restore reply lists them)."""
+        return tuple(k for k, (st, _) in sorted(self.executions.items()) if st == "completed")
+
+    def digest(self, p: int, op_id: int) -> tuple[Any, ...]:
+        """What `p` commits for `op_id`: the agent saves its parked and frozen executions at
+        their last boundary; policy and resources name the snapshot only (restart_only and
+        a policy save nothing of their own)."""
+        saved: tuple[tuple[int, int, int], ...] = ()
+        if p == AGENT:
+            saved = tuple(
+                (s, a, t)
+                for (s, a), (st, t) in sorted(self.executions.items())
+                if st in ("parked", "frozen")
+            )
+        return (NAMES[p], op_id, saved)
+
+    def close(self, p: int) -> None:
+        """The fence started a prepare or restore: the role stops admitting work."""
+        if p == POLICY:
+            stepped = self.t.policy(self.policy, PolicyInput.FENCE_PREPARE, None)
+            if stepped is not None:
+                self.policy = stepped[0]
+        elif p == RESOURCES:
+            self.resources = self._resources(ResourcesInput.FENCE_PREPARE) or self.resources
+        else:
+            for key in list(self.executions):
+                self.execution_input(key, AI.FENCE_PREPARE)
+
+    def reopen(self, p: int) -> None:
+        """The fence retired its op: the role admits work again (waiters proceed)."""
+        if p == POLICY:
+            waiting = self.policy[1]
+            stepped = self.t.policy(self.policy, PolicyInput.FENCE_RESUME, None)
+            if stepped is None:
+                return
+            self.policy = stepped[0]
+            agent_idle = self.fences[AGENT].state == "idle"
+            for key in waiting:
+                if key not in self.policy[1]:
+                    self.execution_input(key, AI.POLICY_RESUMED, agent_idle)
+        elif p == RESOURCES:
+            self.resources = self._resources(ResourcesInput.FENCE_RESUME) or self.resources
+        else:
+            for key in list(self.executions):
+                self.execution_input(key, AI.FENCE_RESUME)
+
+    def ready(self, p: int) -> bool:
+        """May `p` commit now (prepare's answer)?"""
+        if p == POLICY:
+            return self.policy[0] == "paused"
+        if p == RESOURCES:
+            return self.resources == "frozen"
+        return not any(st in (*_WORKING, "completed") for st, _ in self.executions.values())
+
+    def _resources(self, input: ResourcesInput) -> str | None:
+        stepped = self.t.resources(self.resources, input)
+        if stepped is None:
+            return None
+        label, names = stepped
+        if input is ResourcesInput.MUTATION_STARTED and "admit_mutation" not in names:
+            return None  # held as a waiter: the turn's resource call waits
+        return label
+
+    def execution_input(self, key: Key, input: AgentInput, arg: Any = None) -> tuple[str, ...]:
+        """Fire M3 on the agent's execution `key`; acked or tombstoned ones leave only their
+        refusal key. Returns the effect names (empty if refused or absent)."""
+        found = self.executions.get(key)
+        if found is None:
+            return ()
+        stepped = self.t.execution(found[0], key, found[1], input, arg)
+        if stepped is None:
+            return ()
+        state, turn, names = stepped
+        self._executions_changed = True
+        if state in ("acked", "tombstoned"):
+            del self.executions[key]
+            self.retire_key(key, acked=state == "acked")
+        else:
+            self.executions[key] = (state, turn)
+        return names
+
+    def retire_key(self, key: Key, acked: bool) -> None:
+        """The agent's refusal key for the rollout grows to `key` (it never shrinks)."""
+        sibling, attempt = key
+        highest, was_acked = self.refusals[sibling]
+        if attempt > highest or (attempt == highest and acked and not was_acked):
+            self.refusals[sibling] = (attempt, acked)
+
+    def serve_ack(self, keys: tuple[Key, ...]) -> tuple[Any, ...]:
+        """The agent releases every exactly-quoted result; acknowledged and unknown
+        receipts are both answered (the ledger clears both)."""
+        for key in keys:
+            self.execution_input(key, AI.RECV_ACK)
+        return ("acked", keys)
+
+    def serve_retire(self, key: Key) -> str:
+        """`retire(key)` at the agent: `tombstoned`, `completed_unacknowledged` (only an ACK
+        releases a result, S17) or `already_retired`."""
+        if key not in self.executions:
+            if key[1] <= self.refusals[key[0]][0]:
+                return "already_retired"
+            stepped = self.t.execution("new", key, 0, AI.RETIRE, None)  # retire overtook begin
+            if stepped is not None and stepped[0] == "tombstoned":
+                self.retire_key(key, acked=False)
+            return "tombstoned"
+        names = self.execution_input(key, AI.RETIRE)
+        if "answer_completed_unacknowledged" in names:
+            return "completed_unacknowledged"
+        return "tombstoned"
+
+    def begin(self, key: Key, resume_turn: int) -> None:
+        """Dispatch `key` to the agent (M3 `begin`); a refused begin stays dispatched in
+        the ledger and its deadline recovers it."""
+        sibling = key[0]
+        if key in self.executions:
+            return  # duplicate_execution
+        admission = (self.fences[AGENT].state == "idle", key[1] <= self.refusals[sibling][0])
+        stepped = self.t.execution("new", key, resume_turn, AI.BEGIN, admission)
+        if stepped is None or "start_execution" not in stepped[2]:
+            return
+        if resume_turn:
+            claimed = next(
+                (c for c in self.restored if c[0] == sibling and c[2] == resume_turn), None
+            )
+            if claimed is None:
+                return  # unknown_execution: nothing to claim
+            self.restored = tuple(c for c in self.restored if c != claimed)
+            self.retire_key((sibling, claimed[1]), acked=False)
+            if self.p.recovery_mode == "restart_only":
+                self.flag("I8", f"s{sibling}#{key[1]} resumed against lost restart_only state")
+        self.executions[key] = (stepped[0], stepped[1])
+        self._executions_changed = True
+        self.policy_call(key)
+
+    def policy_call(self, key: Key) -> None:
+        """`key` starts a turn with a policy call; a paused policy holds it (frozen)."""
+        stepped = self.t.policy(self.policy, PolicyInput.CALL_STARTED, key)
+        if stepped is None:
+            return
+        self.policy, names = stepped
+        if "hold_as_waiter" in names:
+            self.execution_input(key, AI.POLICY_CALL_HELD)
+
+    def turn(self, key: Key) -> bool:
+        """`key` ends a turn (its resource call admitted); False if the turn must wait."""
+        label = self._resources(ResourcesInput.MUTATION_STARTED)
+        if label is None:
+            return False
+        self.resources = label
+        _, turn = self.executions[key]
+        self.execution_input(key, AI.TURN_BOUNDARY, turn + 1)
+        if self.executions.get(key, ("",))[0] == "running":
+            self.policy_call(key)
+        return True
+
+    def run_finished(self, key: Key) -> bool:
+        """`key`'s last turn ends (its resource call admitted) and `/run` returns: the agent
+        holds the result until its ACK (I1 watches it from now). False if the turn waits."""
+        label = self._resources(ResourcesInput.MUTATION_STARTED)
+        if label is None:
+            return False
+        self.resources = label
+        if "hold_result" not in self.execution_input(key, AI.RUN_FINISHED):
+            return False
+        self.w = self.w._replace(unaccounted=self.w.unaccounted | {key})
+        return True
+
+    def crash_participant(self, p: int) -> None:
+        """`p` restarts with its journal (§6): fence, completed results, refusal keys,
+        restored continuations; running executions die; the role reopens unless fenced."""
+        fence = self.fences[p]
+        after_crash = {"committing": "prepared", "restoring": "restore_failed_paused"}
+        self.fences[p] = fence._replace(state=after_crash.get(fence.state, fence.state))
+        fenced = self.fences[p].state != "idle"
+        if p == POLICY:
+            # A fenced policy comes back paused; the calls it held are made again by their
+            # agents, so they wait again (an unfenced policy holds none).
+            waiters = self.policy[1] if fenced else ()
+            self.policy = ("accepting", ())
+            if fenced:
+                stepped = self.t.policy(self.policy, PolicyInput.FENCE_PREPARE, None)
+                if stepped is not None:
+                    self.policy = (stepped[0][0], waiters)
+        elif p == RESOURCES:
+            self.resources = "accepting"
+            if fenced:
+                self.resources = self._resources(ResourcesInput.FENCE_PREPARE) or "accepting"
+        else:
+            self.executions = {k: v for k, v in self.executions.items() if v[0] == "completed"}
+            self._executions_changed = True
+
+    def serve_status(self) -> tuple[tuple[Key, ...], tuple[Key, ...]] | None:
+        """`status` at the agent (M2: answered in any state): the keys it still runs, and
+        the completed results it holds; None if the fence refuses the probe."""
+        stepped = self.t.fence(self.fences[AGENT], FI.RECV_STATUS, FenceOp.STATUS, 0, None)
+        if stepped is None:
+            return None
+        items = sorted(self.executions.items())
+        live = tuple(key for key, (state, _) in items if state in LIVE)
+        held = tuple(key for key, (state, _) in items if state == "completed")
+        return live, held

@@ -1,0 +1,687 @@
+"""One step of the design model: the controller's side, and the moves of the whole world.
+
+What lives here: `Step`, the scratch value of one transition (built on `LedgerSide`, which
+is built on `ParticipantSide` and `Scratch`): the controller's checkpoint (M1) and restore
+(M9), their walks through the participants in §3 order, one atomic call at a time, and the
+controller's reading of each reply; `initial_state`. The moves are written the way the
+coordinator is: an input fires a table through `Steppers`, and the *names* of the effects
+the row emits select the work (`_M1_WORK`, `_M9_WORK`), so a mutant that drops an effect
+from a row really drops that work. What it does not know: which moves are enabled, or the
+properties (`_design_model`).
+
+The abstraction (PROTOCOL.md §8, "Two levels of model"):
+- a control call to one participant, with its in-attempt retries (§4 amended: the same op
+  id, up to `call_retries`), is ONE step: the participant's fence and role tables step on
+  the request and the controller's tables step on the reply. A first try lost, or answered
+  5xx, and then retried is the call itself, so the faults enumerated are those that leave
+  a trace: a reply lost and answered again from the fence's record, a duplicated request,
+  a request the network holds and redelivers later (once), a wrong digest or a failure on
+  the participant's side at restore, and every try failing (that costs `call_retries + 1`
+  faults, so at the reference size it needs a budget of 2);
+- the ACK outbox and the retire list are background calls, one step each, retried until
+  answered (a lost retire answer for a completed result would otherwise hold it forever);
+- the controller's local store steps (intent, cut, validate, publish, reading the intent
+  record, selecting a snapshot) complete inside the step that starts them: the store is
+  local and synchronous, and a controller crash still lands before or after publication;
+- a rollout turn ends in one step (its resource call admitted, or the turn waits); the next
+  turn's policy call is made at once, and held as a waiter when the policy is paused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from quiesce.models.design._ledger import LedgerSide
+from quiesce.models.design._state import (
+    AGENT,
+    ALL,
+    EMPTY_WALK,
+    M1,
+    M1_PHASE,
+    M9_PHASE,
+    NAMES,
+    ORDERS,
+    POLICY,
+    RESOURCES,
+    Controller,
+    DesignParams,
+    DesignState,
+    Fence,
+    Group,
+    Ledger,
+    Participants,
+    Snapshot,
+    Store,
+    Walk,
+    World,
+    discards,
+    fence_done,
+    latest_attempts,
+    next_call,
+    walk_active,
+)
+from quiesce.models.design._tables import GROUP, Steppers
+from quiesce.protocol import Cause, Disposition, classify
+from quiesce.protocol.machines import (
+    AttemptInput,
+    CheckpointInput,
+    IntentAction,
+    RegistryInput,
+    Restart,
+    RestoreInput,
+)
+
+__all__ = ["DELAYABLE", "TRANSIENT", "Step", "initial_state"]
+
+CI, TI = CheckpointInput, AttemptInput
+_DONE_INPUT = {"prepare": CI.ROLES_DONE, "commit": CI.ROLES_DONE, "release": CI.ROLES_DONE}
+_DONE_INPUT.update(abort=CI.ROLES_DONE, flush=CI.ACKS_FLUSHED)
+_RESTARTED = classify(Cause.PARTICIPANT_RESTARTED)
+# §4: a refusal answered to a control call is classified by its code.
+_REFUSAL_CAUSE = {
+    "checkpoint_conflict": Cause.CHECKPOINT_CONFLICT,
+    "stale_checkpoint": Cause.STALE_ID,
+    "invalid_phase": Cause.INVALID_PHASE,
+}
+DELAYABLE = ("prepare", "commit", "resume", "restore")
+"""The ops whose request a timeout may hold back and redeliver later (S15)."""
+TRANSIENT = {
+    "request_lost": Cause.REQUEST_LOST,
+    "reply_lost": Cause.REPLY_LOST,
+    "timeout": Cause.TIMEOUT,
+}
+"""The transient faults of a call and the cause each one is reported with (a 5xx is a
+request lost for the model: the participant changed nothing, the cause is as retryable)."""
+
+
+def initial_state(p: DesignParams, steppers: Steppers) -> DesignState:
+    """Discovery done, the prompt group opened and every sibling dispatched."""
+    fence = Fence("idle", 0, 0, ())
+    controller = Controller(
+        M1("idle", 0, 0, False, "", 0),
+        EMPTY_WALK,
+        0,
+        0,
+        0,
+        (),
+        (None, None, None),
+        ("open", ()),
+        ("running", (), False, False),
+        None,
+        0,
+        Ledger(Group("generating", 0, False), ()),
+        (),
+        (),
+        0,
+        "",
+        (),
+    )
+    parts = Participants(
+        (fence, fence, fence),
+        ("accepting", ()),
+        "accepting",
+        (),
+        tuple((-1, False) for _ in range(p.siblings)),
+        (),
+    )
+    world = World(
+        p.triggers,
+        p.faults,
+        0,
+        0,
+        0,
+        0,
+        None,
+        frozenset(),
+        frozenset(),
+        0,
+        False,
+        (),
+    )
+    step = Step(p, steppers, DesignState(controller, parts, Store(0, ()), world))
+    step.open_group()
+    return step.result()
+
+
+class Step(LedgerSide):
+    """One transition under construction (see the module doc)."""
+
+    def __init__(self, params: DesignParams, steppers: Steppers, state: DesignState) -> None:
+        super().__init__(params, steppers, state)
+        self._m1_queue: list[tuple[CheckpointInput, Any]] = []
+        self._m9_queue: list[tuple[RestoreInput, Any]] = []
+        self._draining = False
+
+    def fire(self, input: CheckpointInput, arg: Any = None) -> None:
+        """Fire M1; the work its row names runs in row order (queued if fired from work)."""
+        self._m1_queue.append((input, arg))
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            while self._m1_queue and not self.stopped:
+                self._fire_one(*self._m1_queue.pop(0))
+        finally:
+            self._draining = False
+            self._m1_queue.clear()
+
+    def _fire_one(self, input: CheckpointInput, arg: Any) -> None:
+        stepped = self.t.checkpoint(self.m1, input, arg)
+        if stepped is None:
+            self.stopped = "refused"  # the table refused what the composition fired
+            return
+        before, (self.m1, names) = self.m1, stepped
+        for name in names:
+            _M1_WORK.get(name, _nothing)(self, arg)
+        if self.m1.state == "stopped" and not self.stopped:
+            self.stopped = "stopped"  # a row that stops without naming the `stop` work
+        if input is CI.ROLES_DONE and before.state in ("releasing", "aborting"):
+            self.resolved(before.attempt, released=before.state == "releasing")
+        if self.m1.state == "idle" and before.state != "idle":
+            # The attempt is over: what the controller tracked about it goes with it.
+            self.staged, self.attempted, self.conflicts = (None, None, None), 0, ()
+            self.deadline = self.retry = 0
+            self.judge_end(before.attempt)
+        if (
+            self.m9 is not None
+            and self.m9[0] == "finishing_intent"
+            and before.state != "idle"
+            and self.m1.state == "idle"
+        ):
+            self.restore_input(RestoreInput.INTENT_FINISHED)
+
+    def resolved(self, op_id: int, released: bool) -> None:
+        """I3: the release (or abort) of `op_id` completed on every participant; a release
+        must follow its publication, an abort must find it unpublished."""
+        published = any(s.op_id == op_id for s in self.published)
+        if released != published:
+            what = "released unpublished" if released else "aborted though published"
+            self.flag("I3", f"{op_id} {what}")
+        self.w = self.w._replace(unresolved=self.w.unresolved - {op_id})
+
+    def fail(self, cause: Cause) -> None:
+        """Fail the attempt in progress with `cause` (§4 classifies it)."""
+        self.judge_failure(cause)
+        self.fire(CI.FAILED, cause)
+
+    def judge_failure(self, cause: Cause) -> None:
+        """I7's own count (§4): the attempt in progress failed with `cause`. Only its first
+        cause counts, and only for an attempt never published (the failed release of a
+        published one is retried by its timer: that attempt has not failed); a skip or a
+        fatal cause is no retryable failure. M1's counter is never read here."""
+        w, attempt = self.w, self.m1.attempt
+        if w.failing or not attempt or any(s.op_id == attempt for s in self.published):
+            return
+        retryable = classify(cause).disposition is Disposition.RETRYABLE
+        self.w = w._replace(failing=True, failed_attempts=w.failed_attempts + retryable)
+
+    def judge_end(self, attempt: int) -> None:
+        """I7's own count: `attempt` ended. A published attempt succeeded, which ends the
+        run of consecutive failures (§4); a failed one was counted when it failed."""
+        published = any(s.op_id == attempt for s in self.published)
+        failed = 0 if published else self.w.failed_attempts
+        self.w = self.w._replace(failing=False, failed_attempts=failed)
+
+    def capture(self, reflushed: bool) -> None:
+        """The controller's cut (S7, S9): skip if the trainer moved, re-flush pending ACKs
+        once inside the cut, else the cut is captured."""
+        if self.w.trainer_step != self.m1.step or self.w.optimizer == 1:
+            self.fail(Cause.TRAINER_STATE_CHANGED)
+        elif self.ack_batch():
+            if reflushed:
+                self.fail(Cause.ACKS_PENDING)
+            else:
+                self.start_walk("reflush")
+        else:
+            self.fire(CI.CUT_CAPTURED)
+
+    def publish(self) -> None:
+        """Rename staging to published; I8 is judged on what is published."""
+        op_id, ledger = self.m1.attempt, self.ledger
+        assert ledger is not None
+        for p in (POLICY, AGENT, RESOURCES):
+            fence = self.fences[p]
+            recorded = next(
+                (r[2] for r in fence.recorded if r[0] == op_id and r[1] == "commit"), None
+            )
+            if fence.state != "committed_paused" or fence.active != op_id:
+                self.flag("I8", f"{op_id} published while {NAMES[p]} is not committed to it")
+            elif recorded != self.staged[p]:
+                self.flag("I8", f"{op_id} staged digest of {NAMES[p]} differs from its commit")
+        if self.w.trainer_step != self.m1.step or self.w.optimizer == 1:
+            self.flag("I8", f"cut of {op_id} after the trainer moved")
+        if any(a.ack_owed for a in ledger.attempts):
+            self.flag("I8", f"cut of {op_id} with ACKs pending")
+        snapshot = Snapshot(op_id, self.m1.step, self.staged, ledger)
+        self.published = (*self.published, snapshot)
+        self.fire(CI.PUBLISHED)
+
+    def start_walk(self, phase: str) -> None:
+        """Begin a remote phase (a retried abort/release skips who answered)."""
+        keep = self.walk.phase == phase
+        self.walk = Walk(phase, self.walk.done if keep else 0, False, 0)
+        nothing_to_ack = phase in ("flush", "reflush") and not self.ack_batch()
+        if nothing_to_ack or self.next_call() is None:
+            self.finish_walk()
+
+    def walk_active(self) -> bool:
+        """Is the walk the one its machine is waiting on right now?"""
+        return walk_active(self)
+
+    def next_call(self) -> tuple[int, str, int, Any] | None:
+        """The next call of the walk: `(participant, op, id, extra)`, or None when done."""
+        return next_call(self, self.p.recovery_mode)
+
+    def _discards(self) -> tuple[tuple[int, int, int], ...]:
+        return discards(self, self.p.recovery_mode)
+
+    def advance(self, p: int) -> None:
+        """The call to `p` succeeded: on to the next one, or the phase is done."""
+        self.walk = self.walk._replace(done=self.walk.done | 1 << p, not_ready=False)
+        if self.next_call() is None:
+            self.finish_walk()
+
+    def call_again(self, p: int) -> None:
+        """`p` is called again in this walk, in its turn (a restarted participant is
+        prepared again)."""
+        self.walk = self.walk._replace(done=self.walk.done & ~(1 << p))
+
+    def finish_walk(self) -> None:
+        """Every call of the walk answered: its machine moves on."""
+        phase = self.walk.phase
+        self.walk = EMPTY_WALK
+        if phase in _DONE_INPUT:
+            self.fire(_DONE_INPUT[phase])
+        elif phase == "reflush":
+            self.capture(reflushed=True)
+        elif phase == "restore":
+            self.restore_input(RestoreInput.RECV_RESTORED)
+            if self.m9 is not None and self.m9[0] == "restored_paused":
+                self.check_restored()
+                self.restore_input(RestoreInput.DISCARD_BEGIN, len(self._discards()))
+        elif phase == "discard":
+            self.restore_input(RestoreInput.RECV_DISCARDED)
+        elif phase == "resume_rs":
+            self.restore_input(RestoreInput.RECV_RESUMED)
+        elif phase == "abort_rs":
+            self.select_if_due()
+
+    def fail_walk(self, cause: Cause) -> None:
+        """The walk's call failed for good (retries spent, or a refusal)."""
+        phase = self.walk.phase
+        self.walk = self.walk._replace(not_ready=False)
+        if phase == "reflush":
+            self.fail(Cause.ACKS_PENDING)
+        elif phase in M1_PHASE:
+            self.fail(cause)
+        elif phase in ("restore", "discard", "resume_rs"):
+            self.restore_input(RestoreInput.CALL_FAILED)
+        # abort_rs: retried until it succeeds (the next call goes out again).
+
+    def call(self, fault: str) -> None:
+        """The walk's next call, with its in-attempt retries (§4), as one atomic step.
+
+        `fault`: `""` none; `reply_lost` (the reply is lost, the retry is answered from the
+        fence's record), `duplicate` (delivered twice), `timeout` (the request is held by
+        the network and redelivered later; the retry goes through); `wrong_digest` and
+        `restore_failure` at restore; a trailing `*` (`request_lost*`, `reply_lost*`,
+        `timeout*`) makes every try fail: the call fails with its cause. A first try lost
+        before it arrived, or answered 5xx, and then retried is the call itself: no fault.
+        """
+        found = self.next_call()
+        assert found is not None
+        p, op, op_id, extra = found
+        walk = self.walk
+        if walk.not_ready:  # the prepare retry timer asks the not-ready participant again
+            self.walk = walk._replace(not_ready=False, nr_retries=walk.nr_retries + 1)
+        self.check_order(p, op, op_id, extra)
+        if walk.phase in ("prepare", "restore"):
+            self.attempted |= 1 << p  # S6: attempted before the call is sent
+        kind, every_try = fault.rstrip("*"), fault.endswith("*")
+        tries = self.p.call_retries + 1 if every_try else 1
+        self.spend_fault(self.cost(fault))
+        if kind == "timeout" and op in DELAYABLE:
+            snapshot = extra if op == "restore" else 0
+            self.w = self.w._replace(delayed=(p, op, op_id, snapshot))
+        if every_try:
+            for _ in range(tries if kind == "reply_lost" else 0):
+                self.serve(p, op, op_id, extra, "")
+            self.fail_walk(TRANSIENT[kind])
+            return
+        reply = self.serve(p, op, op_id, extra, fault)
+        if kind in ("reply_lost", "duplicate"):
+            reply = self.serve(p, op, op_id, extra, fault)
+        if self.stale >> p & 1 and self.seen_restart(p):
+            return
+        self.on_reply(p, op, op_id, extra, reply)
+
+    def on_reply(self, p: int, op: str, op_id: int, extra: Any, reply: tuple[Any, ...]) -> None:
+        """The controller's side of a call's reply."""
+        kind, phase = reply[0], self.walk.phase
+        if kind == "refused":
+            code, active = reply[1], reply[2]
+            if code == "checkpoint_conflict" and active:
+                self.conflicts = tuple(sorted({*self.conflicts, (p, active)}))
+                if phase in M9_PHASE:
+                    return  # the walk resumes the active id first, then asks `p` again
+            self.fail_walk(_REFUSAL_CAUSE.get(code, Cause.PARTICIPANT_ERROR))
+        elif kind == "error":
+            self.fail_walk(Cause.PARTICIPANT_ERROR)
+        elif kind == "not_ready":
+            self.walk = self.walk._replace(not_ready=True)
+        elif kind == "failed":
+            self.fail_walk(Cause.COMMIT_FAILED)
+        elif kind == "restore_failed":
+            self.fail_walk(Cause.PARTICIPANT_ERROR)
+        elif kind == "acked":
+            self.ack_flushed(reply[1])
+            self.advance(AGENT)
+        elif kind == "committed":
+            staged = list(self.staged)
+            staged[p] = reply[1]
+            self.staged = tuple(staged)
+            self.advance(p)
+        elif kind == "restored":
+            if reply[1] != self.snapshot().digests[p]:
+                self.restore_input(RestoreInput.RESTORE_REJECTED, "digest_mismatch")
+                return
+            if p == AGENT:
+                cut = self.snapshot().cut
+                owned = set() if cut is None else {(a.sibling, a.attempt) for a in cut.attempts}
+                if any((s, a) not in owned for s, a, _ in reply[3]):
+                    # M9: every restored execution must be owned by the restored ledger.
+                    self.restore_input(RestoreInput.RESTORE_REJECTED, "unowned_execution")
+                    return
+                self.continuations = reply[3]
+                for key in reply[2]:
+                    self.unowned(key)
+            self.advance(p)
+        elif kind == "discarded":
+            self.continuations = tuple(c for c in self.continuations if c != extra)
+            if self.next_call() is None:
+                self.finish_walk()
+        elif extra == "conflict":  # resumed: the conflicting id is retired there
+            self.conflicts = tuple(c for c in self.conflicts if c != (p, op_id))
+            if self.next_call() is None:
+                self.finish_walk()
+        else:  # ready, resumed
+            self.advance(p)
+
+    def seen_restart(self, p: int) -> bool:
+        """A reply shows `p`'s new incarnation (S19). True if the reply must not be used."""
+        self.stale &= ~(1 << p)
+        if p == AGENT and self.ledger is not None and self.ledger.group.state == "generating":
+            # Its running executions died with the old process, but a completed result whose
+            # report was lost survives in its journal: retiring the attempts finds it.
+            self.expire_group()
+        # M1's rows decide: the attempt fails if it touched `p` (called it with its id).
+        if self.walk.phase not in M1_PHASE:
+            return False
+        before = self.m1.state
+        touched = bool(self.attempted >> p & 1)
+        # Seen in the reply of a call of the walk: `p`'s role is the one being called.
+        self.fire(CI.RESTARTED, Restart(NAMES[p], touched, _RESTARTED, in_turn=True))
+        if self.m1.state == before:
+            return False
+        self.judge_failure(Cause.PARTICIPANT_RESTARTED)
+        return True
+
+    def check_order(self, p: int, op: str, op_id: int, extra: Any) -> None:
+        """I5: a control call goes to `p` only after every earlier participant of the
+        phase's §3 order has done the op for that id (and commit only after every prepare)."""
+        phase = self.walk.phase
+        if phase not in ORDERS or extra == "conflict":
+            return
+        needed = self.attempted if phase in ("abort", "abort_rs") else ALL
+        order = ORDERS[phase]
+        for q in order[: order.index(p)]:
+            if needed >> q & 1 and not fence_done(self.fences[q], op, op_id):
+                self.flag("I5", f"{op}({op_id}) to {NAMES[p]} before {NAMES[q]} did it")
+        if op == "commit":
+            for q in order:
+                if not fence_done(self.fences[q], "prepare", op_id):
+                    self.flag("I5", f"commit({op_id}) to {NAMES[p]} before {NAMES[q]} prepared")
+
+    def restore_input(self, input: RestoreInput, arg: Any = None) -> None:
+        """Fire M9; the work its row names runs in row order."""
+        self._m9_queue.append((input, arg))
+        if len(self._m9_queue) > 1:
+            return
+        while self._m9_queue and self.m9 is not None and not self.stopped:
+            input, arg = self._m9_queue[0]
+            stepped = self.t.restore(self.m9, input, arg)
+            if stepped is None:
+                self.stopped = "refused"
+                break
+            self.m9, names = stepped
+            for name in names:
+                _M9_WORK.get(name, _nothing)(self, arg)
+            self._m9_queue.pop(0)
+            if self.m9 is not None and self.m9[0] == "idle":
+                self.m9 = None
+                self.release("restore", deadlines=True)
+            elif self.m9 is not None and self.m9[0] == "restore_failed":
+                self.stopped = "restore_failed"
+        self._m9_queue.clear()
+        self.select_if_due()
+
+    def select_if_due(self) -> None:
+        """In `selecting` with no abort of a rejected restore still out, select at once
+        (the store and the trainer anchor are read locally)."""
+        if self.m9 is not None and self.m9[0] == "selecting" and not self.walk.phase:
+            self.select()
+
+    def read_intent(self) -> None:
+        """M9 at start: the intent record decides (the ambiguous-publish rule, §6)."""
+        if not self.intent:
+            self.restore_input(RestoreInput.INTENT_READ, IntentAction.NONE)
+        else:
+            published = any(s.op_id == self.intent for s in self.published)
+            action = IntentAction.RELEASE if published else IntentAction.ABORT
+            self.restore_input(RestoreInput.INTENT_READ, action)
+
+    def select(self) -> None:
+        """The newest published snapshot at the trainer's anchor step not yet rejected, or
+        a fresh start at the anchor."""
+        assert self.m9 is not None
+        candidates = [
+            s.op_id
+            for s in self.published
+            if s.trainer_step == self.w.trainer_step and s.op_id not in self.m9[3]
+        ]
+        if candidates:
+            self.restore_input(RestoreInput.SNAPSHOT_SELECTED, max(candidates))
+        else:
+            self.restore_input(RestoreInput.FRESH_START)
+
+    def check_restored(self) -> None:
+        """I8: a restore is accepted only with every digest equal to the committed one."""
+        snapshot = self.snapshot()
+        for p in (POLICY, AGENT, RESOURCES):
+            fence = self.fences[p]
+            reported = next(
+                (r[2] for r in fence.recorded if r[0] == self.rs and r[1] == "restore"), None
+            )
+            if reported != snapshot.digests[p]:
+                self.flag("I8", f"restore of {snapshot.op_id} accepted a wrong digest")
+
+    def install(self, snapshot: Snapshot | None) -> None:
+        """Redispatch (M9): the snapshot's cut becomes the ledger (or a fresh one at the
+        trainer anchor); every unfinished sibling's attempt N is tombstoned and replaced
+        by a fresh attempt, which resumes N's kept continuation (M8)."""
+        siblings = range(self.p.siblings)
+        if snapshot is None:
+            self.retire_lost_interval()
+            if self.w.trainer_step > 0:  # the trainer has the group
+                self.ledger = Ledger(Group("finalized", (1 << self.p.siblings) - 1, False), ())
+                return
+            self.ledger = Ledger(Group("generating", 0, False), ())
+            self.open_group()
+            return
+        assert snapshot.cut is not None
+        self.ledger = snapshot.cut
+        if snapshot.cut.group.state != "generating":
+            return
+        # The continuations the agent still holds from the snapshot (the discarded ones left
+        # the plan as they were answered): N+1 resumes from N's turn.
+        kept = {(s, a): t for s, a, t in self.continuations}
+        for sibling in siblings:
+            latest = latest_attempts(self.ledger).get(sibling)
+            if latest is None or self.ledger.group.sealed >> sibling & 1:
+                continue
+            key = (latest.sibling, latest.attempt)
+            self.retires = tuple(sorted({*self.retires, key}))
+            if latest.state in ("reserved", "dispatched"):
+                index = self.owned(key)
+                assert index is not None
+                self.attempt_input(index, TI.ABANDON)
+                latest = self.ledger.attempts[index]
+            if not self.replace_attempt(latest, kept.get(key, 0)):
+                return
+        self.deliver_retires()
+        self.registry_input(RegistryInput.START, GROUP)
+
+    def retire_lost_interval(self) -> None:
+        """A fresh start reruns the lost interval from the dataloader: the agent's status
+        (M2 `status`) lists what it still runs or holds; the live executions are replaced,
+        so they are tombstoned (M3 `retire`), and the held results are ACKed (counted)."""
+        status = self.serve_status()
+        if status is None:
+            return
+        live, held = status
+        self.retires = tuple(sorted({*self.retires, *live}))
+        for key in held:
+            self.unowned(key)
+        self.deliver_retires()
+        self.drain()
+
+    def crash_controller(self) -> None:
+        """The controller dies and restarts (§6): store, trainer and participants survive;
+        everything completed and not trained is rolled back (its prompt reruns). The new
+        process reads its intent record at once (nothing it owns happens in between)."""
+        w = self.w
+        self.w = w._replace(
+            faults=w.faults - 1,
+            unaccounted=frozenset(),  # rolled back: the restore reruns their prompts
+            # The new process counts consecutive failures afresh (`stopped` and its count
+            # are the process's, §2), as its M1 does.
+            failed_attempts=0,
+            failing=False,
+            optimizer=0 if w.optimizer == 1 else w.optimizer,
+            weight_sync=2 if w.weight_sync == 1 else w.weight_sync,
+            train_switch=2 if w.train_switch == 1 else w.train_switch,
+        )
+        self.m1 = M1("idle", 0, 0, False, "", 0)
+        self.walk, self.deadline, self.retry, self.attempted = EMPTY_WALK, 0, 0, 0
+        self.conflicts, self.staged = (), (None, None, None)
+        self.gate, self.registry = ("open", ()), ("running", (), False, False)
+        self.m9, self.rs, self.ledger = ("finishing_intent", 0, 0, ()), 0, None
+        self.outbox, self.retires, self.stale, self.stopped, self.continuations = (), (), 0, "", ()
+        self.hold("restore", deadlines=True)
+        self.read_intent()  # the new process starts by reading the intent record (§6)
+
+
+# ====================================================================== the named work
+
+
+def _nothing(step: Step, arg: Any) -> None:
+    """An effect with no work in the design model (metrics, logs, outcomes)."""
+
+
+def _write_intent(step: Step, arg: Any) -> None:
+    step.intent = step.m1.attempt
+    step.fire(CI.INTENT_WRITTEN)
+
+
+def _inspect(step: Step, arg: Any) -> None:
+    published = any(s.op_id == step.m1.attempt for s in step.published)
+    if not published:
+        step.judge_failure(Cause.IO_ERROR)  # §6: a failure to publish, aborted as io_error
+    step.fire(CI.INSPECTED_VERIFIED if published else CI.INSPECTED_ABSENT)
+
+
+def _validate(step: Step, arg: Any) -> None:
+    if any(d is None for d in step.staged):
+        step.fail(Cause.TOPOLOGY_MISMATCH)
+    else:
+        step.fire(CI.VALIDATED)
+
+
+def _stop(step: Step, arg: Any) -> None:
+    fatal = isinstance(arg, Cause) and classify(arg).disposition is Disposition.FATAL
+    step.stopped = "fatal" if fatal else "budget"
+
+
+def _set(**fields: Callable[[Step], Any]) -> Callable[[Step, Any], None]:
+    def work(step: Step, arg: Any) -> None:
+        for name, value in fields.items():
+            setattr(step, name, value(step))
+
+    return work
+
+
+def _walk(phase: str) -> Callable[[Step, Any], None]:
+    def work(step: Step, arg: Any) -> None:
+        step.start_walk(phase)
+
+    return work
+
+
+_M1_WORK: dict[str, Callable[[Step, Any], None]] = {
+    "write_intent": _write_intent,
+    "hold": lambda step, arg: step.hold("checkpoint", deadlines=True),
+    "flush_acks": _walk("flush"),
+    "arm_prepare_deadline": _set(deadline=lambda s: s.m1.attempt),
+    "call_prepare": _walk("prepare"),
+    "cancel_prepare_timers": _set(deadline=lambda s: 0),
+    "call_prepare_again": lambda step, arg: step.call_again(NAMES.index(arg.participant)),
+    "call_commit": _walk("commit"),
+    "capture_cut": lambda step, arg: step.capture(reflushed=False),
+    "validate": _validate,
+    "publish": lambda step, arg: step.publish(),
+    "call_release": _walk("release"),
+    "call_abort": _walk("abort"),
+    "inspect_published": _inspect,
+    "clear_intent": _set(intent=lambda s: 0),
+    "discard_staging": _set(staged=lambda s: (None, None, None)),
+    "drop_holds": lambda step, arg: step.release("checkpoint", deadlines=True),
+    "arm_retry": _set(retry=lambda s: s.m1.attempt),
+    "cancel_retry": _set(retry=lambda s: 0),
+    "stop": _stop,
+}
+"""The work behind each effect name of M1's rows (`outcome`, `quarantine`: none here)."""
+
+
+def _finish_in_flight(step: Step, arg: Any) -> None:
+    step.attempted = ALL  # every participant may hold the id
+    step.fire(CI.RECOVERED, (step.intent, step.w.trainer_step))
+
+
+def _send_restore(step: Step, arg: Any) -> None:
+    step.rs, step.attempted, step.continuations = step.mint(), 0, ()
+    step.start_walk("restore")
+
+
+def _start_at_anchor(step: Step, arg: Any) -> None:
+    step.install(None)
+    step.restore_input(RestoreInput.REDISPATCHED)
+
+
+def _redispatch(step: Step, arg: Any) -> None:
+    step.install(step.snapshot())
+    step.restore_input(RestoreInput.REDISPATCHED)
+
+
+_M9_WORK: dict[str, Callable[[Step, Any], None]] = {
+    "finish_in_flight": _finish_in_flight,
+    "clear_intent": _set(intent=lambda s: 0),
+    "send_restore": _send_restore,
+    "start_at_anchor": _start_at_anchor,
+    "abort_restore": _walk("abort_rs"),
+    "send_discards": _walk("discard"),
+    "send_resume": _walk("resume_rs"),
+    "redispatch": _redispatch,
+}
+"""The work behind each effect name of M9's rows (`drain_acks`: the outbox drains in the
+background; `report_candidates`: unreachable, the store is always readable here)."""

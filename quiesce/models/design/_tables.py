@@ -1,0 +1,458 @@
+"""The design model's view of the ten tables of M1-M9: compact values in, compact out.
+
+What lives here: `DesignTables` (which table plays each machine: the real ones by default,
+a derived one for a mutant) and `Steppers`, which fires an input on a compact value (a
+label and a few ranks or flags, `_design_state`) by building the table's own `Value`,
+calling the compiled pure `table.step`, and reading the result back. Every step is
+memoised: the tables are pure, and the same local value meets the same input in a great
+many states. What it does not know: when an input fires or what its effects make happen
+(`_design_model` decides that, reading effect *names*, as the coordinator does).
+
+A refusal (a pair the table forbids, or every guard false) is `None`: the caller decides
+what a refused input means there (for a participant: a refusal; for the controller: it is
+stuck, which the no-stall goals then report).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, TypeVar, cast
+
+from quiesce.fsm import Effect, Table, Value
+from quiesce.models.design._state import M1, Attempt, Fence, Group, Key
+from quiesce.protocol import Cause, Disposition, OpId, classify
+from quiesce.protocol.controller import ArmTimer, CancelTimer
+from quiesce.protocol.machines import (
+    ADMISSION_GATE,
+    AGENT_EXECUTION,
+    CHECKPOINT,
+    CONTROL_FENCE,
+    DEADLINE_REGISTRY,
+    POLICY_ADMISSION,
+    PROMPT_GROUP,
+    RESOURCES,
+    RESTORE,
+    ROLLOUT_ATTEMPT,
+    Admission,
+    AdmissionData,
+    AttemptData,
+    AttemptState,
+    CheckpointData,
+    CheckpointState,
+    Completion,
+    DeadlineArg,
+    DeadlineExpired,
+    Deadlines,
+    ExecState,
+    ExecutionData,
+    FenceCall,
+    FenceData,
+    FenceJoin,
+    FenceLateOutcome,
+    FenceOp,
+    FenceRefusal,
+    FenceReplay,
+    FenceRetire,
+    FenceStart,
+    FenceState,
+    GroupData,
+    GroupState,
+    Holder,
+    IntentAction,
+    IntentDecision,
+    Mutation,
+    PolicyState,
+    RegistryState,
+    ResourcesState,
+    Restart,
+    RestoreData,
+    RestoreState,
+    Trigger,
+    deadline_timer,
+)
+from quiesce.protocol.machines import Attempt as CheckpointAttempt
+
+__all__ = ["GROUP", "DesignTables", "Steppers"]
+
+GROUP = "g0"
+"""The one prompt group of the design model."""
+_TIMER = deadline_timer(GROUP)
+_BUDGET = DeadlineArg(GROUP, 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class DesignTables:
+    """The table that plays each machine; `derive(...)` swaps some for a mutant."""
+
+    checkpoint: Table[Any, Any] = CHECKPOINT
+    fence: Table[Any, Any] = CONTROL_FENCE
+    execution: Table[Any, Any] = AGENT_EXECUTION
+    policy: Table[Any, Any] = POLICY_ADMISSION
+    resources: Table[Any, Any] = RESOURCES
+    gate: Table[Any, Any] = ADMISSION_GATE
+    deadlines: Table[Any, Any] = DEADLINE_REGISTRY
+    attempt: Table[Any, Any] = ROLLOUT_ATTEMPT
+    group: Table[Any, Any] = PROMPT_GROUP
+    restore: Table[Any, Any] = RESTORE
+    variant: str = field(default="", compare=False)
+
+    def derive(self, variant: str, **tables: Table[Any, Any]) -> DesignTables:
+        """These tables with some replaced (by field name), named `variant`."""
+        return replace(self, variant=variant, **tables)
+
+
+# M1 counts an attempt's failure once, when it notes the attempt's first cause, so the
+# compact M1 must keep that a cause was noted (dropping it recounted every failed abort).
+# It keeps the cause's disposition, the most a table's update reads of it, and a cause of
+# that disposition stands for it: keeping the cause itself would split states by a reason
+# no table reads.
+_NOTED = {
+    d.value: next(c for c in (classify(cause) for cause in Cause) if c.disposition is d)
+    for d in Disposition
+}
+
+
+def _op_id(rank: int) -> OpId | None:
+    """The `OpId` a rank stands for (0: none). Only `(epoch, seq)` order is ever read."""
+    return OpId(0, rank, 0) if rank else None
+
+
+def _rank(value: OpId | None) -> int:
+    return 0 if value is None else value.seq
+
+
+def _receipt(key: Key) -> str:
+    """The exact receipt of attempt `key` (one per key: results are deterministic here)."""
+    return f"s{key[0]}#{key[1]}"
+
+
+def _names(effects: tuple[Any, ...]) -> tuple[str, ...]:
+    return tuple(e.name for e in effects if isinstance(e, Effect))
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _memo(fn: F) -> F:
+    """Memoise a pure method of `Steppers` on its (hashable) arguments, per instance."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapped(self: Steppers, *args: Hashable) -> Any:
+        cache = self._caches[name]
+        try:
+            return cache[args]
+        except KeyError:
+            found = cache[args] = fn(self, *args)
+            return found
+
+    return cast(F, wrapped)
+
+
+class Steppers:
+    """Memoised compact steps of every table of one `DesignTables`.
+
+    Each method takes a compact value and an input (plus its compact argument) and
+    returns the compact value after the step with what the caller needs of the effects,
+    or `None` when the table refuses the input.
+    """
+
+    def __init__(self, tables: DesignTables, *, failure_budget: int, turns: int) -> None:
+        self.tables = tables
+        self.failure_budget = failure_budget
+        self.turns = turns
+        self._caches: defaultdict[str, dict[tuple[Hashable, ...], Any]] = defaultdict(dict)
+
+    # ------------------------------------------------------------------ M1
+
+    @_memo
+    def checkpoint(self, m1: M1, input: Enum, arg: Hashable) -> tuple[M1, tuple[str, ...]] | None:
+        """Fire M1 `input`. `arg`: TRIGGER `(id, step, skip Cause | None)`, RECOVERED
+        `(id, step)`, FAILED a `Cause`, RESTARTED a `Restart`; the other inputs take none."""
+        attempt = None
+        if m1.attempt:
+            attempt = CheckpointAttempt(
+                OpId(0, m1.attempt, 0),
+                m1.step,
+                0.0,
+                0.0,
+                cause=_NOTED[m1.noted] if m1.noted else None,
+                published=m1.published,
+            )
+        data = CheckpointData(attempt, m1.failures, 0, self.failure_budget)
+        value = Value(CheckpointState(m1.state), data)
+        real: Any = None
+        if isinstance(arg, Cause):
+            real = classify(arg)
+        elif isinstance(arg, Restart):
+            real = arg
+        elif isinstance(arg, tuple):
+            fresh = CheckpointAttempt(OpId(0, arg[0], 0), arg[1], 0.0, 0.0)
+            skip = arg[2] if len(arg) > 2 else None
+            skipped = None if skip is None else classify(skip)
+            real = fresh if len(arg) == 2 else Trigger(fresh, skipped)
+        table = self.tables.checkpoint
+        if not table.enabled(value, input, real):
+            return None
+        after, effects = table.step(value, input, real)
+        kept = after.data.attempt
+        return (
+            M1(
+                after.state.value,
+                0 if kept is None else _rank(kept.op_id),
+                0 if kept is None else kept.trainer_step,
+                False if kept is None else kept.published,
+                "" if kept is None or kept.cause is None else kept.cause.disposition.value,
+                after.data.failures,
+            ),
+            _names(effects),
+        )
+
+    # ------------------------------------------------------------------ M2
+
+    @_memo
+    def fence(
+        self, fence: Fence, input: Enum, op: FenceOp, rank: int, result: Hashable
+    ) -> tuple[Fence, tuple[Any, ...]] | None:
+        """Fire M2 `input` with `FenceCall(op, rank, result)`. Effects come back compact:
+        `("start",)`, `("replay", result)`, `("retire",)`, `("refuse", code, active)`,
+        `("join",)`, `("late",)`."""
+        recorded = tuple((OpId(0, r, 0), FenceOp(o), x) for r, o, x in fence.recorded)
+        data = FenceData(_op_id(fence.active), _op_id(fence.hwm), recorded)
+        value = Value(FenceState(fence.state), data)
+        call = FenceCall(op, _op_id(rank), result)
+        table = self.tables.fence
+        if not table.enabled(value, input, call):
+            return None
+        after, effects = table.step(value, input, call)
+        compact: list[tuple[Any, ...]] = []
+        for effect in effects:
+            if isinstance(effect, FenceStart):
+                compact.append(("start",))
+            elif isinstance(effect, FenceReplay):
+                compact.append(("replay", effect.result))
+            elif isinstance(effect, FenceRetire):
+                compact.append(("retire",))
+            elif isinstance(effect, FenceRefusal):
+                compact.append(("refuse", effect.code, _rank(effect.active_id)))
+            elif isinstance(effect, FenceJoin):
+                compact.append(("join",))
+            elif isinstance(effect, FenceLateOutcome):
+                compact.append(("late",))
+        d = after.data
+        back = tuple((_rank(r), o.value, x) for r, o, x in d.recorded)
+        return Fence(after.state.value, _rank(d.active), _rank(d.high_watermark), back), tuple(
+            compact
+        )
+
+    # ------------------------------------------------------------------ M3
+
+    @_memo
+    def execution(
+        self, state: str, key: Key, turn: int, input: Enum, arg: Hashable
+    ) -> tuple[str, int, tuple[str, ...]] | None:
+        """Fire M3 `input` on execution `key`. `arg`: BEGIN `(fence idle, retired)`,
+        TURN_BOUNDARY the turn, POLICY_RESUMED the agent's fence idle; RUN_FINISHED and
+        RECV_ACK take the key's receipt (given here)."""
+        done = state in ("completed", "acked")
+        data = ExecutionData(
+            f"s{key[0]}",
+            key[1],
+            GROUP,
+            self.turns,
+            turn,
+            receipt=_receipt(key) if done else "",
+            result="{}" if done else "",
+        )
+        value = Value(ExecState(state), data)
+        real: Any = arg
+        if input.value == "begin":
+            real = Admission(*arg)  # type: ignore[misc]
+        elif input.value == "run_finished":
+            real = Completion(_receipt(key), "{}")
+        elif input.value == "recv_ack":
+            real = _receipt(key)
+        table = self.tables.execution
+        if not table.enabled(value, input, real):
+            return None
+        after, effects = table.step(value, input, real)
+        return after.state.value, after.data.turn, _names(effects)
+
+    # ------------------------------------------------------------------ M4, M5
+
+    @_memo
+    def policy(
+        self, policy: tuple[str, tuple[Key, ...]], input: Enum, call: Key | None
+    ) -> tuple[tuple[str, tuple[Key, ...]], tuple[str, ...]] | None:
+        """Fire M4 `input` (calls are named by the execution that makes them). Calls are
+        atomic: an admitted call has finished by the end of the step, so in-flight is 0
+        between steps; `release_waiters` admits the waiters, whose calls then finish."""
+        label, waiters = policy
+        data = AdmissionData(0, tuple(_receipt(w) for w in waiters))
+        value = Value(PolicyState(label), data)
+        arg = None if call is None else _receipt(call)
+        table = self.tables.policy
+        if not table.enabled(value, input, arg):
+            return None
+        after, effects = table.step(value, input, arg)
+        names = _names(effects)
+        # The admitted calls (one started now, or the released waiters) finish in this step.
+        finished = type(input)("call_finished")
+        while after.data.in_flight and table.enabled(after, finished, arg):
+            after = table.step(after, finished, arg)[0]
+        left = tuple(w for w in waiters if _receipt(w) in after.data.waiters)
+        if "hold_as_waiter" in names and call is not None:
+            left = tuple(sorted((*left, call)))  # released all at once: order is irrelevant
+        return (after.state.value, left), names
+
+    @_memo
+    def resources(self, label: str, input: Enum) -> tuple[str, tuple[str, ...]] | None:
+        """Fire M5 `input`. A mutation (one turn's resource call) is atomic too: admitted,
+        it finishes in the same step; revisions are abstracted away (nothing reads them)."""
+        table = self.tables.resources
+        value = Value(ResourcesState(label), table.initial_data)
+        arg: Any = Mutation("turn", "rollout") if "mutation" in input.value else ()
+        if not table.enabled(value, input, arg):
+            return None
+        after, effects = table.step(value, input, arg)
+        finished = type(input)("mutation_finished")
+        if after.data.in_flight and table.enabled(after, finished, arg):
+            after = table.step(after, finished, arg)[0]
+        return after.state.value, _names(effects)
+
+    # ------------------------------------------------------------------ M6, M7
+
+    @_memo
+    def gate(
+        self, gate: tuple[str, tuple[str, ...]], input: Enum, owner: str
+    ) -> tuple[str, tuple[str, ...]] | None:
+        """Fire M6 `input` for `owner`; the holders come back sorted."""
+        value = Value(type(self.tables.gate.initial)(gate[0]), frozenset(map(Holder, gate[1])))
+        table = self.tables.gate
+        if not table.enabled(value, input, owner):
+            return None
+        after = table.step(value, input, owner)[0]
+        return after.state.value, tuple(sorted(after.data))
+
+    @_memo
+    def registry(
+        self, registry: tuple[str, tuple[str, ...], bool, bool], input: Enum, key: str
+    ) -> tuple[tuple[str, tuple[str, ...], bool, bool], bool] | None:
+        """Fire M7 `input` for `key` (a holder, or the group). Returns the registry (its
+        group deadline's timer armed or not, from the arm/cancel effects) and whether the
+        group's deadline expired."""
+        label, holders, has_budget, armed = registry
+        budgets = ((GROUP, 1.0),) if has_budget else ()
+        value = Value(
+            RegistryState(label), Deadlines(frozenset(map(Holder, holders)), budgets, 0.0)
+        )
+        arg = _BUDGET if key == GROUP else DeadlineArg(key, 0.0)
+        table = self.tables.deadlines
+        if not table.enabled(value, input, arg):
+            return None
+        after, effects = table.step(value, input, arg)
+        expired = False
+        for effect in _flatten(effects):
+            if isinstance(effect, DeadlineExpired):
+                expired = True
+            elif isinstance(effect, ArmTimer | CancelTimer) and effect.name == _TIMER:
+                armed = isinstance(effect, ArmTimer)
+        return (
+            (
+                after.state.value,
+                tuple(sorted(after.data.holders)),
+                after.data.remaining(GROUP) is not None,
+                armed,
+            ),
+            expired,
+        )
+
+    # ------------------------------------------------------------------ M8
+
+    @_memo
+    def attempt(self, attempt: Attempt, input: Enum) -> tuple[Attempt, tuple[str, ...]] | None:
+        """Fire M8 `rollout_attempt` `input` (receipt inputs take the attempt's own)."""
+        key = (attempt.sibling, attempt.attempt)
+        data = AttemptData(
+            _receipt(key) if attempt.receipt else None, attempt.ack_owed, attempt.superseded
+        )
+        value = Value(AttemptState(attempt.state), data)
+        table = self.tables.attempt
+        arg = _receipt(key)
+        if not table.enabled(value, input, arg):
+            return None
+        after, effects = table.step(value, input, arg)
+        d = after.data
+        return (
+            attempt._replace(
+                state=after.state.value,
+                receipt=d.receipt is not None,
+                ack_owed=d.ack_owed,
+                superseded=d.superseded,
+            ),
+            _names(effects),
+        )
+
+    @_memo
+    def group(
+        self, group: Group, size: int, input: Enum, sibling: int | None
+    ) -> tuple[Group, tuple[str, ...]] | None:
+        """Fire M8 `prompt_group` `input` on a group of `size` siblings."""
+        sealed = frozenset(s for s in range(size) if group.sealed >> s & 1)
+        value = Value(GroupState(group.state), GroupData(size, sealed, group.reopened))
+        table = self.tables.group
+        if not table.enabled(value, input, sibling):
+            return None
+        after, effects = table.step(value, input, sibling)
+        bits = sum(1 << s for s in after.data.sealed)
+        return Group(after.state.value, bits, after.data.reopened), _names(effects)
+
+    # ------------------------------------------------------------------ M9
+
+    @_memo
+    def restore(
+        self, m9: tuple[str, int, int, tuple[int, ...]], input: Enum, arg: Hashable
+    ) -> tuple[tuple[str, int, int, tuple[int, ...]], tuple[str, ...]] | None:
+        """Fire M9 `input`. `arg`: INTENT_READ the `IntentAction`, SNAPSHOT_SELECTED a
+        snapshot id, DISCARD_BEGIN a count, RESTORE_REJECTED a reason."""
+        label, snapshot, retries, rejected = m9
+        data = RestoreData(
+            str(snapshot) if snapshot else None,
+            retries,
+            rejected=tuple((str(r), "rejected") for r in rejected),
+        )
+        value = Value(RestoreState(label), data)
+        real: Any = arg
+        if isinstance(arg, IntentAction):
+            real = IntentDecision(arg, None, arg.value)
+        elif input.value == "snapshot_selected":
+            real = str(arg)
+        table = self.tables.restore
+        if not table.enabled(value, input, real):
+            return None
+        after, effects = table.step(value, input, real)
+        d = after.data
+        return (
+            (
+                after.state.value,
+                int(d.snapshot) if d.snapshot else 0,
+                d.retries,
+                tuple(int(r) for r, _ in d.rejected),
+            ),
+            _names(effects),
+        )
+
+
+def _flatten(effects: tuple[Any, ...]) -> list[Any]:
+    # M7's effects are tuples (a resume re-arms one timer per group).
+    flat: list[Any] = []
+    for effect in effects:
+        if isinstance(effect, tuple):
+            flat.extend(effect)
+        else:
+            flat.append(effect)
+    return flat

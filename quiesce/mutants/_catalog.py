@@ -1,0 +1,801 @@
+"""The mutant catalog: named variants of the protocol that each re-introduce one known bug.
+
+What lives here: `MUTANTS`, one *scenario* mutant per PROTOCOL.md §7 scenario (S1-S19),
+each naming its scenario, the check that kills it and the smallest configuration that
+does; *generated* mutants derived mechanically from the tables (drop each guard, send
+each row to another state), each judged by row coverage and then by the stages that reach
+its row (`_mutant_stages`); and `verify`, which runs a mutant against its killing check
+and stops at the first violation. A mutant that survives its check means the check can
+no longer fail for that bug: `quiesce mutants --verify` exits 1 if a scenario mutant
+survives.
+
+How a mutant is built. Where the bug lives in a table it is a derived table
+(`without_row`, `retarget`, `without_guard`, `derive`) run through the very same model
+(`Hooks`); where it lives in one of the controller's pure decisions (classification,
+discovery, levels, the capture rule, restore judging and planning) it is a
+`CoordinatorPolicy` with that one function swapped. Both are the coordinator's documented
+parameters (`Hooks.coordinator`); the participant's tables (`ParticipantRules`) and its
+recovery from a journal are the composed system's. Where the explorer cannot express the
+scenario (the M9 restore planning, the setup refusals, a liveness bug whose symptom is
+"the checkpoint keeps failing"), the killing check is a scripted scenario run
+(`scenario:<name>`): one of the §7 scripts of `quiesce.models.scenarios._scenarios` (those
+`tests/protocol/test_scenarios.py` runs), driven on the mutant's own composed system
+(`scenario_system(hooks)`).
+
+>>> verify(MUTANTS["S2_boolean_suspend"]).killed  # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, Literal
+
+from quiesce.check import Model, add_mutants, check, with_faults
+from quiesce.fsm import Table, Value, label, on
+from quiesce.models.implementation import Hooks, ProtocolModel, ProtocolParams, System
+from quiesce.models.scenarios import (
+    SCENARIOS,
+    Scenario,
+    ScenarioFailed,
+    scenario_system,
+    small_params,
+)
+from quiesce.mutants._stages import Site, describe_violation, judge
+from quiesce.protocol import (
+    CAUSES,
+    Cause,
+    Classification,
+    Disposition,
+    OpId,
+    OverrideRefines,
+    RecoveryLevel,
+)
+from quiesce.protocol.controller import (
+    CaptureFacts,
+    CaptureVerdict,
+    CoordinatorPolicy,
+    EnvironmentTraits,
+    Fleet,
+    VerdictAction,
+    judge_capture,
+    judge_restore,
+    lower_levels,
+    validate_discovery,
+)
+from quiesce.protocol.machines import (
+    ADMISSION_GATE,
+    AGENT_EXECUTION,
+    CALL,
+    CHECKPOINT,
+    CONTROL_FENCE,
+    DEADLINE_REGISTRY,
+    RESTORE,
+    AgentInput,
+    CallInput,
+    CallState,
+    CheckpointInput,
+    CheckpointState,
+    ExecState,
+    FenceInput,
+    RegistryInput,
+    RegistryState,
+    RestoreState,
+)
+from quiesce.protocol.participant import (
+    Journal,
+    ParticipantRules,
+    ParticipantState,
+    new_participant,
+)
+from quiesce.protocol.wire import Continuation, RestoreReply
+
+__all__ = [
+    "MUTANTS",
+    "Mutant",
+    "Verdict",
+    "generated_mutants",
+    "mutant_hooks",
+    "scenario_mutants",
+    "verify",
+]
+
+Kind = Literal["scenario", "generated"]
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One named variant of the protocol and the check that must kill it.
+
+    `hooks` builds the variant (derived tables, a swapped policy function, swapped module
+    attributes). A scenario mutant names its check in `killed_by`: an explorer property
+    (`I1`..`I8`, `no_stall`) run on `params` (the smallest configuration that kills it),
+    or `scenario:<name>` for a scripted run (`scripted(hooks)`). A generated mutant
+    (`killed_by="stages"`) names its `site`, the row it changes: it is judged by row
+    coverage, then by the `STAGES` that reach that row (`_mutant_stages.judge`).
+    """
+
+    name: str
+    kind: Kind
+    scenario: str | None
+    doc: str
+    hooks: Callable[[], Hooks]
+    killed_by: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    scripted: Scenario | None = None
+    max_states: int = 50_000
+    site: Site | None = None
+
+
+Status = Literal["killed", "survived", "equivalent", "dead_by_design"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What `verify` found: the `status` (killed or survived; for a generated mutant also
+    equivalent or dead by design, neither a survivor), the property that killed it, in
+    which stage, after how many states, and why."""
+
+    mutant: Mutant
+    status: Status
+    killed_by: str | None
+    states: int
+    seconds: float
+    detail: str = ""
+    stage: str | None = None
+
+    @property
+    def killed(self) -> bool:
+        """Did a check find the bug?"""
+        return self.status == "killed"
+
+    def to_json(self) -> dict[str, Any]:
+        """The `quiesce mutants --verify --json` entry of this mutant."""
+        return {
+            "name": self.mutant.name,
+            "kind": self.mutant.kind,
+            "scenario": self.mutant.scenario,
+            "status": self.status,
+            "killed": self.killed,
+            "killed_by": self.killed_by,
+            "stage": self.stage,
+            "expected_killer": self.mutant.killed_by,
+            "states": self.states,
+            "seconds": round(self.seconds, 3),
+            "detail": self.detail,
+        }
+
+
+# ============================================================================ building blocks
+
+
+def _row(table: Table[Any, Any], sources: Any, input: Enum, *, guard: str | None = None) -> int:
+    """The index of the first row of `table` with `input`, a source in `sources`, `guard`."""
+    wanted = {sources} if isinstance(sources, Enum) else set(sources)
+    for index, row in enumerate(table.rows):
+        if row.input is input and wanted & set(row.sources) and row.guard == guard:
+            return index
+    raise LookupError(f"{table.name} has no row {sources} {input} [{guard}]")
+
+
+def _hooks(**fields: Any) -> Callable[[], Hooks]:
+    """Hooks with the given fields (tables, `policy`, participant rules, recovery) swapped."""
+    return functools.partial(Hooks, **fields)
+
+
+def _policy(**changes: Any) -> CoordinatorPolicy:
+    """The protocol's own policy with `changes` (one swapped decision, usually)."""
+    return replace(CoordinatorPolicy(), **changes)
+
+
+# ------------------------------------------------------------------ scenario mutants (tables)
+
+
+def _s1_registry() -> Table[Any, Any]:
+    # The checkpoint's hold is recorded, but the clocks keep running (no suspend).
+    index = _row(DEADLINE_REGISTRY, RegistryState.RUNNING, RegistryInput.SUSPEND)
+    return DEADLINE_REGISTRY.retarget(index, None).without_effect(index, "cancel_all")
+
+
+def _s2_registry() -> Table[Any, Any]:
+    # A boolean, not a holder set: any holder's resume restarts the clocks.
+    index = _row(
+        DEADLINE_REGISTRY, RegistryState.SUSPENDED, RegistryInput.RESUME, guard="last_holder"
+    )
+    return DEADLINE_REGISTRY.without_guard(index)
+
+
+def _s4_checkpoint() -> Table[Any, Any]:
+    # A failed release is re-raised: the run stops instead of release_pending.
+    index = next(
+        i
+        for i, row in enumerate(CHECKPOINT.rows)
+        if row.input is CheckpointInput.FAILED
+        and row.sources == (CheckpointState.RELEASING,)
+        and row.target is CheckpointState.RELEASE_PENDING
+    )
+    return CHECKPOINT.retarget(index, CheckpointState.STOPPED)
+
+
+def _s5_checkpoint() -> Table[Any, Any]:
+    # The pending abort of X is given up at the next trigger; the next attempt gets a new id.
+    index = _row(CHECKPOINT, CheckpointState.ABORT_PENDING, CheckpointInput.TRIGGER)
+    rows = list(CHECKPOINT.rows)
+    rows[index] = on(
+        CheckpointState.ABORT_PENDING,
+        CheckpointInput.TRIGGER,
+        CheckpointState.IDLE,
+        update="finished",
+        effects=("cancel_retry", "clear_intent", "drop_holds"),
+    )
+    return CHECKPOINT.derive("abort_with_new_id", rows=rows)
+
+
+def _s15_fence() -> Table[Any, Any]:
+    # No high-watermark check for prepare: a delayed prepare(X) after resume(X) is accepted.
+    index = _row(
+        CONTROL_FENCE, tuple(CONTROL_FENCE.states), FenceInput.RECV_PREPARE, guard="stale_id"
+    )
+    return CONTROL_FENCE.without_row(index)
+
+
+def _s17_agent() -> Table[Any, Any]:
+    # Retire tombstones a completed, un-ACKed execution: its result is released without ACK.
+    index = _row(AGENT_EXECUTION, ExecState.COMPLETED, AgentInput.RETIRE)
+    rows = list(AGENT_EXECUTION.rows)
+    rows[index] = on(
+        ExecState.COMPLETED, AgentInput.RETIRE, ExecState.TOMBSTONED, effects="tombstone"
+    )
+    return AGENT_EXECUTION.derive("retire_releases_completed", rows=rows)
+
+
+def _s18_checkpoint() -> Table[Any, Any]:
+    # A restart ignores the intent record: the id in flight is never finished.
+    index = _row(CHECKPOINT, CheckpointState.IDLE, CheckpointInput.RECOVERED)
+    rows = list(CHECKPOINT.rows)
+    rows[index] = on(CheckpointState.IDLE, CheckpointInput.RECOVERED, None)
+    return CHECKPOINT.derive("intent_ignored", rows=rows)
+
+
+# ------------------------------------------------------------------ scenario mutants (code)
+
+
+def _by_exception_type(cause: Cause) -> Classification:
+    # The old bug: a participant error surfaced as a generic exception, typed as fatal.
+    found = CAUSES[cause]
+    if cause in (Cause.PARTICIPANT_ERROR, Cause.TIMEOUT, Cause.REQUEST_LOST, Cause.REPLY_LOST):
+        return Classification(cause, "invariant_error", Disposition.FATAL)
+    return found
+
+
+def _s6_call() -> Table[Any, Any]:
+    # A participant is marked attempted only when it answers, not when the call goes out.
+    rows = list(CALL.rows)
+    for index, row in enumerate(rows):
+        if row.input is CallInput.SEND:
+            rows[index] = replace(row, effects=("send_call",))
+        elif row.input in (CallInput.RECV_ANSWER, CallInput.RECV_NOT_READY):
+            rows[index] = replace(row, effects=("mark_attempted", *row.effects))
+    return CALL.derive("attempted_after_the_call", rows=rows)
+
+
+def _capture_without_reflush(facts: CaptureFacts) -> CaptureVerdict:
+    # S7 mutant: pending ACKs at capture are neither re-flushed nor a reason to skip.
+    return judge_capture(replace(facts, acks_pending=False))
+
+
+def _capture_without_step_check(facts: CaptureFacts) -> CaptureVerdict:
+    # S9 mutant: an optimizer step between commit and capture goes unnoticed.
+    return judge_capture(replace(facts, trainer_moved=False))
+
+
+def _s8_checkpoint() -> Table[Any, Any]:
+    # The strict flush trusts the background drain: nothing is flushed, prepare starts.
+    index = _row(CHECKPOINT, CheckpointState.CLOSING_ADMISSION, CheckpointInput.INTENT_WRITTEN)
+    rows = list(CHECKPOINT.rows)
+    rows[index] = on(
+        CheckpointState.CLOSING_ADMISSION,
+        CheckpointInput.INTENT_WRITTEN,
+        CheckpointState.PREPARING,
+        effects=("arm_prepare_deadline", "call_prepare"),
+    )
+    return CHECKPOINT.derive("flush_not_strict", rows=rows)
+
+
+def _s10_call() -> Table[Any, Any]:
+    # A not-ready prepare fails the attempt at once instead of being asked again.
+    index = _row(CALL, CallState.WAITING, CallInput.RECV_NOT_READY)
+    rows = list(CALL.rows)
+    rows[index] = replace(rows[index], target=CallState.FAILED, effects=("fail_call",))
+    return CALL.derive("not_ready_fails_at_once", rows=rows)
+
+
+def _live_level_ignored(_fleet: Fleet | None, _environment: str, target: Any) -> Any:
+    # S11 mutant: the group-scored environment's lowered live level is ignored.
+    return target
+
+
+def _journal_loses_everything(
+    journal: Journal, incarnation: str, _rules: ParticipantRules
+) -> ParticipantState:
+    # S19 mutant: a restart comes back with a fresh fence and role (nothing was durable).
+    return new_participant(journal.config, incarnation)
+
+
+def _no_discards(value: Any, op_id: OpId, restored: Iterable[Any]) -> tuple[Any, ...]:
+    # S12 mutant: restart_only continuations are resumed like any other.
+    return ()
+
+
+def _new_id_per_retry(op_id: OpId, retry: int) -> OpId:
+    # A call retried inside the attempt goes out under a new id (one nobody else minted),
+    # instead of the same one the fence would replay (§4).
+    return op_id if retry == 0 else replace(op_id, seq=op_id.seq + 1000 * retry)
+
+
+def _judge_ignoring_digests(
+    expected: Mapping[str, str], replies: Any, failures: Any, ledger: Any = None
+) -> Any:
+    # S16 mutant: restore replies are accepted whatever digest they report.
+    return judge_restore({}, replies, failures, ledger)
+
+
+class _Everything(frozenset[str]):
+    """A set that contains every value (the S13/S14 mutants accept any mode)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+def _lower_allowing_refinement(target: Any, environments: Any, overrides: Any = None) -> Any:
+    # Overrides allowed to refine: a finer override is silently kept instead of refused.
+    return lower_levels(target, environments, None)
+
+
+# ------------------------------------------------------------------ scripted scenario checks
+
+# The §7 scripts that kill a mutant the explorer cannot express, shared with
+# tests/protocol/test_scenarios.py; `verify` runs them on the mutant's `scenario_system`.
+_scenario_s8 = SCENARIOS["s8_background_ack_failure_is_caught_by_the_strict_flush"]
+_scenario_s10 = SCENARIOS["s10_completion_after_the_flush_is_acked_and_prepare_retried_until_ready"]
+_scenario_s13 = SCENARIOS["s13_unknown_recovery_mode_is_refused_at_setup_naming_the_server"]
+_scenario_s14 = SCENARIOS["s14_unmanaged_multi_worker_server_is_refused_at_setup"]
+
+# The mutants of S11 (overrides), S12 and S16 swap one decision of the coordinator's
+# policy: their killers ask the mutant's own coordinator for that decision directly.
+
+
+def _scenario_s12(system: System) -> None:
+    """S12: restart_only continuations are discarded before resume."""
+    paused = Value(RestoreState.RESTORED_PAUSED, RESTORE.start().data)
+    restored = [
+        (
+            "agent",
+            Continuation(
+                rollout_id="g0/0",
+                attempt=1,
+                group_id="g0",
+                turn=1,
+                turns=2,
+                restart_only_dependency=True,
+            ),
+        ),
+        ("agent", Continuation(rollout_id="g0/1", attempt=1, group_id="g0", turn=1, turns=2)),
+    ]
+    discards = system.coordinator.policy.plan_discards(paused, OpId(2, 1, 0, "rs"), restored)
+    if [(d.rollout_id, d.attempt) for d in discards] != [("g0/0", 1)]:
+        raise ScenarioFailed(f"restart_only continuation kept: {discards}")
+
+
+def _scenario_s16(system: System) -> None:
+    """S16: restore digests that differ from the committed ones reject the snapshot."""
+    op = OpId(2, 1, 0, "rs")
+    reply = RestoreReply(
+        participant="policy", incarnation="p1", op_id=op, status="restored", digest="other"
+    )
+    verdict = system.coordinator.policy.judge_restore(
+        {"policy": "committed"}, {"policy": reply}, {}, None
+    )
+    if verdict.action is not VerdictAction.REJECT:
+        raise ScenarioFailed(f"digest mismatch accepted: {verdict.action}")
+
+
+def _scenario_overrides(system: System) -> None:
+    """S11: an override finer than the target level is refused."""
+    environments = [EnvironmentTraits("agent")]
+    try:
+        system.coordinator.policy.lower_levels(
+            RecoveryLevel.SIBLING, environments, {"agent": RecoveryLevel.TURN}
+        )
+    except OverrideRefines:
+        return
+    raise ScenarioFailed("an override finer than the target was accepted")
+
+
+# ------------------------------------------------------------------ the catalog
+
+
+def scenario_mutants() -> list[Mutant]:
+    """One mutant per scenario S1-S19 (and the refining-override variant of S11)."""
+    return [
+        Mutant(
+            "S1_deadline_runs_while_parked",
+            "scenario",
+            "S1",
+            "the checkpoint's hold does not suspend the deadline clocks",
+            _hooks(deadlines=_s1_registry()),
+            "I4",
+            small_params(),
+        ),
+        Mutant(
+            "S2_boolean_suspend",
+            "scenario",
+            "S2",
+            "a boolean instead of a holder set: the train switch's end restarts the clocks",
+            _hooks(deadlines=_s2_registry()),
+            "I4",
+            small_params(train_switch=1),
+        ),
+        Mutant(
+            "S3_classified_by_exception_type",
+            "scenario",
+            "S3",
+            "a 5xx or timeout is typed as a generic (fatal) error: the run stops",
+            _hooks(policy=_policy(classify=_by_exception_type)),
+            "no_stall",
+            small_params(faults=1),
+        ),
+        Mutant(
+            "retry_with_new_id",
+            "scenario",
+            "S3",
+            "a call retried inside the attempt (a 5xx, a timeout) carries a new op id",
+            _hooks(policy=_policy(retry_op_id=_new_id_per_retry)),
+            "I6",
+            small_params(faults=1, call_retries=1),
+        ),
+        Mutant(
+            "S4_release_failure_reraised",
+            "scenario",
+            "S4",
+            "a failed release stops the run instead of release_pending",
+            _hooks(checkpoint=_s4_checkpoint()),
+            "no_stall",
+            small_params(faults=1),
+        ),
+        Mutant(
+            "S5_abort_with_new_id",
+            "scenario",
+            "S5",
+            "a pending abort of X is dropped; the next attempt uses a new id",
+            _hooks(checkpoint=_s5_checkpoint()),
+            "I3",
+            small_params(triggers=2, faults=1),
+        ),
+        Mutant(
+            "S6_attempted_after_the_call",
+            "scenario",
+            "S6",
+            "a participant is marked attempted when it answers, not before the call",
+            _hooks(call=_s6_call()),
+            "I3",
+            small_params(faults=1),
+        ),
+        Mutant(
+            "S7_no_reflush_at_capture",
+            "scenario",
+            "S7",
+            "pending ACKs at capture are neither re-flushed nor skipped",
+            _hooks(policy=_policy(judge_capture=_capture_without_reflush)),
+            "I8",
+            small_params(),
+        ),
+        Mutant(
+            "S8_flush_not_strict",
+            "scenario",
+            "S8",
+            "flushing_acks trusts the background drain and sends nothing",
+            _hooks(checkpoint=_s8_checkpoint()),
+            "scenario:test_s8_background_ack_failure_is_caught_by_the_strict_flush",
+            scripted=_scenario_s8,
+        ),
+        Mutant(
+            "S9_optimizer_step_unnoticed",
+            "scenario",
+            "S9",
+            "an optimizer step between commit and capture is not a skip",
+            _hooks(policy=_policy(judge_capture=_capture_without_step_check)),
+            "I8",
+            small_params(optimizer_steps=1),
+        ),
+        Mutant(
+            "S10_not_ready_fails_at_once",
+            "scenario",
+            "S10",
+            "a not-ready prepare fails the attempt instead of being retried until ready",
+            _hooks(call=_s10_call()),
+            "scenario:test_s10_completion_after_the_flush_is_acked_and_prepare_retried_until_ready",
+            scripted=_scenario_s10,
+        ),
+        Mutant(
+            "S11_group_scored_sibling_alone",
+            "scenario",
+            "S11",
+            "a group-scored environment's sibling is retried alone (live level ignored)",
+            _hooks(policy=_policy(retry_level=_live_level_ignored)),
+            "I2",
+            small_params(siblings=2, attempts=2, triggers=0, group_scored=True),
+        ),
+        Mutant(
+            "S11_overrides_refine",
+            "scenario",
+            "S11",
+            "an override finer than the target level is accepted",
+            _hooks(policy=_policy(lower_levels=_lower_allowing_refinement)),
+            "scenario:test_recovery_levels (override refines)",
+            scripted=_scenario_overrides,
+        ),
+        Mutant(
+            "S12_restart_only_resumed",
+            "scenario",
+            "S12",
+            "a restored continuation depending on a restart_only resource is resumed",
+            _hooks(policy=_policy(plan_discards=_no_discards)),
+            "scenario:test_s12_restart_only_continuations_are_discarded_before_resume",
+            scripted=_scenario_s12,
+        ),
+        Mutant(
+            "S13_unknown_recovery_mode_accepted",
+            "scenario",
+            "S13",
+            "an unknown recovery mode is accepted at setup",
+            _hooks(
+                policy=_policy(
+                    validate_discovery=functools.partial(
+                        validate_discovery, recovery_modes=_Everything()
+                    )
+                )
+            ),
+            "scenario:test_s13_unknown_recovery_mode_is_refused_at_setup_naming_the_server",
+            scripted=_scenario_s13,
+        ),
+        Mutant(
+            "S14_unmanaged_accepted",
+            "scenario",
+            "S14",
+            "an unmanaged multi-worker server is accepted at setup",
+            _hooks(
+                policy=_policy(
+                    validate_discovery=functools.partial(
+                        validate_discovery, multi_process_modes=_Everything()
+                    )
+                )
+            ),
+            "scenario:test_s14_unmanaged_multi_worker_server_is_refused_at_setup",
+            scripted=_scenario_s14,
+        ),
+        Mutant(
+            "S15_stale_prepare_accepted",
+            "scenario",
+            "S15",
+            "a delayed prepare(X) after resume(X) is accepted (no high-watermark check)",
+            _hooks(participant=ParticipantRules(fence=_s15_fence())),
+            "I3",
+            small_params(faults=1),
+        ),
+        Mutant(
+            "S16_restore_digests_unchecked",
+            "scenario",
+            "S16",
+            "restore replies are accepted whatever digest they report",
+            _hooks(policy=_policy(judge_restore=_judge_ignoring_digests)),
+            "scenario:test_s16_restore_digest_mismatch_rejects_the_snapshot",
+            scripted=_scenario_s16,
+        ),
+        Mutant(
+            "S17_retire_releases_completed",
+            "scenario",
+            "S17",
+            "retire tombstones a completed, un-ACKed execution",
+            _hooks(participant=ParticipantRules(agent=_s17_agent())),
+            "I1",
+            small_params(attempts=2, triggers=0),
+        ),
+        Mutant(
+            "S18_intent_ignored_at_restart",
+            "scenario",
+            "S18",
+            "a restarted controller ignores the intent record of the id in flight",
+            _hooks(checkpoint=_s18_checkpoint()),
+            # M9 waits in `finishing_intent` for an intent M1 never finishes: the controller
+            # is never idle again, so I3 (due once it is) never judges it; I7 does.
+            "no_stall",
+            small_params(faults=1, crashes=True),
+        ),
+        Mutant(
+            "S19_journal_not_durable",
+            "scenario",
+            "S19",
+            "a restarted participant comes back without its fence and results",
+            _hooks(recover=_journal_loses_everything),
+            "I1",
+            small_params(triggers=0, faults=1, crashes=True),
+        ),
+    ]
+
+
+_GENERATED_TABLES: tuple[Table[Any, Any], ...] = (
+    CHECKPOINT,
+    ADMISSION_GATE,
+    DEADLINE_REGISTRY,
+    CONTROL_FENCE,
+    AGENT_EXECUTION,
+)
+
+
+def _hooks_for(table: Table[Any, Any]) -> Hooks:
+    """The model's hooks with `table` in place of the protocol's table of that name."""
+    if table.name == CHECKPOINT.name:
+        return Hooks(checkpoint=table)
+    if table.name == ADMISSION_GATE.name:
+        return Hooks(gate=table)
+    if table.name == DEADLINE_REGISTRY.name:
+        return Hooks(deadlines=table)
+    if table.name == CONTROL_FENCE.name:
+        return Hooks(participant=ParticipantRules(fence=table))
+    return Hooks(participant=ParticipantRules(agent=table))
+
+
+def generated_mutants() -> list[Mutant]:
+    """Drop each guard, and send each row to every other state, of every protocol table
+    the model runs (`checkpoint`, `admission_gate`, `deadline_registry`,
+    `control_fence`, `agent_execution`); each is judged by `STAGES`."""
+    out: list[Mutant] = []
+    for table in _GENERATED_TABLES:
+        for index, row in enumerate(table.rows):
+            sources = "/".join(label(s) for s in row.sources)
+            where = f"{table.name}[{index}] {sources} {label(row.input)}"
+            if row.guard:
+                out.append(
+                    _generated(
+                        f"{table.name}.drop_guard[{index}]",
+                        f"{where}: guard [{row.guard}] dropped",
+                        Site(table, index, "drop_guard"),
+                    )
+                )
+            current = row.target
+            was = label(current) if current else "holding"
+            for state in table.states:
+                if state is current or (
+                    current is None and len(row.sources) == 1 and state in row.sources
+                ):
+                    continue
+                out.append(
+                    _generated(
+                        f"{table.name}.retarget[{index}]->{label(state)}",
+                        f"{where}: goes to {label(state)} instead of {was}",
+                        Site(table, index, "retarget", state),
+                    )
+                )
+    return out
+
+
+def _generated(name: str, doc: str, site: Site) -> Mutant:
+    def build() -> Hooks:
+        return _hooks_for(site.mutated())
+
+    return Mutant(name, "generated", None, doc, build, "stages", site=site)
+
+
+def _catalog() -> dict[str, Mutant]:
+    mutants = [*scenario_mutants(), *generated_mutants()]
+    return {m.name: m for m in mutants}
+
+
+MUTANTS: dict[str, Mutant] = _catalog()
+"""Every mutant by name: scenario ones first, then the generated ones."""
+
+
+def mutant_hooks(name: str) -> Hooks:
+    """The hooks of mutant `name` (for `quiesce check --mutant NAME`)."""
+    return MUTANTS[name].hooks()
+
+
+def _build(params: Mapping[str, Any], faults: int | None, mutant: str | None) -> ProtocolModel:
+    assert mutant is not None  # the registry calls it for these mutants only
+    chosen = ProtocolParams(**with_faults(params, faults))
+    return ProtocolModel(chosen, hooks=mutant_hooks(mutant), name=f"protocol[{mutant}]")
+
+
+add_mutants("protocol", {name: m.doc for name, m in MUTANTS.items()}, _build)
+
+
+def sample_generated(count: int, seed: int) -> list[Mutant]:
+    """A seeded sample of `count` generated mutants (all of them if fewer)."""
+    generated = [m for m in MUTANTS.values() if m.kind == "generated"]
+    if count >= len(generated):
+        return generated
+    return random.Random(seed).sample(generated, count)
+
+
+STEP_TIMEOUT_S = 2.0
+"""One model step of a mutant that takes longer than this is a hang (the core looped)."""
+
+
+class StepHang(Exception):
+    """A single step of the composed system did not return within `STEP_TIMEOUT_S`."""
+
+
+def _hang(_signum: int, _frame: Any) -> None:
+    raise StepHang(f"one step ran longer than {STEP_TIMEOUT_S}s: the core loops")
+
+
+@contextmanager
+def watching_hangs() -> Iterator[bool]:
+    """Within the block, a model step armed with `STEP_TIMEOUT_S` (`ProtocolModel.step_timeout`)
+    that runs longer raises `StepHang`. Signals reach the main thread only: elsewhere it
+    watches nothing and yields False."""
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    previous = signal.signal(signal.SIGALRM, _hang)
+    try:
+        yield True
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def verify(mutant: Mutant) -> Verdict:
+    """Run `mutant` against its killing check, stopping at the first violation (a
+    generated one: judged by row coverage, then by the stages that reach its row)."""
+    started = time.perf_counter()
+    hooks = mutant.hooks()
+    if mutant.scripted is not None:
+        try:
+            mutant.scripted(scenario_system(hooks))
+        except Exception as error:
+            detail = f"{type(error).__name__}: {error}"
+            seconds = time.perf_counter() - started
+            return Verdict(mutant, "killed", mutant.killed_by, 0, seconds, detail)
+        seconds = time.perf_counter() - started
+        return Verdict(mutant, "survived", None, 0, seconds, "the scenario passed")
+    with watching_hangs() as watch:
+        if mutant.site is not None:
+            found = judge(mutant.site, hooks, mutant.name, functools.partial(_arm, watch=watch))
+            return Verdict(
+                mutant,
+                found.status,
+                found.killed_by,
+                found.states,
+                found.seconds,
+                found.detail,
+                found.stage,
+            )
+        model = ProtocolModel(
+            ProtocolParams(**mutant.params), hooks=hooks, name=f"protocol[{mutant.name}]"
+        )
+        _arm(model, watch=watch)
+        result = check(model, max_states=mutant.max_states, stop_on_violation=True)
+    seconds = time.perf_counter() - started
+    if result.violations:
+        violation = result.violations[0]
+        detail = describe_violation(violation)
+        states = result.distinct_states
+        return Verdict(mutant, "killed", violation.property, states, seconds, detail)
+    bound = " (bounded)" if result.truncated else ""
+    detail = f"no violation{bound} by the explorer"
+    return Verdict(mutant, "survived", None, result.distinct_states, seconds, detail)
+
+
+def _arm(model: Model[Any], *, watch: bool) -> None:
+    """Arm the hang watchdog on `model`'s steps when running on the main thread."""
+    if isinstance(model, ProtocolModel):
+        model.step_timeout = STEP_TIMEOUT_S if watch else None

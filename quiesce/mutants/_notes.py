@@ -1,0 +1,307 @@
+"""Why each generated mutant that the stages reach and do not kill still survives.
+
+What lives here: `SURVIVOR_NOTES`, one justification per surviving reached generated mutant
+(`quiesce mutants --verify --all` lists every survivor with its note), and `survivor_note`.
+Each note says what the mutant changes, why no stage sees it, and which kind of survivor it
+is: *equivalent* in everything the model observes, or a *blind spot* (of the stages' reach,
+or of the implementation model's properties) with the check that would kill it. A survivor
+not listed here is new: `survivor_note` says so, and it deserves a look.
+
+Two facts most checkpoint notes rest on (`quiesce.protocol.controller._checkpoint_work`):
+the outcome an attempt reports is `completed` exactly when its snapshot was published,
+whichever path it ends by; and a release and an abort are both a resume with the attempt's
+id. So swapping the release path for the abort path (or back) changes only the bookkeeping
+at the end: releasing's `roles_done` resets the consecutive-failure count (`completed`)
+and discards nothing; aborting's keeps the count (`finished`), discards the staging, and may
+stop over budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+__all__ = ["SURVIVOR_NOTES", "survivor_note"]
+
+# ------------------------------------------------------------------ checkpoint (M1)
+
+_ENDS_AS_RELEASE = (
+    "blind spot (reach): the abort round ends through releasing's row, so its staging is"
+    " not discarded and the consecutive-failure count is reset; the calls (a resume with"
+    " the same id) and the outcome (`failed`: nothing was published) are the protocol's."
+    " I3 sees the staging left behind only for an attempt aborted after its commit whose"
+    " abort call then failed (two faults, or a trainer step and a fault), and I7's stop"
+    " rule sees the reset count only after `max_consecutive_failures` more failures: no"
+    " stage reaches either (the exhaustive stages with a fault have one, and no trainer"
+    " step; the walks rarely)"
+)
+_ENDS_AS_ABORT = (
+    "blind spot (reach): a published attempt's release round ends through aborting's row:"
+    " the calls (a resume with the same id) and the outcome (`completed`, it was"
+    " published) are the protocol's, and the staging it discards is already empty; only the"
+    " consecutive-failure count is kept instead of reset (and the row may stop over budget"
+    " after a success). I7's stop rule sees that only after `max_consecutive_failures` more"
+    " failed attempts, which no stage makes after a success (in the two-trigger stage, the"
+    " only one with a trigger after the release failed, that failure spent its one fault)"
+)
+
+_CHECKPOINT: Mapping[str, str] = {
+    "checkpoint.retarget[23]->release_pending": _ENDS_AS_RELEASE,
+    "checkpoint.retarget[24]->abort_pending": _ENDS_AS_ABORT,
+    "checkpoint.retarget[25]->releasing": _ENDS_AS_RELEASE,
+    "checkpoint.retarget[26]->releasing": _ENDS_AS_RELEASE,
+    "checkpoint.retarget[27]->aborting": _ENDS_AS_ABORT,
+    "checkpoint.retarget[28]->aborting": _ENDS_AS_ABORT,
+    # Rows 29-31 (issue 23): what a participant restart costs the attempt (S19).
+    "checkpoint.drop_guard[29]": "blind spot (reach): every restart seen while preparing"
+    " prepares that participant again instead of only one of the role being prepared: an"
+    " untouched one sees nothing (the call again goes out only for a call already"
+    " answered), and one of an earlier role is prepared again after a later role was"
+    " called. Its fence is durable (§6) and its parked work was retried at the live level,"
+    " so the snapshot stays consistent; what the row's guard keeps is §3's order, which the"
+    " System machine's I5 reads (a later role's call sent while an earlier one's is in"
+    " flight). No stage makes a restart of an earlier role after a later role answered:"
+    " the exhaustive stages' crash is seen on the next call to that participant, in its"
+    " turn, and the walks rarely make it",
+    "checkpoint.drop_guard[30]": "equivalent (safety), a goodput loss: a restart of a"
+    " participant the attempt never called fails the attempt, as every restart did before"
+    " S19 was refined; the abort goes out with the same id to whoever was attempted, so no"
+    " invariant breaks. What it costs is an attempt per such restart, which the goodput"
+    " gate (`benchmarks/bench_faults.py --quick`, with restarts) measures, not a model",
+}
+
+# ------------------------------------------------------------------ control fence (M2)
+
+_FENCE: Mapping[str, str] = {
+    "control_fence.retarget[4]->prepared": "blind spot (reach): a prepare retried with the"
+    " same id while the fence is preparing moves it to `prepared` before any outcome; the"
+    " participant's code then meets a fence state it cannot be in and crashes. Only a walk"
+    " reaches it (no exhaustive stage retries a prepare on a still-preparing fence and then"
+    " goes on); the stage's walks killed it (an `AttributeError`) until the background ACK"
+    " and retire calls became calls retried on their backoff (issue 23), which moved where"
+    " the seeded walks go",
+    "control_fence.drop_guard[25]": "blind spot (properties): every restore is refused as"
+    " stale, so a recovery never installs its snapshot and the controller goes on from"
+    " the state it restarted with; a restore happens only after a crash (a fault), and the"
+    " design model's goals (I7, I9) are judged on the fault-free graph, while its safety"
+    " properties see no lost or doubled work. Only the design stage reaches the row",
+    **{
+        f"control_fence.retarget[37]->{target}": "equivalent (in the design model): a"
+        f" discard leaves the fence {target} instead of restored_paused; the restore walk's"
+        " next call to that participant is resume(R), which retires the fence to idle from"
+        " every state (row 23), so the state in between is met only by a second discard"
+        " of R (two continuations to discard: two siblings, while the design stage has one)."
+        " Only the design stage reaches the row (a restart_only continuation discarded)"
+        for target in (
+            "idle",
+            "preparing",
+            "prepared",
+            "committing",
+            "committed_paused",
+            "restoring",
+            "restore_failed_paused",
+        )
+    },
+    "control_fence.retarget[8]->idle": "equivalent (in the model): a not-ready answer puts"
+    " the fence back to idle instead of keeping it preparing; the retry starts the prepare"
+    " again (idle: `start`, as preparing's own retry row does) and an abort's resume"
+    " retires it from idle as from preparing. It differs only for a request of another id"
+    " meanwhile (accepted instead of refused as a conflict), which needs a duplicated or"
+    " stale request: an input only the design stage makes, and it does not meet this"
+    " row's difference there (one sibling; not analysed further)",
+}
+
+# ------------------------------------------------------------------ agent execution (M3)
+
+_NO_PROGRESS_SEEN = (
+    " without anything completed being lost or run twice, and the checkpoint still reaches"
+    " idle: no property of the implementation model asks that a dispatched rollout"
+    " finishes; the design stage reaches the row too, and its I9 (every group trained *or"
+    " counted abandoned*) accepts the group that the group's deadline abandons"
+)
+_NO_PROGRESS = (
+    "blind spot (properties): the rollout stops making progress (the model runs turns only"
+    " for a running or park-requested execution)" + _NO_PROGRESS_SEEN
+)
+_IGNORES_PARK = (
+    "blind spot (properties): the execution ignores the park request and keeps running;"
+    " prepare counts it as a blocker (`AgentRole.readiness`), so the checkpoint waits for"
+    " the rollout to end or aborts at its deadline. Nothing unsafe is captured; only"
+    " checkpoint progress suffers, which no property measures"
+)
+_PARKS_AT_ONCE = (
+    "equivalent (in the model): the execution parks at once instead of at its next turn"
+    " boundary; the model's turns are atomic steps, so every state already is at a turn"
+    " boundary and parking now is what parking at the boundary does"
+)
+_DONE_EARLY = (
+    "blind spot (properties): the execution counts as completed (or acknowledged) without"
+    " running its remaining turns; the ledger and the ACK flow treat it as a finished"
+    " rollout, and no property compares a completion with the turns it ran"
+)
+
+_PARKS_UNASKED = (
+    "blind spot (properties): the execution parks with no park request; only the next"
+    " checkpoint's resume wakes it, so the rollout stalls in between" + _NO_PROGRESS_SEEN
+)
+_ACK_NOT_KEPT = (
+    "blind spot (reach): the exact ACK releases the result but the execution does not"
+    " become acked (it stays completed, parks, freezes or is tombstoned), so no acked"
+    " refusal key is left; the result is already trained, and only a duplicated ACK, a"
+    " late `begin` or a retire of that key would meet the difference (inputs the"
+    " implementation model's stages seldom or never make; not analysed further)"
+)
+_RETIRE_IGNORED = (
+    "blind spot (reach): a retired execution is not tombstoned and lives on; a completion"
+    " it still makes is a late one, which the ledger drops and counts (I1 holds), and the"
+    " tombstone's work (refusing a stale `begin` of that key) is needed only for a"
+    " duplicated or late request, an input only the design stage makes, which does not"
+    " meet this difference there (one sibling; not analysed further)"
+)
+
+_HELD = (
+    " Only the design stage reaches the row (a turn's policy call held while the policy is"
+    " paused for a checkpoint)"
+)
+_HELD_STALLS = (
+    "blind spot (properties): the execution whose policy call was held leaves the live"
+    " states (or stays frozen past the policy's resume); its rollout makes no more"
+    " progress, the group's deadline then abandons the group, and I9 (every group trained"
+    " *or counted abandoned*) accepts that, while nothing completed is lost or run twice"
+    " (I1, I2). A goal asking that a group no fault touched is trained would kill it." + _HELD
+)
+_HELD_RUNS_ON = (
+    "equivalent (in the design model): the execution is not frozen and runs on (or parks"
+    " at its next turn boundary, as asked); the design model's calls are atomic, so the"
+    " held call's later release (the policy's resume, refused for an execution that is not"
+    " frozen) changes nothing it observes; the checkpoint counts the execution at prepare"
+    " as it counts any running one." + _HELD
+)
+_HELD_PARKS = (
+    "equivalent (in the design model): the held execution is parked instead of frozen;"
+    " the agent's commit saves parked and frozen executions alike, and the fence's resume"
+    " wakes a parked one as the policy's resume wakes a frozen one." + _HELD
+)
+_HELD_DONE = (
+    "blind spot (properties): the execution counts as completed without running its"
+    " remaining turns or reporting a result; no property compares a completion with the"
+    " turns it ran (not analysed further)." + _HELD
+)
+_HELD_TARGETS: Mapping[str, str] = {
+    "new": _HELD_STALLS,
+    "running": _HELD_RUNS_ON,
+    "park_requested": _HELD_RUNS_ON,
+    "parked": _HELD_PARKS,
+    "frozen": _HELD_STALLS,
+    "completed": _HELD_DONE,
+    "acked": _HELD_STALLS,
+    "tombstoned": _HELD_STALLS,
+}
+
+
+def _row(table: str, row: int, notes: Mapping[str, str], targets: Iterable[str]) -> dict[str, str]:
+    """The note of each retarget of `row` of `table` to one of `targets`."""
+    return {f"{table}.retarget[{row}]->{target}": notes[target] for target in targets}
+
+
+_AGENT_TARGETS: Mapping[str, str] = {
+    "new": _NO_PROGRESS,
+    "running": _IGNORES_PARK,
+    "park_requested": _PARKS_AT_ONCE,
+    "parked": _PARKS_AT_ONCE,
+    "frozen": _NO_PROGRESS,
+    "completed": _DONE_EARLY,
+    "acked": _DONE_EARLY,
+    "tombstoned": _NO_PROGRESS,
+}
+
+_AGENT: Mapping[str, str] = {
+    "agent_execution.drop_guard[0]": "blind spot (properties): every `begin` is refused as"
+    " if admission were closed, so no rollout ever runs," + _NO_PROGRESS_SEEN,
+    "agent_execution.drop_guard[1]": "blind spot (properties): every `begin` is refused as"
+    " a stale attempt, so no rollout ever runs," + _NO_PROGRESS_SEEN,
+    **_row(
+        "agent_execution",
+        2,
+        {**_AGENT_TARGETS, "park_requested": _NO_PROGRESS, "parked": _NO_PROGRESS},
+        ("new", "park_requested", "parked", "frozen", "completed"),
+    ),
+    **_row(
+        "agent_execution",
+        5,
+        _AGENT_TARGETS,
+        ("new", "running", "parked", "frozen", "completed", "acked", "tombstoned"),
+    ),
+    # Row 6: a repeated `fence_prepare` (a prepare retried after a not-ready answer) meets
+    # an execution that already answered the first; the target decides as in row 5.
+    "agent_execution.retarget[6]->completed": _DONE_EARLY,
+    # Row 7: a running execution ends a turn (the protocol stays running).
+    **_row(
+        "agent_execution",
+        7,
+        {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
+        ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
+    ),
+    # Row 8: a park-requested execution reaches its turn boundary and parks.
+    **_row(
+        "agent_execution",
+        8,
+        {**_AGENT_TARGETS, "park_requested": _IGNORES_PARK},
+        ("new", "running", "park_requested", "frozen", "completed", "acked", "tombstoned"),
+    ),
+    # Rows 15 and 16: a resume wakes a parked execution, and leaves any other as it is.
+    **_row(
+        "agent_execution",
+        15,
+        {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
+        ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
+    ),
+    "agent_execution.retarget[16]->completed": _DONE_EARLY,
+    # Row 19: the exact ACK releases a completed execution's result.
+    "agent_execution.retarget[19]->tombstoned": _ACK_NOT_KEPT,
+    # Row 23: a retire tombstones an execution the coordinator gave up on.
+    **_row(
+        "agent_execution",
+        23,
+        {target: _RETIRE_IGNORED for target in _AGENT_TARGETS},
+        ("new", "acked"),
+    ),
+    # Row 10: a turn's policy call is held by the paused policy: the execution freezes.
+    **_row(
+        "agent_execution",
+        10,
+        _HELD_TARGETS,
+        ("new", "running", "park_requested", "parked", "completed", "acked", "tombstoned"),
+    ),
+    # Rows 12 and 13: the policy resumes and releases the frozen execution (to
+    # park_requested while the agent's fence is still closed, else to running).
+    "agent_execution.drop_guard[12]": "blind spot (properties): a released execution is"
+    " asked to park even when the agent's fence is open, so it parks at its next turn"
+    " boundary with no checkpoint to resume it; the group's deadline abandons the group,"
+    " which I9 accepts (see row 10's retargets)." + _HELD,
+    **_row(
+        "agent_execution",
+        12,
+        _HELD_TARGETS,
+        ("new", "running", "parked", "frozen", "completed", "acked", "tombstoned"),
+    ),
+    **_row(
+        "agent_execution",
+        13,
+        _HELD_TARGETS,
+        ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
+    ),
+    "agent_execution.retarget[19]->new": "blind spot (reach): an ACKed execution goes back to"
+    " `new` instead of leaving an acked refusal key; only a duplicated or late `begin` for"
+    " that key would then run it again, an input only the design stage makes, which does"
+    " not meet it there (one sibling; not analysed further)",
+}
+
+SURVIVOR_NOTES: Mapping[str, str] = {**_CHECKPOINT, **_FENCE, **_AGENT}
+"""Surviving reached generated mutant -> why no stage kills it, and what kind it is."""
+
+
+def survivor_note(name: str) -> str:
+    """The justification of surviving mutant `name`, or a request to review it."""
+    return SURVIVOR_NOTES.get(
+        name, "not reviewed: a new survivor (add its note to quiesce/mutants/_notes.py)"
+    )

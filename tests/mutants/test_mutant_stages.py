@@ -1,0 +1,189 @@
+"""Generated mutants are judged by row coverage first: a recording table steps exactly as
+the table it wraps, an unreached row is dead by design, a refusal row's retarget is
+equivalent, only the stages that reach a row run, and a stage re-using the unmutated
+run's steps searches exactly the mutant's own graph."""
+
+from __future__ import annotations
+
+import pytest
+
+from quiesce.check import check
+from quiesce.models import PORTFOLIO, ProtocolModel, ProtocolParams
+from quiesce.models.coverage import recording_hooks
+from quiesce.models.design import DesignModel, DesignParams
+from quiesce.models.implementation import Hooks, PState
+from quiesce.mutants import MUTANTS, small, verify, verify_many
+from quiesce.mutants._stages import (
+    STAGES,
+    DesignStage,
+    ProtocolStage,
+    Site,
+    StageRaised,
+    stage_memo,
+)
+from quiesce.protocol.machines import CHECKPOINT, CONTROL_FENCE, CheckpointState
+
+
+def _stage(name: str) -> ProtocolStage:
+    found = next(stage for stage in STAGES if stage.name == name)
+    assert isinstance(found, ProtocolStage)
+    return found
+
+
+FAULT_FREE = _stage("fault-free")
+ONE_FAULT = _stage("one fault")
+TWO_TRIGGERS = _stage("two triggers")
+
+
+def test_recording_tables_step_as_the_protocol_and_record_its_rows() -> None:
+    hooks, recorder = recording_hooks(Hooks())
+    recorded = check(ProtocolModel(ProtocolParams(**FAULT_FREE.params), hooks=hooks))
+    assert recorded.distinct_states == 1655 and recorded.ok
+    coverage = recorder.coverage()
+    # The first trigger starts an attempt: checkpoint row 1 (idle -> closing_admission).
+    assert coverage.fires("checkpoint", 1)
+    # The snapshot store never fails to publish in the model.
+    assert not coverage.rows("checkpoint") >= {11, 12, 13}
+    assert coverage == stage_memo(FAULT_FREE).coverage
+
+
+def test_a_retarget_to_the_source_of_a_holding_row_is_not_a_reach() -> None:
+    site = Site(CHECKPOINT, 1, "retarget", CheckpointState.IDLE)
+    coverage = stage_memo(FAULT_FREE).coverage
+    assert site.reached(coverage)  # row 1 moves idle on: staying idle differs
+    holding = next(i for i, row in enumerate(CONTROL_FENCE.rows) if row.target is None)
+    source = CONTROL_FENCE.rows[holding].sources[0]
+    only_there = Site(CONTROL_FENCE, holding, "retarget", source)
+    fired = {s for t, r, s in coverage.fired if t == "control_fence" and r == holding}
+    assert only_there.reached(coverage) == bool(fired - {source.name})
+
+
+def test_a_refusal_retarget_is_equivalent_with_its_reason() -> None:
+    verdict = verify(MUTANTS["control_fence.retarget[1]->idle"])
+    assert verdict.status == "equivalent" and not verdict.killed
+    assert "keeps its fence" in verdict.detail and verdict.states == 0
+
+
+def test_an_unreached_row_is_dead_by_design_with_its_reason() -> None:
+    verdict = verify(MUTANTS["checkpoint.retarget[11]->idle"])
+    assert verdict.status == "dead_by_design" and verdict.states == 0
+    assert "never fails to publish" in verdict.detail
+
+
+def test_a_reached_mutant_runs_only_the_stages_that_reach_it() -> None:
+    # Row 1 of the checkpoint table (a trigger starts an attempt) fires in every stage:
+    # the first one kills it.
+    verdict = verify(MUTANTS["checkpoint.retarget[1]->stopped"])
+    assert verdict.killed and verdict.stage == "fault-free"
+    assert verdict.detail.startswith("fault-free: ")
+
+
+def test_two_processes_give_the_verdicts_of_one() -> None:
+    names = [
+        "S1_deadline_runs_while_parked",
+        "checkpoint.retarget[1]->stopped",
+        "control_fence.retarget[1]->idle",
+        "checkpoint.retarget[11]->idle",
+    ]
+    chosen = [MUTANTS[name] for name in names]
+    alone = [(v.mutant.name, v.status, v.killed_by) for v in verify_many(chosen, 1)]
+    pooled = [(v.mutant.name, v.status, v.killed_by) for v in verify_many(chosen, 2)]
+    assert pooled == alone
+    assert [status for _, status, _ in alone] == [
+        "killed",
+        "killed",
+        "equivalent",
+        "dead_by_design",
+    ]
+
+
+def _search(model: ProtocolModel) -> tuple[int, list[str], list[str]]:
+    result = check(model, max_states=20_000)
+    found = [v.property for v in result.violations]
+    trace = [step.action.label for v in result.violations[:1] for step in v.trace.steps]
+    return result.distinct_states, found, trace
+
+
+def test_a_stage_reusing_the_unmutated_steps_searches_the_mutants_own_graph() -> None:
+    one_fault = ONE_FAULT
+    params = ProtocolParams(**one_fault.params)
+    # Killed late (a stall cycle, after the whole graph), and killed early (I4).
+    for name in ("checkpoint.retarget[23]->capturing", "checkpoint.retarget[4]->idle"):
+        mutant = MUTANTS[name]
+        assert mutant.site is not None
+        own = ProtocolModel(params, hooks=mutant.hooks())
+        sharing = one_fault.model(mutant.site, mutant.hooks(), name)
+        assert _search(sharing) == _search(own)
+        assert _search(own)[1], f"{name} is meant to be killed here"
+
+
+def test_a_step_that_fires_the_mutated_row_is_computed_again() -> None:
+    fault_free = FAULT_FREE
+    memo = stage_memo(fault_free)
+    site = Site(CHECKPOINT, 1, "retarget", CheckpointState.STOPPED)
+    mutant = MUTANTS["checkpoint.retarget[1]->stopped"]
+    sharing = fault_free.model(site, mutant.hooks(), mutant.name)
+    recorded = [
+        (state, moves)
+        for state, (moves, touched) in memo.successors.items()
+        if site.reached(touched)
+    ]
+    assert recorded  # row 1 starts every attempt: some step fires it
+    state, moves = recorded[0]
+    assert isinstance(state, PState)
+    assert sharing.successors(state) != moves
+    untouched = next(s for s, (_, t) in memo.successors.items() if not site.reached(t))
+    assert sharing.successors(untouched) is memo.successors[untouched][0]
+
+
+def test_the_design_stage_runs_after_the_fault_free_one_and_before_the_one_fault_one() -> None:
+    names = [stage.name for stage in STAGES]
+    assert names.index("fault-free") < names.index("design") < names.index("one fault")
+
+
+def test_the_two_trigger_stage_runs_s5s_configuration_after_the_one_fault_one() -> None:
+    [s5] = [entry for entry in PORTFOLIO if entry.scenario == "S5"]
+    assert TWO_TRIGGERS.params == s5.params
+    names = [stage.name for stage in STAGES]
+    assert names.index("one fault") < names.index("two triggers") < names.index("walks")
+
+
+def test_a_trigger_meeting_a_pending_abort_is_reached_only_with_two_triggers() -> None:
+    # M1's abort_pending -TRIGGER-> row sent to committing: the retried abort's resumes
+    # carry the checkpoint on (tests/mutants/test_pending_abort_trigger.py). Only a second
+    # trigger meets a pending abort: of the exhaustive stages, only this one has one.
+    mutant = MUTANTS["checkpoint.retarget[26]->committing"]
+    assert mutant.site is not None
+    exhaustive = [s for s in STAGES if isinstance(s, ProtocolStage) and s.name != "walks"]
+    assert [s.name for s in exhaustive if mutant.site.reached(s.coverage())] == ["two triggers"]
+    verdict = verify(mutant)
+    assert verdict.killed and verdict.stage == "two triggers" and verdict.killed_by == "no_stall"
+
+
+def test_the_unmutated_design_stage_finds_no_violation() -> None:
+    design = next(stage for stage in STAGES if isinstance(stage, DesignStage))
+    result = check(DesignModel(DesignParams(**small(**design.params))))
+    # 3,421 until a participant restarted while its role was prepared was prepared again
+    # instead of failing the attempt (issue 23).
+    assert result.ok and result.distinct_states == 3405
+
+
+def test_a_row_only_the_design_model_fires_is_killed_there() -> None:
+    # A repeated commit(X) to a participant already committed to X (a duplicated request,
+    # a reply lost and answered again from the record): no protocol-model stage makes one.
+    # Leaving the fence idle there breaks the phase order (I5).
+    site = MUTANTS["control_fence.retarget[10]->idle"].site
+    assert site is not None
+    assert not any(site.reached(s.coverage()) for s in STAGES if isinstance(s, ProtocolStage))
+    verdict = verify(MUTANTS["control_fence.retarget[10]->idle"])
+    assert verdict.killed and verdict.stage == "design" and verdict.killed_by == "I5"
+    assert verdict.detail.startswith("design: I5 fails after ")
+
+
+def test_a_mutated_table_that_raises_in_the_design_model_is_a_kill() -> None:
+    # Row 0 of the checkpoint table (a trigger skipped) reads the skip its guard checks for.
+    site = MUTANTS["checkpoint.drop_guard[0]"].site
+    assert site is not None
+    design = next(stage for stage in STAGES if isinstance(stage, DesignStage))
+    with pytest.raises(StageRaised, match="AssertionError"):
+        design.run(site, Hooks(), "checkpoint.drop_guard[0]", lambda _: None)
