@@ -18,9 +18,9 @@ from quiesce.models import NO_STALL, ProtocolModel, ProtocolParams, check
 from quiesce.models import _protocol_properties as properties
 from quiesce.models._portfolio import small_params
 from quiesce.models._protocol_model import Hooks
-from quiesce.models._protocol_properties import NEWEST_SNAPSHOT
-from quiesce.protocol.controller import PHASE_OPS, _policy, _restore_flow
-from quiesce.protocol.machines import CHECKPOINT, PHASE_ORDER, CheckpointState, Phase
+from quiesce.models._protocol_properties import CONFLICT_FIRST, NEWEST_SNAPSHOT
+from quiesce.protocol.controller import PHASE_OPS, _phase_runner, _policy, _restore_flow
+from quiesce.protocol.machines import CHECKPOINT, PHASE_ORDER, CallInput, CheckpointState, Phase
 
 ONE_ROLLOUT = small_params()
 
@@ -172,3 +172,36 @@ def test_restore_must_select_the_newest_match() -> None:
     # Restoring the older copy is consistent, bounded and rolls back cleanly: only the M9
     # oracle knows the newer one had to be taken.
     assert outcomes == [{NEWEST_SNAPSHOT}, set()]
+
+
+_REAL_READ = _phase_runner.read_reply
+
+
+def _conflict_as_refusal(op: Any, op_id: Any, result: Any, *, conflicting: bool = False) -> Any:
+    """`read_reply` with the bug: a conflict read as a plain refusal (its id never aborted)."""
+    read = _REAL_READ(op, op_id, result, conflicting=conflicting)
+    if read[0] is CallInput.RECV_CONFLICT:
+        return CallInput.RECV_REFUSAL, read[1]
+    return read
+
+
+def test_a_conflict_naming_x_is_followed_by_the_abort_of_x() -> None:
+    # Two controller crashes, each mid-restore: the third controller's restore meets the
+    # policy still fenced to the second one's restore id (a conflict needs two faults).
+    params = ProtocolParams(**small_params(siblings=0, triggers=2, faults=2, crashes=True))
+    labels = (
+        *_ONE_CHECKPOINT,
+        "controller crashes",
+        "deliver restore(rs-2-1-step0) -> policy",
+        "controller crashes",
+        "deliver restore(rs-3-1-step0) -> policy",
+    )
+    planted = Hooks(patches=((_phase_runner, "read_reply", _conflict_as_refusal),))
+    outcomes = []
+    for hooks in (planted, Hooks()):
+        model = ProtocolModel(params, hooks=hooks)
+        outcomes.append(_violated_from(_replay(model, labels), params, hooks))
+    # The oracle names the call that breaks §4 when it is sent; the fence left hanging is
+    # also, later, an I3 violation and a stall (this bug is not invisible to the rest).
+    assert CONFLICT_FIRST in outcomes[0]
+    assert outcomes[1] == set()
