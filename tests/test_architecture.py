@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("quiesce.protocol.controller", "quiesce.protocol.participant"),
     ("quiesce.protocol",),
     ("quiesce.adapters",),
-    ("quiesce.models.projection", "quiesce.testing"),
+    ("quiesce.models.projection", "quiesce.models.oracles", "quiesce.testing"),
     ("quiesce.models.design", "quiesce.models.implementation"),
     ("quiesce.models.scenarios",),
     ("quiesce.models.refinement",),

@@ -62,6 +62,7 @@ from quiesce.models.design._state import (
     walk_active,
 )
 from quiesce.models.design._tables import GROUP, Steppers
+from quiesce.models.oracles import SPEC_PHASE_ORDER
 from quiesce.protocol import Cause, Disposition, classify
 from quiesce.protocol.machines import (
     AttemptInput,
@@ -434,7 +435,8 @@ class Step(LedgerSide):
         if phase not in ORDERS or extra == "conflict":
             return
         needed = self.attempted if phase in ("abort", "abort_rs") else ALL
-        order = ORDERS[phase]
+        # §3 as the spec states it, by the call's op: never the walk's own `ORDERS`.
+        order = tuple(NAMES.index(role) for role in SPEC_PHASE_ORDER[op])
         for q in order[: order.index(p)]:
             if needed >> q & 1 and not fence_done(self.fences[q], op, op_id):
                 self.flag("I5", f"{op}({op_id}) to {NAMES[p]} before {NAMES[q]} did it")

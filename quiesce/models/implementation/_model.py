@@ -569,6 +569,7 @@ class ProtocolModel(Model[PState]):
                 epoch=env.epoch + 1,
                 rolled_back=env.rolled_back | lost,
                 failures=0,
+                conflicts=frozenset(),  # the new process never heard them
                 weight_sync=2 if env.weight_sync == 1 else env.weight_sync,
                 train_switch=2 if env.train_switch == 1 else env.train_switch,
                 optimizer=2 if env.optimizer == 1 else env.optimizer,

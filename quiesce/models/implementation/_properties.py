@@ -26,7 +26,17 @@ from typing import Any, Generic, TypeVar
 from quiesce.check import Always, always, replace
 from quiesce.fsm import label
 from quiesce.models.implementation._state import CONTROL_OPS, Cast, Env, PState, executions
-from quiesce.models.implementation._system import InFlight, SystemState
+from quiesce.models.implementation._system import InFlight, SystemState, trainer_anchor
+from quiesce.models.oracles import (
+    SPEC_PHASE_ORDER,
+    Candidate,
+    conflict_settled,
+    failure_run,
+    may_resume_from,
+    newest_match,
+    released_by_ack,
+    stop_earned,
+)
 from quiesce.protocol import OpId
 from quiesce.protocol.controller import (
     PHASE_OPS,
@@ -34,39 +44,49 @@ from quiesce.protocol.controller import (
     CaptureCut,
     ControllerState,
     Dispatch,
+    LoadSnapshot,
     Op,
     Outcome,
     Publish,
     Stopped,
     TimerKey,
     TimerKind,
+    TrainerAnchor,
     background_timer,
     call_retry_timer,
 )
 from quiesce.protocol.machines import (
-    PHASE_ORDER,
     AttemptState,
     CallState,
     CheckpointState,
     ExecState,
     FenceOp,
     FenceState,
-    Phase,
     RegistryState,
     RestoreState,
     group_of_timer,
 )
 from quiesce.protocol.participant import ParticipantState
-from quiesce.protocol.wire import CommitReply, Role
+from quiesce.protocol.wire import CommitReply, ErrorReply, Role
 
-__all__ = ["Judge"]
+__all__ = ["CONFLICT_FIRST", "NEWEST_SNAPSHOT", "RESUME_KEPT", "Judge"]
 
-# I5 judges against the §3 table itself, never the coordinator's injectable
-# `policy.phase_order`, so a coordinator that swaps its order is still caught. By op: a call
-# carries its op, not its phase (an abort is a resume, in resume's order).
+NEWEST_SNAPSHOT = "newest_snapshot"
+"""M9: a `latest` restore loads the newest published snapshot matching the trainer anchor
+and the topology, among those it has not rejected (`_oracles.newest_match`)."""
+CONFLICT_FIRST = "conflict_abort_first"
+"""§4, S5: a participant that reported a conflict naming X gets no other control call
+before X is aborted there (`_oracles.conflict_settled`)."""
+RESUME_KEPT = "resume_kept_continuation"
+"""M9, S12: nothing resumes from a discarded (or already claimed) continuation
+(`_oracles.may_resume_from`)."""
+
+# I5 judges against §3 as the spec states it (`oracles.SPEC_PHASE_ORDER`), never the table the
+# coordinator walks (`machines.PHASE_ORDER`) nor its injectable `policy.phase_order`: a
+# wrong order in either is caught. By op: a call carries its op, not its phase (an abort is
+# a resume, in resume's order).
 _PHASE_ORDER: Mapping[Op, tuple[Role, ...]] = {
-    PHASE_OPS[phase]: tuple(slot.role for slot in PHASE_ORDER[phase])
-    for phase in (Phase.PREPARE, Phase.COMMIT, Phase.RESUME, Phase.RESTORE)
+    Op(op): tuple(Role(role) for role in roles) for op, roles in SPEC_PHASE_ORDER.items()
 }
 _COMMITTED_STATES = frozenset({FenceState.COMMITTED_PAUSED})
 _WAITING_PHASES = frozenset(
@@ -84,7 +104,10 @@ _CONTROL_OPS = tuple(CONTROL_OPS)
 # The effects `observe` notes; every other effect (timers, logs, metrics, admission)
 # leaves the ledger alone. By exact type: the effects are final (frozen, slotted)
 # dataclasses, and a type lookup is what lets most steps skip `observe` at once.
-_NOTED_EFFECTS: frozenset[type] = frozenset({Call, Dispatch, Outcome, Stopped, CaptureCut, Publish})
+_NOTED_EFFECTS: frozenset[type] = frozenset(
+    {Call, Dispatch, Outcome, Stopped, CaptureCut, Publish, LoadSnapshot}
+)
+_CONFLICT = "checkpoint_conflict"
 
 
 class Judge:
@@ -124,9 +147,12 @@ class Judge:
                 if was is not now and (move := self._moves(was, now)) is not None
             ]
         noted = [effect for effect in effects if type(effect) in _NOTED_EFFECTS]
-        if not moves and not noted:
+        conflict = _conflict_of(delivered)
+        if not moves and not noted and conflict is None and not env.conflicts:
             return env
         notes = _Notes(env)
+        if conflict is not None or env.conflicts:
+            notes.conflicts = _unsettled(after, env.conflicts | _some(conflict))
         for move in moves:
             self._note_move(move, after, delivered, notes)
         sent_control = False
@@ -140,19 +166,18 @@ class Judge:
                 else:
                     notes.dispatched |= {key}
                 self._check_redispatch(after, key, notes, effects)
+                if effect.resume_from_turn > 0:
+                    _check_resume(after, effect, notes)
             elif isinstance(effect, Outcome):
-                if effect.result == "completed":
-                    if effect.checkpoint_id not in notes.reported:
-                        notes.reported |= {effect.checkpoint_id}
-                    notes.failures = 0
-                elif (
-                    effect.result == "failed"
-                    and effect.retryable
-                    and after.controller.phase in (CheckpointState.IDLE, CheckpointState.STOPPED)
-                ):
-                    # I7 counts attempts that failed after their retries (§4): a failing
-                    # abort reports the attempt too, but its timer retries it, same attempt.
-                    notes.failures += 1
+                if effect.result == "completed" and effect.checkpoint_id not in notes.reported:
+                    notes.reported |= {effect.checkpoint_id}
+                # I7 counts attempts that failed after their retries (§4), each once it
+                # ended: a failing abort reports the attempt too, but its timer retries it,
+                # same attempt. The count is the spec's fold over the outcomes' results and
+                # reasons (`_oracles.failure_run`), never M1's own counter.
+                ended = after.controller.phase in (CheckpointState.IDLE, CheckpointState.STOPPED)
+                if effect.result != "failed" or ended:
+                    notes.failures = failure_run(notes.failures, effect.result, effect.reason)
             elif isinstance(effect, Stopped):
                 notes.stops += (effect.reason,)
             elif isinstance(effect, CaptureCut):
@@ -163,6 +188,8 @@ class Judge:
                     notes.flag("I8", f"cut of {effect.checkpoint_id} with ACKs pending")
             elif isinstance(effect, Publish):
                 self._check_publish(after, effect.checkpoint_id, notes)
+            elif isinstance(effect, LoadSnapshot):
+                _check_selection(after, effect.snapshot_id, notes)
         if sent_control:
             self._check_order(before, after, notes)
         return notes.env_after()
@@ -178,7 +205,7 @@ class Judge:
             reruns = after.controller.ledger.counters.group_reruns
             notes.completed |= {(key[0], key[1], _kept(after, key), reruns)}
         for receipt in move.released:
-            if receipt not in _delivered_acks(delivered):
+            if not released_by_ack(receipt, _delivered_acks(delivered)):
                 notes.flag("I1", f"{receipt[0]}#{receipt[1]} released by its agent without an ACK")
         op_id = move.committed_to
         if op_id is not None and op_id not in notes.committed:
@@ -269,6 +296,15 @@ class Judge:
                 continue  # judged at its first occurrence
             if sent.count(call) <= already.count(call):
                 continue  # in flight before this step
+            for reporter, active in notes.conflicts:
+                if reporter == call.participant and not conflict_settled(
+                    active, call.op.value, call.op_id
+                ):
+                    notes.flag(
+                        CONFLICT_FIRST,
+                        f"{call.op.value}({call.op_id}) to {reporter}, which reported a"
+                        f" conflict with {active}, before {active} was aborted there",
+                    )
             order = _PHASE_ORDER.get(call.op)
             if order is None:
                 continue
@@ -289,7 +325,8 @@ class Judge:
     # ------------------------------------------------------------------ properties
 
     def properties(self) -> Sequence[Always]:
-        """I1-I6 and I8, each an `always` over a model state."""
+        """I1-I6 and I8, and the named promises of M9 and §4 `_oracles` states, each an
+        `always` over a model state."""
         return (
             always(
                 "I1",
@@ -332,6 +369,24 @@ class Judge:
                 lambda s: not _flags(s, "I8"),
                 "consistent snapshot",
                 reads=("store", "env.violations"),
+            ),
+            always(
+                NEWEST_SNAPSHOT,
+                lambda s: not _flags(s, NEWEST_SNAPSHOT),
+                "restore selects the newest matching snapshot (M9)",
+                reads=("restore", "store", "env.violations"),
+            ),
+            always(
+                CONFLICT_FIRST,
+                lambda s: not _flags(s, CONFLICT_FIRST),
+                "a conflict naming X is followed by the abort of X (§4, S5)",
+                reads=("messages", "fences", "env.violations"),
+            ),
+            always(
+                RESUME_KEPT,
+                lambda s: not _flags(s, RESUME_KEPT),
+                "nothing resumes from a discarded continuation (M9, S12)",
+                reads=("executions", "env.violations"),
             ),
         )
 
@@ -400,8 +455,9 @@ class Judge:
             return False
         phase = sys.controller.phase
         if phase is CheckpointState.STOPPED:
-            # Legitimate only after more than max_consecutive_failures retryable failures.
-            return env.failures > self.cast.params.max_consecutive_failures
+            # Legitimate only after more than max_consecutive_failures retryable failures
+            # (no fault of the model is fatal).
+            return stop_earned(env.failures, self.cast.params.max_consecutive_failures)
         if phase is not CheckpointState.IDLE or sys.controller.gate.data:
             return False
         if any(m.call.op in _CONTROL_OPS for m in sys.messages):
@@ -443,6 +499,75 @@ def _done(participant: ParticipantState, op: Op, op_id: OpId) -> bool:
     if op is Op.RESTORE:
         return fence.data.active == op_id and fence.state is FenceState.RESTORED_PAUSED
     return fence.data.active != op_id
+
+
+def _check_selection(after: SystemState, snapshot_id: OpId, notes: _Notes) -> None:
+    """M9: the snapshot a restore loads is the one `_oracles.newest_match` names, from the
+    store's published snapshots and the trainer anchor. Of the controller's bookkeeping
+    only which snapshots this restore already tried and rejected is read (S16's fallback
+    skips them): a selection that skips a newer match is caught all the same."""
+    anchor, store, controller = after.anchor, after.store, after.controller
+    candidates = [
+        Candidate(
+            s.snapshot_id, s.trainer_step, trainer_anchor(s.trainer_step).version, s.fingerprint
+        )
+        for s in store.snapshots
+        if s.snapshot_id in store.published
+    ]
+    restore = controller.restore
+    rejected = {name for name, _ in restore.data.rejected} if restore is not None else set()
+    expected = None
+    if isinstance(anchor, TrainerAnchor):
+        expected = newest_match(
+            candidates,
+            step=anchor.step,
+            version=anchor.version,
+            fingerprint="" if controller.fleet is None else controller.fleet.fingerprint,
+            tried={c.snapshot_id for c in candidates if str(c.snapshot_id) in rejected},
+        )
+    if expected != snapshot_id:
+        notes.flag(NEWEST_SNAPSHOT, f"restore loads {snapshot_id}, not the newest match {expected}")
+
+
+def _check_resume(after: SystemState, dispatch: Dispatch, notes: _Notes) -> None:
+    """M9, S12: a dispatch resuming attempt N's continuation resumes one its agent holds
+    restored and not discarded (nor claimed) yet."""
+    agent = after.participant(dispatch.agent)
+    kept = {(t.rollout_id, t.attempt) for t in getattr(agent.role, "restored", ())}
+    continuation = (dispatch.rollout_id, dispatch.attempt - 1)
+    if not may_resume_from(continuation, kept):
+        notes.flag(
+            RESUME_KEPT,
+            f"{dispatch.rollout_id}#{dispatch.attempt} resumes {continuation[0]}"
+            f"#{continuation[1]}, whose continuation {dispatch.agent} no longer keeps",
+        )
+
+
+def _conflict_of(delivered: InFlight | None) -> tuple[str, OpId] | None:
+    """`(participant, X)` if the step delivered a reply refusing with `checkpoint_conflict`
+    naming X (§4)."""
+    if delivered is None:
+        return None
+    reply = delivered.reply
+    if not isinstance(reply, ErrorReply) or reply.code != _CONFLICT or reply.active_id is None:
+        return None
+    return (delivered.call.participant, reply.active_id)
+
+
+def _some(conflict: tuple[str, OpId] | None) -> frozenset[tuple[str, OpId]]:
+    return frozenset() if conflict is None else frozenset({conflict})
+
+
+def _unsettled(
+    after: SystemState, conflicts: frozenset[tuple[str, OpId]]
+) -> frozenset[tuple[str, OpId]]:
+    """The reported conflicts whose participant is still fenced to the id it named."""
+    return frozenset(
+        (name, active)
+        for name, active in conflicts
+        if (fence := after.participant(name).fence).state is not FenceState.IDLE
+        and fence.data.active == active
+    )
 
 
 def _flags(state: PState, prop: str) -> bool:
@@ -645,6 +770,7 @@ class _Notes:
         "commit_steps",
         "committed",
         "completed",
+        "conflicts",
         "dispatched",
         "env",
         "failures",
@@ -661,6 +787,7 @@ class _Notes:
         self.reported = env.reported
         self.failures = env.failures
         self.stops = env.stops
+        self.conflicts = env.conflicts
         self.bad: list[tuple[str, str]] = []
 
     def flag(self, prop: str, why: str) -> None:
@@ -684,6 +811,8 @@ class _Notes:
             changes["failures"] = self.failures
         if self.stops is not env.stops:
             changes["stops"] = self.stops
+        if self.conflicts != env.conflicts:
+            changes["conflicts"] = self.conflicts
         if self.bad:
             bad = tuple(sorted({*env.bad, *self.bad}))
             if len(bad) > len(env.bad):

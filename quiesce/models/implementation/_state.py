@@ -97,8 +97,9 @@ class Env:
     `dispatched` (every begin the controller sent), `committed` (ids any participant
     committed), `reported` (ids the controller reported `completed`), `failures`
     (consecutive attempts the controller reported failed retryably, each once it ended),
-    `bad` (violations seen on a transition: property name -> why), `delayed` (a request
-    held back in the network).
+    `conflicts` (`(participant, X)`: a conflict naming X reported and X not aborted there
+    yet), `bad` (violations seen on a transition: property name -> why), `delayed` (a
+    request held back in the network).
     """
 
     triggers: int
@@ -121,6 +122,7 @@ class Env:
     reported: frozenset[OpId] = frozenset()
     failures: int = 0
     stops: tuple[str, ...] = ()
+    conflicts: frozenset[tuple[str, OpId]] = frozenset()
     bad: tuple[tuple[str, str], ...] = ()
     delayed: tuple[str, Op, Any] | None = None
     raised: str | None = None
