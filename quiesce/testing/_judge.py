@@ -23,6 +23,7 @@ from quiesce.protocol import InvalidOpId, OpId
 from quiesce.protocol.machines import FenceOp
 from quiesce.protocol.participant import ParticipantState, handle, new_participant
 from quiesce.protocol.wire import ErrorReply, Message
+from quiesce.testing._coverage import rows_fired
 from quiesce.testing._latitude import begin_refusals
 from quiesce.testing._program import Step
 from quiesce.testing._projection import (
@@ -46,6 +47,10 @@ from quiesce.testing._rules import (
     CODE_RULES,
     DUPLICATE_RULE,
     RACE_RULE,
+    REPLAY_RULE,
+    SETUP_RULE_ID,
+    UNREACHABLE_RULE,
+    Rule,
     describe_differences,
     describe_disagreement,
     hint,
@@ -76,6 +81,9 @@ class JudgedExample(RuleBasedStateMachine):
         self.sent: list[tuple[str, Any, Any]] = []  # control requests, for `replay`
         self.texts: dict[int, str] = {}
         self.last = "setup"
+        self.last_expected: dict[str, Any] = {}  # the oracle's projection of `last`'s reply
+        self.failing: tuple[ParticipantState, str, Any] | None = None  # what rows name
+        self.shape = ""  # where a failure now is: the operation, or a race's shape
         self.latest = 0
         self.fresh_keys = 0
         self.program: list[Step] = []  # the top-level rule calls (`_program.recorded_rule`)
@@ -135,16 +143,25 @@ class JudgedExample(RuleBasedStateMachine):
 
     def _unreachable(self, error: ServerUnreachable, body: Any) -> NoReturn:
         self.steps.append(KitStep(Exchange(error.method, error.path, body, 0, error.detail)))
-        self._fail("the server stopped answering", (str(error),))
+        self._fail(UNREACHABLE_RULE, (str(error),))
 
     def _fail(
-        self, rule: str, differences: tuple[str, ...], *, after: ParticipantState | None = None
+        self, rule: Rule, differences: tuple[str, ...], *, after: ParticipantState | None = None
     ) -> NoReturn:
         """Report a violation at the last step; `after`: the oracle's state once the failing
-        request is applied, which the server's state is then read and compared with."""
+        request is applied, which the server's state is then read and compared with. The
+        violation names the rows the reference fired for the request judged last."""
         state_diff = () if after is None else self._state_diff(after)
+        rows = () if self.failing is None else rows_fired(*self.failing)
         violation = ConformanceViolation(
-            rule, differences, tuple(self.steps), section_of(rule), state_diff
+            rule.text,
+            differences,
+            tuple(self.steps),
+            section_of(rule.text),
+            state_diff,
+            rule_id=rule.id,
+            shape=self.shape,
+            rows=rows,
         )
         self.run.found(violation, tuple(self.program))
         raise violation
@@ -168,10 +185,15 @@ class JudgedExample(RuleBasedStateMachine):
         plain violation. A shared one: the previous sequence left it stuck, so report that
         sequence and stop (shorter sequences cannot be replayed against a stuck server)."""
         if self.context is not None:
-            self._fail(rule, differences)
+            self._fail(Rule(SETUP_RULE_ID, rule), differences)
         steps = (*self.run.previous, *self.steps)
         violation = ConformanceViolation(
-            f"{rule} (after the previous sequence)", differences, steps, section_of(rule)
+            f"{rule} (after the previous sequence)",
+            differences,
+            steps,
+            section_of(rule),
+            rule_id=SETUP_RULE_ID,
+            shape="setup",
         )
         self.run.found(violation)
         self.run.stuck = True
@@ -269,6 +291,7 @@ class JudgedExample(RuleBasedStateMachine):
         after, reply, _ = handle(before, op, oracle_body, rules=self.run.rules)
         replay = None if isinstance(reply, ErrorReply) else recorded
         expected = self._expect(op, reply)
+        self.failing, self.shape, self.last_expected = (before, op, oracle_body), op, expected
         if copies == 1:
             exchanges: tuple[Exchange, ...] = (self._send(op, body),)
         else:
@@ -307,8 +330,7 @@ class JudgedExample(RuleBasedStateMachine):
             for exchange in answered:
                 if without_incarnation(exchange.reply) != earlier:
                     self._fail(
-                        "M2: the same (op_id, op) after a success is answered from the record, "
-                        "unchanged",
+                        REPLAY_RULE,
                         (f"recorded {brief(earlier)}, replayed {brief(exchange.reply)}",),
                     )
         if self._recorded(after, op, oracle_body) is not None:
@@ -376,9 +398,8 @@ class JudgedExample(RuleBasedStateMachine):
         ):
             actual = self._compare(op, exchange, expected, check=True)
             if actual != expected:
-                self._fail(
-                    hint(op, expected, actual, self.last), describe_differences(expected, actual)
-                )
+                rule = hint(op, expected, actual, self.last, self.last_expected)
+                self._fail(rule, describe_differences(expected, actual))
 
     def _state_queries(self) -> tuple[str, ...]:
         return ("status", "completions") if self.run.agent else ("status",)
@@ -397,6 +418,7 @@ class JudgedExample(RuleBasedStateMachine):
         return [self._send(op) for op in self._state_queries()]
 
     def _expect_refused(self, exchange: Exchange, expected: dict[str, Any], op: str) -> None:
+        self.failing, self.shape = None, op  # refused before any table row
         actual = self._compare(op, exchange, expected)
         if actual != expected:
             code = str(expected["code"])
@@ -430,13 +452,17 @@ class JudgedExample(RuleBasedStateMachine):
             return None
         return self._failed(state, op, body)
 
-    def _judge_race_state(self, found: tuple[Explanation, ...]) -> None:
+    def _judge_race_state(
+        self, found: tuple[Explanation, ...], requests: list[tuple[str, Any]]
+    ) -> None:
         """Read the state once; the first order explaining the replies whose state it is
         becomes the oracle's; none: a violation (shown against the first order)."""
         reads = [(op, self._send(op)) for op in self._state_queries()]
         actual = [self._actual(op, exchange) for op, exchange in reads]
         candidates = [(e, [x for _, x in self._expected_state(e.state)]) for e in found]
         chosen, expected = next(((e, x) for e, x in candidates if x == actual), candidates[0])
+        last = chosen.order[-1]  # the state is what the last request of the order left
+        self.failing = (chosen.before[last], *requests[last])
         for (_, exchange), want, got in zip(reads, expected, actual, strict=True):
             self.steps.append(KitStep(exchange, want, got, check=True))
             if got != want:

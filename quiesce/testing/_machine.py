@@ -34,6 +34,8 @@ from quiesce.testing._race import (
     RACE_DEADLINE_S,
     RACES,
     explanations,
+    order_free,
+    race_note,
     recoveries,
 )
 from quiesce.testing._requests import (
@@ -241,20 +243,32 @@ class ConformanceMachine(JudgedExample):
         actual = [
             self._actual(op, t.exchange) for (op, _), t in zip(requests, answers, strict=True)
         ]
-        found, first = explanations(
+        found, tried = explanations(
             self.oracle, oracle_requests, answers, actual, self._expect, self._allowed_in_race
         )
-        shown = found[0] if found else first
-        wrong = [i for i in range(len(actual)) if actual[i] != shown.expected[i]]
-        for i in sorted(range(len(answers)), key=lambda i: i in wrong):  # a wrong one last
-            note = f"raced: request {i + 1} of {len(answers)}, sent while the others were in flight"
-            self.steps.append(KitStep(answers[i].exchange, shown.expected[i], actual[i], note=note))
-        self.last = "race"
+        shown = found[0] if found else tried[0]
+        for i, timed in enumerate(answers):  # in send order, each with what it overlapped
+            note = race_note(i, answers)
+            self.steps.append(KitStep(timed.exchange, shown.expected[i], actual[i], note=note))
+        self.last, self.shape = "race", "|".join(op for op, _ in shape)
         if not found:
-            self._fail(
-                RACE_RULE, describe_differences(shown.expected[wrong[-1]], actual[wrong[-1]])
+            alone = order_free(tried, actual)
+            wrong = (
+                alone
+                if alone is not None
+                else max(i for i in range(len(actual)) if actual[i] != shown.expected[i])
             )
-        self._judge_race_state(found)
+            op, body = oracle_requests[wrong]
+            self.failing = (shown.before[wrong], op, body)
+            expected, got = shown.expected[wrong], actual[wrong]
+            differences = describe_differences(expected, got)
+            if alone is None:
+                self._fail(RACE_RULE, differences)
+            # A sequential difference reached inside a race: every order expects the same of
+            # this request, so no order could explain it; its own rule is the one it breaks.
+            where = f"{op} (raced request {wrong + 1}: every order of the race expects this)"
+            self._fail(hint(op, expected, got, "race"), (*differences, where))
+        self._judge_race_state(found, oracle_requests)
 
     def _execution_to_race(self, kind: str) -> None:
         """Begin a fresh execution (and finish it, for `completed`): what a raced retire or
@@ -367,6 +381,7 @@ class ConformanceMachine(JudgedExample):
         """Show the restart in the report (`note`: when it came); the server must be back
         under a new incarnation (§6)."""
         self.steps.append(KitStep(_RESTART, note=note))
+        self.failing, self.shape = None, "restart"
         if incarnation == killed:
             self._fail(INCARNATION_RULE, (f"incarnation: still {killed!r} after the restart",))
         self.last = "restart"
@@ -385,6 +400,7 @@ class ConformanceMachine(JudgedExample):
         failure M2 allows leaves the failed operation's state)."""
         after, reply, _ = handle(before, op, body, rules=self.run.rules)
         expected = self._expect(op, reply)
+        self.failing, self.shape, self.last_expected = (before, op, body), op, expected
         actual = self._compare(op, exchange, expected)
         if actual != expected and not allowed_failure(op, expected, actual):
             self._fail(hint(op, expected, actual, op), describe_differences(expected, actual))

@@ -36,6 +36,8 @@ __all__ = [
     "RACE_DEADLINE_S",
     "Explanation",
     "explanations",
+    "order_free",
+    "race_note",
     "recoveries",
 ]
 
@@ -81,6 +83,8 @@ class Explanation:
     order: tuple[int, ...]
     expected: tuple[dict[str, Any], ...]
     state: ParticipantState
+    before: tuple[ParticipantState, ...]
+    """The state each request (by index) was run on in this order."""
 
 
 def explanations(
@@ -90,30 +94,48 @@ def explanations(
     actual: Sequence[dict[str, Any]],
     expect: Callable[[str, Message], dict[str, Any]],
     failure: Callable[[ParticipantState, str, Any, dict[str, Any], dict[str, Any]], Any],
-) -> tuple[tuple[Explanation, ...], Explanation]:
+) -> tuple[tuple[Explanation, ...], tuple[Explanation, ...]]:
     """The orders (allowed by real time) whose replies, run through the reference one at a
-    time from `state`, equal the server's `actual` projections; and the first order tried
-    (what to show when none does). `failure(state, op, body, expected, actual)` is the state
-    after an allowed failure of the server's own (a commit answered `failed`), else None."""
-    found: list[Explanation] = []
-    first: Explanation | None = None
+    time from `state`, equal the server's `actual` projections; and every order tried, the
+    send order first (what to show when none does). `failure(state, op, body, expected,
+    actual)` is the state after an allowed failure of the server's own (a commit answered
+    `failed`), else None."""
+    tried: list[Explanation] = []
     for order in _real_time_orders(answers):
         current = state
         expected: dict[int, dict[str, Any]] = {}
+        before: dict[int, ParticipantState] = {}
         for index in order:
             op, body = requests[index]
+            before[index] = current
             after, reply, _ = handle(current, op, body)
             expected[index] = expect(op, reply)
             failed = failure(current, op, body, expected[index], actual[index])
             if failed is not None:
                 after, expected[index] = failed, actual[index]
             current = after
-        explanation = Explanation(order, tuple(expected[i] for i in range(len(requests))), current)
-        first = first or explanation
-        if all(expected[i] == actual[i] for i in range(len(requests))):
-            found.append(explanation)
-    assert first is not None
-    return tuple(found), first
+        indexes = range(len(requests))
+        tried.append(
+            Explanation(
+                order,
+                tuple(expected[i] for i in indexes),
+                current,
+                tuple(before[i] for i in indexes),
+            )
+        )
+    found = tuple(e for e in tried if all(e.expected[i] == actual[i] for i in indexes))
+    return found, tuple(tried)
+
+
+def order_free(tried: Sequence[Explanation], actual: Sequence[dict[str, Any]]) -> int | None:
+    """The first raced request whose reply differs from the reference's although no order
+    changes what it must answer (every order tried expects the same of it): a sequential
+    difference reached inside a race, not a question of order; None if there is none."""
+    for index, got in enumerate(actual):
+        wanted = {repr(sorted(e.expected[index].items())) for e in tried}
+        if len(wanted) == 1 and tried[0].expected[index] != got:
+            return index
+    return None
 
 
 def _real_time_orders(answers: Sequence[Timed]) -> Iterator[tuple[int, ...]]:
@@ -143,3 +165,21 @@ def recoveries(
     effect) or `after` (it did; a replay then gets the recorded reply)."""
     states = (after,) if answered else (before, after)
     return tuple(from_journal(journal_of(state), incarnation, rules) for state in states)
+
+
+def race_note(index: int, answers: Sequence[Timed]) -> str:
+    """How raced request `index` (in send order) overlapped the others: when it was sent and
+    answered, in milliseconds from the first send, and which requests were in flight with it."""
+    start = min(t.sent for t in answers)
+    mine = answers[index]
+    overlapped = [
+        str(j + 1)
+        for j, other in enumerate(answers)
+        if j != index and other.sent < mine.answered and mine.sent < other.answered
+    ]
+    with_whom = f"overlapping {', '.join(overlapped)}" if overlapped else "overlapping none"
+    return (
+        f"raced: request {index + 1} of {len(answers)} in send order, sent at "
+        f"+{(mine.sent - start) * 1000:.0f} ms, answered at +{(mine.answered - start) * 1000:.0f}"
+        f" ms, {with_whom}"
+    )

@@ -68,7 +68,10 @@ class ConformanceViolation(QuiesceError):
     written down (a section of docs/protocol.md, or docs/wire.md). `state_diff` lists how
     the state the server reported after a wrong reply differs from the reference's (`status.`
     or `completions.` then `field: expected X, got Y`; empty when the state was not read or
-    matches)."""
+    matches). `rule_id` is the rule's short name (what a report groups failures by and
+    `--deviation` names), `shape` where it broke (the failing request's operation, or a
+    race's operations in send order joined by `|`), and `rows` the table rows the reference
+    fired for the failing request (machine, table, index, the state it fired in, input)."""
 
     def __init__(
         self,
@@ -77,13 +80,27 @@ class ConformanceViolation(QuiesceError):
         steps: tuple[KitStep, ...],
         see: str = "",
         state_diff: tuple[str, ...] = (),
+        *,
+        rule_id: str = "",
+        shape: str = "",
+        rows: tuple[str, ...] = (),
     ) -> None:
         self.rule = rule
         self.differences = differences
         self.steps = steps
         self.see = see
         self.state_diff = state_diff
+        self.rule_id = rule_id
+        self.shape = shape
+        self.rows = rows
         super().__init__(f"{rule}: {'; '.join(differences)} (after {len(steps)} requests)")
+
+    @property
+    def failing_step(self) -> KitStep | None:
+        """The step whose reply broke the rule: the last one whose actual differs from the
+        expected (in a race, printed in send order, it need not be the last step)."""
+        differing = [s for s in self.steps if s.expected is not None and s.expected != s.actual]
+        return differing[-1] if differing else (self.steps[-1] if self.steps else None)
 
     @property
     def sequence(self) -> tuple[KitStep, ...]:
@@ -169,6 +186,9 @@ class ConformanceResult:
         if self.violation is not None:
             failure = {
                 "rule": self.violation.rule,
+                "rule_id": self.violation.rule_id,
+                "shape": self.violation.shape,
+                "rows": list(self.violation.rows),
                 "differences": list(self.violation.differences),
                 "flaky": self.flaky,
                 "shrunk": self.shrunk,
@@ -215,6 +235,9 @@ class ConformanceResult:
         """The rule broken, where it is written, how the reply and the state differ, and
         the failing sequence, numbered, then again as curl commands."""
         lines = [f"rule: {violation.rule}"]
+        if violation.rule_id:
+            lines.append(f"rule id: {violation.rule_id} (at {violation.shape or '?'})")
+        lines += [f"row: {row}" for row in violation.rows]
         if violation.see:
             lines.append(f"see: {violation.see}")
         lines += [f"  {d}" for d in violation.differences]
@@ -265,7 +288,8 @@ def _format_step(number: int, step: KitStep, *, last: bool) -> list[str]:
     lines.append(f"     -> {step.exchange.status} {brief(step.exchange.reply)}")
     if step.note:
         lines.append(f"     ({step.note})")
-    if last and step.expected is not None:
+    differs = step.note.startswith("raced") and step.expected != step.actual
+    if (last or differs) and step.expected is not None:
         lines.append(f"     expected: {compact_json(step.expected)}")
         lines.append(f"     actual:   {compact_json(step.actual)}")
     return lines
