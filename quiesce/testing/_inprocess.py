@@ -52,8 +52,12 @@ class ParticipantTransport(httpx.AsyncBaseTransport):
         if op is None:
             message = f"no route {request.method} {request.url.path}; see docs/wire.md"
             return _answer(404, WireError(code="not_found", message=message))
+        body = await request.aread()
+        trace = request.extensions.get("trace")
+        if trace is not None:  # the request is handed over: a kill may now cut it
+            await trace("http11.send_request_body.complete", {})
         try:
-            reply = await self._call(op, await request.aread())
+            reply = await self._call(op, body)
         except CallFailedError as error:
             return _answer(503, WireError(code="unavailable", message=str(error)))
         except Exception as error:  # a bug in the participant: the kit reports the 500

@@ -70,7 +70,8 @@ choices decode).
 In process (`check_participant`): a `Participant` object of the user's (the client interface
 the driver calls) is checked without a server, its calls made through `_inprocess`'s httpx
 transport, so everything above holds except the HTTP layer (no malformed or unauthenticated
-requests) and restarts; a factory of participants is what shrinks there.
+requests); restarts need `restart=`, a callable that kills the participant and returns the
+one recovered from its journal; a factory of participants is what shrinks there.
 
 Commit and restore failures: a server may fail a commit or a restore for its own reasons
 (a full disk). Where the oracle succeeded and the server answered `failed`, the kit accepts
@@ -111,10 +112,12 @@ from quiesce.testing._session import (
     NO_RESET,
     STUCK,
     Abort,
+    InProcessRestart,
     KitRun,
     Reset,
     Restart,
     Server,
+    participant_restart_hook,
     reset_hook,
     restart_hook,
 )
@@ -184,6 +187,7 @@ def check_participant(
     executions: bool = True,
     timeout: float = 10.0,
     min_coverage: float = 0.0,
+    restart: InProcessRestart | None = None,
 ) -> ConformanceResult:
     """`check_conformance` for a `Participant` object in this process (the client interface
     the driver calls, docs/embedding.md), without a server: each request the kit would send
@@ -194,14 +198,26 @@ def check_participant(
     sequence is then reported as found, and `not_shrunk_because` says why) or a factory,
     a callable returning a new participant: one per example, so a failure is shrunk to its
     shortest sequence. Bearer tokens and malformed bodies belong to an HTTP server, not to
-    the object, so those requests are not sent. The other options are `check_conformance`'s.
+    the object, so those requests are not sent. `restart` checks durability (§6) as
+    `check_conformance`'s does: given the participant to kill, it kills it (calls in flight
+    on it may fail or never answer) and returns the participant recovered from its journal,
+    under a new incarnation; the kit calls it between requests and while one is in flight
+    (a long-polling prepare too). The other options are `check_conformance`'s.
 
     >>> check_participant(lambda: MyParticipant(), "resources", examples=10)  # doctest: +SKIP
+    >>> check_participant(make, "agent", restart=lambda old: old.recovered())  # doctest: +SKIP
     """
     known = _role(role)
     agent = executions and known is Role.AGENT
+    if restart is not None and not callable(restart):
+        raise TypeError(
+            f"restart must be a callable taking the killed Participant and returning the "
+            f"recovered one, not {type(restart).__name__}"
+        )
     if isinstance(participant, Participant):
         run = KitRun(participant, "", known, agent, timeout, over_http=False)
+        if restart is not None:
+            run.restart = participant_restart_hook(run, restart)
         _connect(run, participant)
         return _check(run, NO_FACTORY, examples, steps, seed, min_coverage)
     if not callable(participant):
@@ -221,6 +237,8 @@ def check_participant(
         return nullcontext(made)
 
     run = KitRun(fresh, "", known, agent, timeout, over_http=False)
+    if restart is not None:
+        run.restart = participant_restart_hook(run, restart)
     return _check(run, "", examples, steps, seed, min_coverage)
 
 

@@ -304,13 +304,25 @@ class ConformanceMachine(JudgedExample):
     # Mostly between requests; shrinking prefers that (None comes first): a kill during a
     # request may or may not beat the reply, so a failure is shrunk towards a deterministic
     # kill when one shows it too.
-    @recorded_rule(during=st.sampled_from((None, None, "prepare", "commit", "resume")), at=TARGETS)
+    @recorded_rule(
+        during=st.sampled_from((None, None, "prepare", "commit", "resume", "pending_prepare")),
+        at=TARGETS,
+    )
     def restart(self, during: str | None, at: str | int) -> None:
         """Kill and restart the server (§6): it must come back under a new incarnation with
         exactly what its journal must keep (`journal_of` of the oracle), so everything
         replied before the kill holds after it; recorded results replay unchanged later.
-        With `during`, the kill comes while that request is in flight (`_restart_during`)."""
+        With `during`, the kill comes while that request is in flight (`_restart_during`);
+        `pending_prepare`: while a prepare that is not ready long-polls (a fresh id, sent
+        while an execution runs, with a near deadline)."""
         assert self.run.restart is not None
+        if during == "pending_prepare":
+            if self.oracle.fence.state is not FenceState.IDLE:
+                self.resume("active")
+            if self.run.executions:
+                self._execution_to_race("running")
+            self._restart_during("prepare", "next", time.time() + RACE_DEADLINE_S)
+            return
         if during is not None:
             self._restart_during(during, at)
             return
@@ -324,14 +336,14 @@ class ConformanceMachine(JudgedExample):
         self.oracle = from_journal(journal_of(self.oracle), incarnation, self.run.rules)
         self._check_state()
 
-    def _restart_during(self, op: str, at: str | int) -> None:
+    def _restart_during(self, op: str, at: str | int, deadline_at: float = DEADLINE_AT) -> None:
         """Kill and restart the server while `op` is in flight (§6): a reply that came must be
         durable; without one, `op` took effect before the kill or never did (the state read
         after says which), and re-sending it then gets the recorded reply or runs it now.
         A reply under the new incarnation means the request reached the server only after
         the restart (uvicorn read it late): it ran on the recovered participant."""
         assert self.run.restart is not None and self.run.capabilities is not None
-        before, body = self.oracle, self._control(at)
+        before, body = self.oracle, {**self._control(at), "deadline_at": deadline_at}
         killed = self.run.capabilities.incarnation
         self.sent.append((op, body, body))
         exchange = self.client.send_while(op, body, self._restart_server)
@@ -372,7 +384,7 @@ class ConformanceMachine(JudgedExample):
         server must be back: one that does not answer discovery is a violation of this
         sequence (replayed and shrunk like any other), not a setup error."""
         try:
-            self.run.connect(self.run.url)
+            self.run.connect(self.run.target)
         except ConformanceSetupError as error:
             self.steps.append(KitStep(_RESTART, note="the kit killed and restarted the server"))
             self._fail(RESTART_RULE, (f"the server did not come back after restart: {error}",))

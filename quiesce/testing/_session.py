@@ -39,10 +39,12 @@ __all__ = [
     "NO_RESET",
     "STUCK",
     "Abort",
+    "InProcessRestart",
     "KitRun",
     "Reset",
     "Restart",
     "Server",
+    "participant_restart_hook",
     "reset_hook",
     "restart_hook",
 ]
@@ -114,6 +116,31 @@ def restart_hook(restart: Restart, timeout: float) -> Callable[[], None]:
     return run
 
 
+InProcessRestart = Callable[[Participant], Participant]
+"""How `check_participant` restarts a participant object (§6): given the killed one, it
+returns the participant that recovered from its journal (a new object, new incarnation)."""
+
+
+def participant_restart_hook(run: KitRun, restart: InProcessRestart) -> Callable[[], None]:
+    """`restart` as the run's restart hook: called on the client's event loop (where the
+    participant's calls run, so it may crash the participant while one is in flight), and
+    the participant it returns becomes the run's target, which the kit reconnects to."""
+
+    def call() -> None:
+        killed = run.target
+        assert run.client is not None and isinstance(killed, Participant)
+        restarted = run.client.call_in_loop(lambda: restart(killed))
+        if not isinstance(restarted, Participant):
+            raise ConformanceSetupError(
+                run.url,
+                f"the restart hook returned a {type(restarted).__name__}, not a Participant; "
+                "it must return the participant recovered from the killed one's journal",
+            )
+        run.target = restarted
+
+    return call
+
+
 def reset_hook(reset: Reset, token: str, timeout: float) -> Callable[[], None]:
     """`reset` as a callable; a URL is POSTed with the bearer token and must answer 2xx
     (anything else is a `ConformanceSetupError` naming the status)."""
@@ -179,6 +206,9 @@ class KitRun:
     stuck: bool = False
     setup_error: ConformanceSetupError | None = None
     url: str = ""
+    target: Any = None
+    """What the client was last connected to (a URL, an object with a `url`, or a
+    `Participant`): what a restart reconnects to, unless the restart hook replaced it."""
     over_http: bool = True
     """False for a `Participant` object: the kit sends no malformed or unauthenticated
     requests (they test an HTTP layer the object does not have)."""
@@ -198,6 +228,7 @@ class KitRun:
         """Open a client on `target` (a URL, an object with a `url` like `LocalServer`, or a
         `Participant` in this process) and learn who answers there (discovery, §2)."""
         self.disconnect()
+        self.target = target
         if isinstance(target, Participant):
             transport = ParticipantTransport(target)
             self.client = WireClient(
