@@ -42,10 +42,14 @@ first failed, the duplicate runs on its own", so one `failed` copy and one succe
 accepted, and the state must then be the success's. Whether the copies overlap inside the
 server is the server's business; the kit makes sure they do on the wire.
 
-Races (M2, linearizability): the rule `race` sends DIFFERENT control requests so that they
-overlap (`WireClient.send_overlapping`: each sent while the earlier ones are in flight; the
-shapes are `_race.RACES`, e.g. a prepare with a near `deadline_at`, which a server may
-long-poll, then a resume of its id and the next checkpoint's prepare). Requests that overlap
+Races (M2, linearizability): the rule `race` sends DIFFERENT requests so that they overlap
+(`WireClient.send_overlapping`: each sent while the earlier ones are in flight). The shapes
+are generated from the tables (`_shapes`): each request that can be pending on the role (a
+prepare with a near `deadline_at`, which a server may long-poll while an execution blocks
+it; a commit; a restore) with each request that can overtake it (a resume of its id, a
+commit, a discard) and each event that can release it (a boundary, finish, retire or ACK of
+the blocking execution, the next checkpoint's prepare), two or three at once, in every
+order of sending. Requests that overlap
 in time may take effect in any order, the others in real-time order; some such order, run one
 at a time through the oracle, must give every reply, and the `status` read after. The first
 order that does becomes the oracle's state.

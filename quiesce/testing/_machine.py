@@ -30,9 +30,7 @@ from quiesce.testing._judge import JudgedExample
 from quiesce.testing._program import recorded_rule
 from quiesce.testing._projection import allowed_failure
 from quiesce.testing._race import (
-    EXECUTION_TARGETS,
     RACE_DEADLINE_S,
-    RACES,
     explanations,
     order_free,
     race_note,
@@ -59,6 +57,7 @@ from quiesce.testing._rules import (
     hint,
 )
 from quiesce.testing._session import Abort
+from quiesce.testing._shapes import EXECUTION_TARGETS, RaceShape, shape_of
 from quiesce.testing._wire import OPERATIONS, Exchange, ServerUnreachable
 
 __all__ = ["DEADLINE_AT", "ConformanceMachine"]
@@ -219,22 +218,28 @@ class ConformanceMachine(JudgedExample):
         op, body, oracle_body = self.sent[-1 - index % len(self.sent)]
         self._op(op, body, oracle_body=oracle_body)
 
-    @recorded_rule(shape=st.sampled_from(RACES))
-    def race(self, shape: tuple[tuple[str, str], ...]) -> None:
-        """Different control requests in flight at once (`_race.RACES`: a resume or the
-        next prepare arriving while a prepare long-polls), judged by linearizability: some
-        order of the overlapping requests must explain every reply and the state after."""
-        fresh_prepare = shape[0][0] == "prepare" and shape[0][1] != "active"
-        if fresh_prepare and self.oracle.fence.state is not FenceState.IDLE:
-            self.resume("active")  # else the fresh prepare is refused, and nothing races it
-        if self.run.executions and any(at in EXECUTION_TARGETS for _, at in shape):
-            self._execution_to_race(next(at for _, at in shape if at in EXECUTION_TARGETS))
-        requests: list[tuple[str, Any]] = []
-        oracle_requests: list[tuple[str, Any]] = []
-        for op, at in shape:
-            server, oracle = self._race_bodies(op, at, requests)
-            requests.append((op, server))
-            oracle_requests.append((op, oracle))
+    @recorded_rule(base=st.integers(0, 255), order=st.sampled_from((0, 0, 0, 1, 2, 3, 4, 5)))
+    def race(self, base: int, order: int) -> None:
+        """Different control requests in flight at once, the race generated from the tables
+        (`_shapes`: a request that can be pending, with what can overtake or release it),
+        `base` picking which and `order` the order of sending (0, the most frequent: the
+        pending one first); judged by linearizability: some order of the overlapping
+        requests must explain every reply and the state after."""
+        self._race(shape_of(self.run.role, self.run.executions, base, order))
+
+    def _race(self, shape: RaceShape) -> None:
+        """Bring the participant to where `shape`'s pending request can be pending, build the
+        bodies (pending first: `same` is its id), send them overlapping in the shape's order
+        of sending, and judge the replies and the state after."""
+        self._set_up_race(*shape.requests[0])
+        bodies: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        for op, at in shape.requests:
+            bodies.append(self._race_bodies(op, at, bodies[0][1] if bodies else None))
+        requests = [(op, bodies[i][0]) for i, (op, _) in zip(shape.order, shape.sent, strict=True)]
+        oracle_requests = [
+            (op, bodies[i][1]) for i, (op, _) in zip(shape.order, shape.sent, strict=True)
+        ]
+        self._stop_if_asked()
         try:
             answers = self.client.send_overlapping(requests)
         except ServerUnreachable as error:
@@ -250,7 +255,7 @@ class ConformanceMachine(JudgedExample):
         for i, timed in enumerate(answers):  # in send order, each with what it overlapped
             note = race_note(i, answers)
             self.steps.append(KitStep(timed.exchange, shown.expected[i], actual[i], note=note))
-        self.last, self.shape = "race", "|".join(op for op, _ in shape)
+        self.last, self.shape = "race", "|".join(op for op, _ in shape.sent)
         if not found:
             alone = order_free(tried, actual)
             wrong = (
@@ -277,17 +282,38 @@ class ConformanceMachine(JudgedExample):
         if kind == "completed":
             self.finish(-1, 1)
 
+    def _set_up_race(self, op: str, at: str) -> None:
+        """Bring the participant to where `op` at `at` can be pending: an idle fence for a
+        fresh prepare or restore (a snapshot of this example for the restore), a prepared one
+        for a commit; and the execution a prepare at `running` or `completed` waits on."""
+        if op == "restore" and not self.commits:
+            self.checkpoint()
+        if op == "commit" and self.oracle.fence.state is FenceState.PREPARED:
+            return
+        if self.oracle.fence.state is not FenceState.IDLE:
+            self.resume("active")  # else the fresh request is refused, and nothing races it
+        if op == "commit":
+            self.prepare("next")
+        if self.run.executions and at in EXECUTION_TARGETS:
+            self._execution_to_race(at)
+
     def _race_bodies(
-        self, op: str, at: str, earlier: list[tuple[str, Any]]
+        self, op: str, at: str, pending: dict[str, Any] | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """A raced request's body for the server and for the oracle (an ACK quotes each
-        side's own receipt); `same` is the first request's op id, and a control request at
-        an execution target a fresh one (`next`)."""
-        if op in ("retire", "ack"):
-            rollout_id, attempt = self._key(-1)
-            key = {"rollout_id": rollout_id, "attempt": attempt}
-            if op == "retire":
-                return key, key
+        side's own receipt, a restore each side's own snapshot); `same` is the `pending`
+        request's op id, and a control request at an execution target a fresh one."""
+        rollout_id, attempt = self._key(-1)
+        key = {"rollout_id": rollout_id, "attempt": attempt}
+        if op == "retire":
+            return key, key
+        if op == "boundary":
+            body = {**key, "turn": 1}
+            return body, body
+        if op == "finish":
+            body = {**key, "result": {"reward": 1}}
+            return body, body
+        if op == "ack":
             quoted = {
                 side: self.receipts.of(side, (rollout_id, attempt)) or "none"
                 for side in ("server", "oracle")
@@ -296,7 +322,14 @@ class ConformanceMachine(JudgedExample):
             return server, oracle
         if at in EXECUTION_TARGETS:
             at = "next"
-        op_id = earlier[0][1]["op_id"] if at == "same" else self._id(at, "ck")
+        op_id = pending["op_id"] if at == "same" and pending else self._id(at, "ck")
+        if op == "restore":
+            server, oracle = self._restore_bodies(at, 0, True)
+            return {**server, "op_id": op_id}, {**oracle, "op_id": op_id}
+        if op == "discard":
+            rollout_id, attempt = self._continuation(0)
+            body = {"op_id": op_id, "rollout_id": rollout_id, "attempt": attempt}
+            return body, body
         body = {"op_id": op_id, "deadline_at": time.time() + RACE_DEADLINE_S}
         return body, body
 

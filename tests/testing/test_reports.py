@@ -22,6 +22,7 @@ from quiesce.testing import (
 from quiesce.testing._machine import ConformanceMachine
 from quiesce.testing._results import ConformanceViolation
 from quiesce.testing._session import KitRun, reset_hook
+from quiesce.testing._shapes import RaceShape
 
 from .test_in_process import HostParticipant
 
@@ -76,7 +77,7 @@ def test_a_sequential_difference_inside_a_race_keeps_its_own_rule() -> None:
         _machine(ReleaseOnRetireHost, "agent") as example,
         pytest.raises(ConformanceViolation) as caught,
     ):
-        example.race((("prepare", "next"), ("retire", "completed")))
+        example._race(RaceShape((("prepare", "completed"), ("retire", "completed")), (0, 1)))
     violation = caught.value
     assert violation.rule_id == "retire_completed", violation
     assert "S17" in violation.rule and "linearizability" not in violation.rule
@@ -98,7 +99,7 @@ def test_a_real_race_is_still_reported_as_linearizability() -> None:
         _machine(StuckAfterOvertakenPrepareHost, "policy") as example,
         pytest.raises(ConformanceViolation) as caught,
     ):
-        example.race((("prepare", "next"), ("resume", "same")))
+        example._race(RaceShape((("prepare", "next"), ("resume", "same")), (0, 1)))
     violation = caught.value
     assert violation.rule_id == "linearizability", violation
     assert "fence: expected 'idle', got 'preparing'" in violation.differences
