@@ -49,6 +49,12 @@ from quiesce.testing._broken import (
     StuckCommitHost,
     WholeBatchAckHost,
 )
+from quiesce.testing._deviations import (
+    Deviation,
+    UnknownDeviation,
+    parse_deviation,
+    read_deviations,
+)
 from quiesce.testing._kit import assert_conforms, check_conformance, check_participant
 from quiesce.testing._local import LocalServer, ServerDidNotStart, free_port
 from quiesce.testing._machine import DEADLINE_AT
@@ -70,6 +76,7 @@ __all__ = [
     "ConformanceSetupError",
     "ConformanceStopped",
     "ConformanceViolation",
+    "Deviation",
     "Exchange",
     "FlakyCommitHost",
     "KitStep",
@@ -85,10 +92,13 @@ __all__ = [
     "StalePrepareHost",
     "StuckAfterOvertakenPrepareHost",
     "StuckCommitHost",
+    "UnknownDeviation",
     "WholeBatchAckHost",
     "WireClient",
     "assert_conforms",
     "check_conformance",
     "check_participant",
     "free_port",
+    "parse_deviation",
+    "read_deviations",
 ]

@@ -26,6 +26,7 @@ from quiesce.protocol.participant import (
     handle,
     journal_of,
 )
+from quiesce.testing._coverage import rows_fired
 from quiesce.testing._judge import JudgedExample
 from quiesce.testing._program import recorded_rule
 from quiesce.testing._projection import allowed_failure
@@ -57,7 +58,7 @@ from quiesce.testing._rules import (
     hint,
 )
 from quiesce.testing._session import Abort
-from quiesce.testing._shapes import EXECUTION_TARGETS, RaceShape, shape_of
+from quiesce.testing._shapes import EXECUTION_TARGETS, RaceShape, released_shape, shape_of
 from quiesce.testing._wire import OPERATIONS, Exchange, ServerUnreachable
 
 __all__ = ["DEADLINE_AT", "ConformanceMachine"]
@@ -218,7 +219,7 @@ class ConformanceMachine(JudgedExample):
         op, body, oracle_body = self.sent[-1 - index % len(self.sent)]
         self._op(op, body, oracle_body=oracle_body)
 
-    @recorded_rule(base=st.integers(0, 255), order=st.sampled_from((0, 0, 0, 1, 2, 3, 4, 5)))
+    @recorded_rule(base=st.integers(0, 255), order=st.sampled_from((0, 0, 0, 0, 0, 1, 2, 3, 4, 5)))
     def race(self, base: int, order: int) -> None:
         """Different control requests in flight at once, the race generated from the tables
         (`_shapes`: a request that can be pending, with what can overtake or release it),
@@ -226,6 +227,15 @@ class ConformanceMachine(JudgedExample):
         pending one first); judged by linearizability: some order of the overlapping
         requests must explain every reply and the state after."""
         self._race(shape_of(self.run.role, self.run.executions, base, order))
+
+    @recorded_rule(base=st.integers(0, 255))
+    def overtaken_then_released(self, base: int) -> None:
+        """A race of three, sent in this order: a request that can be pending (a prepare an
+        execution blocks), one that overtakes it (a resume of its id), then an event that
+        releases it (a boundary, finish, retire or ACK of that execution, or the next
+        prepare): a server that decides a long poll only when released must not then act
+        on the fence that moved on (`_shapes.released_shape`)."""
+        self._race(released_shape(self.run.role, self.run.executions, base))
 
     def _race(self, shape: RaceShape) -> None:
         """Bring the participant to where `shape`'s pending request can be pending, build the
@@ -256,6 +266,9 @@ class ConformanceMachine(JudgedExample):
             note = race_note(i, answers)
             self.steps.append(KitStep(timed.exchange, shown.expected[i], actual[i], note=note))
         self.last, self.shape = "race", "|".join(op for op, _ in shape.sent)
+        self.raced_rows = tuple(
+            row for i in shown.order for row in rows_fired(shown.before[i], *oracle_requests[i])
+        )
         if not found:
             alone = order_free(tried, actual)
             wrong = (
@@ -426,7 +439,7 @@ class ConformanceMachine(JudgedExample):
         """Show the restart in the report (`note`: when it came); the server must be back
         under a new incarnation (§6)."""
         self.steps.append(KitStep(_RESTART, note=note))
-        self.failing, self.shape = None, "restart"
+        self.failing, self.shape, self.raced_rows = None, "restart", ()
         if incarnation == killed:
             self._fail(INCARNATION_RULE, (f"incarnation: still {killed!r} after the restart",))
         self.last = "restart"

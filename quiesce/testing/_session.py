@@ -24,6 +24,7 @@ from quiesce.fsm import QuiesceError, RowLog
 from quiesce.protocol.participant import ParticipantConfig, ParticipantRules
 from quiesce.protocol.wire import Capabilities, Role
 from quiesce.testing._coverage import kit_rules
+from quiesce.testing._deviations import Deviation
 from quiesce.testing._inprocess import IN_PROCESS_URL, ParticipantTransport
 from quiesce.testing._program import Program
 from quiesce.testing._results import (
@@ -212,6 +213,14 @@ class KitRun:
     over_http: bool = True
     """False for a `Participant` object: the kit sends no malformed or unauthenticated
     requests (they test an HTTP layer the object does not have)."""
+    deviations: tuple[Deviation, ...] = ()
+    """Differences the server knowingly has: tolerated where they occur (`tolerated`)."""
+    known: frozenset[str] = frozenset()
+    """The failures this run already reported (their `key`): met again, stepped past too."""
+    tolerated: dict[str, int] = field(default_factory=dict)
+    """How often each declared deviation was met (by its `RULE[:SHAPE]`)."""
+    repeats: int = 0
+    """How often a failure already reported was met again (and stepped past)."""
     rules: ParticipantRules = field(init=False)
     """The tables the oracle steps: the protocol's, recording into `rows`."""
     rows: RowLog = field(init=False)
@@ -251,6 +260,19 @@ class KitRun:
             self.requests += self.client.requests
             self.client.close()
             self.client = None
+
+    def excuse(self, violation: ConformanceViolation) -> bool:
+        """True (and counted) iff `violation` is a declared deviation or a failure this run
+        already reported: the kit steps past it instead of stopping there."""
+        for deviation in self.deviations:
+            if deviation.covers(violation):
+                name = str(deviation)
+                self.tolerated[name] = self.tolerated.get(name, 0) + 1
+                return True
+        if violation.key in self.known:
+            self.repeats += 1
+            return True
+        return False
 
     def found(self, violation: ConformanceViolation, program: Program = ()) -> None:
         """Keep the shortest violation seen (reported if the run cannot finish shrinking),

@@ -40,7 +40,15 @@ from quiesce.protocol.machines import (
 )
 from quiesce.protocol.wire import Role
 
-__all__ = ["EXECUTION_TARGETS", "PENDING", "RaceShape", "race_bases", "race_shapes", "shape_of"]
+__all__ = [
+    "EXECUTION_TARGETS",
+    "PENDING",
+    "RaceShape",
+    "race_bases",
+    "race_shapes",
+    "released_shape",
+    "shape_of",
+]
 
 Request = tuple[str, str]
 """A raced request: `(operation, target)`."""
@@ -163,11 +171,21 @@ def race_bases(role: Role, executions: bool) -> tuple[tuple[Request, ...], ...]:
     return tuple(bases)
 
 
-def shape_of(role: Role, executions: bool, base: int, order: int) -> RaceShape:
-    """Base `base` (modulo their number) of `race_bases`, sent in its `order`-th order of
-    sending (modulo their number; 0: the pending request first, as built)."""
+@cache
+def _weighted(role: Role, executions: bool) -> tuple[int, ...]:
+    """The indexes of `race_bases`, a base of three requests three times: a pending request
+    overtaken and then released is where a stale long poll bites, and it is one order of
+    six."""
     bases = race_bases(role, executions)
-    requests = bases[base % len(bases)]
+    return tuple(i for i, base in enumerate(bases) for _ in range(1 if len(base) < 3 else 3))
+
+
+def shape_of(role: Role, executions: bool, base: int, order: int) -> RaceShape:
+    """Base number `base` of `race_bases` (modulo their number, three-request bases counted
+    three times), sent in its `order`-th order of sending (modulo their number; 0: the
+    pending request first, as built)."""
+    weighted = _weighted(role, executions)
+    requests = race_bases(role, executions)[weighted[base % len(weighted)]]
     orders = list(permutations(range(len(requests))))
     return RaceShape(requests, orders[order % len(orders)])
 
@@ -180,3 +198,11 @@ def race_shapes(role: Role, executions: bool) -> tuple[RaceShape, ...]:
         for base in race_bases(role, executions)
         for order in permutations(range(len(base)))
     )
+
+
+def released_shape(role: Role, executions: bool, base: int) -> RaceShape:
+    """Base number `base` (modulo their number) of the three-request bases of `race_bases`
+    (a pending request, one that overtakes it, one that releases it), sent in that order:
+    where a long poll that decides only once released acts on a fence that moved on."""
+    bases = [b for b in race_bases(role, executions) if len(b) == 3]
+    return RaceShape(bases[base % len(bases)], (0, 1, 2))

@@ -172,6 +172,7 @@ def _check_broken(
     role: str, host_class: type[ParticipantHost], **options: Any
 ) -> ConformanceResult:
     config = {"name": f"{role}-x", "role": role}
+    options.setdefault("max_failures", 1)  # these tests judge the first failure only
     with LocalServer.start(config, token=TOKEN, host_class=host_class) as server:
         return check_conformance(server.fresh, role, TOKEN, **options)
 
@@ -430,6 +431,7 @@ def _check_with_hooks(
     """The default run of `quiesce conform` (100 examples) on a fresh participant per
     example (the reset hook), restarting it now and then if `restart`."""
     config = {"name": f"{role}-h", "role": role}
+    options.setdefault("max_failures", 1)  # these tests judge the first failure only
     with LocalServer.start(config, token=TOKEN, host_class=host_class) as server:
         return check_conformance(
             server.url,
