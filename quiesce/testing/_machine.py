@@ -270,7 +270,7 @@ class ConformanceMachine(JudgedExample):
             row for i in shown.order for row in rows_fired(shown.before[i], *oracle_requests[i])
         )
         if not found:
-            alone = order_free(tried, actual)
+            alone = order_free(tried, actual, answers)
             wrong = (
                 alone
                 if alone is not None

@@ -121,11 +121,20 @@ def _schedules(
                 yield schedule
 
 
-def order_free(tried: Sequence[Explanation], actual: Sequence[dict[str, Any]]) -> int | None:
+def order_free(
+    tried: Sequence[Explanation], actual: Sequence[dict[str, Any]], answers: Sequence[Timed]
+) -> int | None:
     """The first raced request whose reply differs from the reference's although no order
-    changes what it must answer (every order tried expects the same of it): a sequential
-    difference reached inside a race, not a question of order; None if there is none."""
+    changes what it must answer (every order tried expects the same of it) and nothing was
+    in flight with it (it overlapped no other raced request, so no interleaving can have
+    disturbed it): a sequential difference reached inside a race; None if there is none."""
     for index, got in enumerate(actual):
+        mine = answers[index]
+        if any(
+            j != index and other.sent < mine.answered and mine.sent < other.answered
+            for j, other in enumerate(answers)
+        ):
+            continue
         wanted = {repr(sorted(e.expected[index].items())) for e in tried}
         if len(wanted) == 1 and tried[0].expected[index] != got:
             return index

@@ -231,7 +231,7 @@ def test_a_server_that_releases_a_completed_result_on_retire_is_caught() -> None
     # begin, finish (maybe a boundary between: `execution_lifecycle` reports one), then the
     # retire, alone or raced against a prepare
     assert ops[-1] == "retire" and ops.index("begin") < ops.index("finish"), result.report()
-    assert len(_printed_requests(result)) <= 5, result.report()
+    assert len(_printed_requests(result)) <= 6, result.report()  # a race adds its requests
 
 
 def test_a_server_that_fails_commits_correctly_conforms() -> None:
@@ -452,9 +452,14 @@ def test_a_prepare_overtaken_by_a_resume_that_sticks_the_fence_is_caught() -> No
     result = _check_with_hooks("policy", StuckAfterOvertakenPrepareHost, examples=100, seed=1)
     assert not result.ok and result.violation is not None, result.report()
     assert result.violation.rule.startswith("M2 (linearizability)"), result.report()
-    assert "fence: expected 'idle', got 'preparing'" in result.violation.differences
-    assert _sent(result)[-2:] == ["prepare", "resume"], result.report()
-    assert "raced: request 2 of 2" in result.report()
+    # seen in the state read after (fence preparing), or in the next checkpoint's prepare
+    # that the wedged fence refuses (generated shapes send one after the resume)
+    wedged = "fence: expected 'idle', got 'preparing'" in result.violation.differences
+    refused = "code: expected None, got 'invalid_phase'" in result.violation.differences
+    assert wedged or refused, result.report()
+    sent = _sent(result)
+    assert sent[sent.index("prepare") + 1] == "resume", result.report()
+    assert "raced: request 2 of " in result.report()
     assert len(_sent_requests(result)) <= 6, result.report()
 
 
