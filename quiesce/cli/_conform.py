@@ -18,6 +18,11 @@ With `--restart-cmd` the kit also kills and restarts the server between requests
 Every run reports its row coverage: which rows of M2 and the role's table (M3, M4 or M5) the
 reference participant fired while judging the replies, the live rows not fired, and the rows
 dead by design (with the reason). `--min-coverage PCT` fails a run that fired fewer.
+
+A server that knowingly differs declares it: `--deviation RULE[:SHAPE]` (repeatable) or
+`--deviations-file`; a declared deviation is tolerated where it occurs and counted, and the
+search goes on. One run reports every distinct failing rule it finds, up to
+`--max-failures` (default 5), each shrunk on its own.
 """
 
 from __future__ import annotations
@@ -32,7 +37,14 @@ from quiesce.cli._serve import read_token
 from quiesce.cli._signals import stop_requested, stopped_in
 from quiesce.cli._values import FiniteFloatRange, HttpUrl, ShellCommand
 from quiesce.protocol.wire import Role
-from quiesce.testing import ConformanceSetupError, ConformanceStopped, check_conformance
+from quiesce.testing import (
+    ConformanceSetupError,
+    ConformanceStopped,
+    UnknownDeviation,
+    check_conformance,
+    parse_deviation,
+    read_deviations,
+)
 
 __all__ = ["conform"]
 
@@ -105,6 +117,29 @@ __all__ = ["conform"]
     help="Fail the run (exit 1, listing the rows not fired) if it fired fewer than PCT "
     "percent of the role's live table rows (M2 and M3, M4 or M5).",
 )
+@click.option(
+    "--deviation",
+    "deviations",
+    multiple=True,
+    metavar="RULE[:SHAPE]",
+    help="A difference the server knowingly has (a rule id of the report, optionally where: "
+    "an operation, a race shape such as prepare|resume|retire, or part of a row such as "
+    "prepare_not_ready): tolerated where it occurs, counted, and the search goes on. "
+    "Repeatable.",
+)
+@click.option(
+    "--deviations-file",
+    type=InputFile(),
+    default=None,
+    help="File of deviations, one RULE[:SHAPE] a line (# comments).",
+)
+@click.option(
+    "--max-failures",
+    type=click.IntRange(1, 100),
+    default=5,
+    show_default=True,
+    help="Report up to this many distinct failing rules, each shrunk on its own.",
+)
 @json_option
 def conform(
     url: str,
@@ -118,10 +153,21 @@ def conform(
     reset_url: str | None,
     restart_cmd: str | None,
     min_coverage: float,
+    deviations: tuple[str, ...],
+    deviations_file: Path | None,
+    max_failures: int,
     as_json: bool,
 ) -> None:
     """Check that the participant server at --url follows the protocol (docs/wire.md)."""
     token = read_token(token_file)
+    try:
+        declared = tuple(parse_deviation(d) for d in deviations)
+        if deviations_file is not None:
+            declared += read_deviations(deviations_file)
+    except UnknownDeviation as error:
+        fail(error)
+    except OSError as error:
+        fail(f"cannot read --deviations-file {deviations_file}: {error.strerror}")
     try:
         with stop_requested() as request, heartbeat(f"conform: checking {url}"):
             result = check_conformance(
@@ -137,6 +183,8 @@ def conform(
                 restart=restart_cmd,
                 min_coverage=min_coverage,
                 stop=request.event,
+                deviations=declared,
+                max_failures=max_failures,
             )
     except ConformanceSetupError as error:
         fail(error)

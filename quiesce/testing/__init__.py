@@ -39,6 +39,7 @@ from quiesce.testing._broken import (
     BusyDuplicateHost,
     FlakyCommitHost,
     RefusalOrderHost,
+    ReleasedPrepareActsOnMovedFenceHost,
     ReleaseOnRetireHost,
     ReplayAfterPhaseMovedHost,
     ReplyBeforeFsyncHost,
@@ -47,6 +48,12 @@ from quiesce.testing._broken import (
     StuckAfterOvertakenPrepareHost,
     StuckCommitHost,
     WholeBatchAckHost,
+)
+from quiesce.testing._deviations import (
+    Deviation,
+    UnknownDeviation,
+    parse_deviation,
+    read_deviations,
 )
 from quiesce.testing._kit import assert_conforms, check_conformance, check_participant
 from quiesce.testing._local import LocalServer, ServerDidNotStart, free_port
@@ -69,12 +76,14 @@ __all__ = [
     "ConformanceSetupError",
     "ConformanceStopped",
     "ConformanceViolation",
+    "Deviation",
     "Exchange",
     "FlakyCommitHost",
     "KitStep",
     "LocalServer",
     "RefusalOrderHost",
     "ReleaseOnRetireHost",
+    "ReleasedPrepareActsOnMovedFenceHost",
     "ReplayAfterPhaseMovedHost",
     "ReplyBeforeFsyncHost",
     "ServerDidNotStart",
@@ -83,10 +92,13 @@ __all__ = [
     "StalePrepareHost",
     "StuckAfterOvertakenPrepareHost",
     "StuckCommitHost",
+    "UnknownDeviation",
     "WholeBatchAckHost",
     "WireClient",
     "assert_conforms",
     "check_conformance",
     "check_participant",
     "free_port",
+    "parse_deviation",
+    "read_deviations",
 ]

@@ -28,6 +28,9 @@ is for; the kit's own tests prove it catches each one (tests/testing/test_confor
 - `StalePrepareClobbersNextHost` (M2, a race): a not-ready prepare long-polls; when it
   ends after a resume and the next checkpoint's prepare, it clears the active id, which is
   now the next checkpoint's;
+- `ReleasedPrepareActsOnMovedFenceHost` (M2, a race): a not-ready prepare long-polls until
+  an execution event releases it, then acts on the fence it arrived on: overtaken by a
+  resume, it wedges the fence; by the next checkpoint's prepare, it clobbers its active id;
 - `ReplyBeforeFsyncHost` (§6): answers before its journal write is durable (the write is
   flushed by the next request), so a crash right after a reply loses what it reported;
 - `FlakyCommitHost` is NOT broken: it fails the first commit of every id and returns to
@@ -42,10 +45,13 @@ servers exist to be caught, not to survive a crash.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Any
 
-from quiesce.adapters import ParticipantHost, dedupe_key
+import anyio
+
+from quiesce.adapters import ClockEvent, ParticipantHost, dedupe_key
 from quiesce.fsm import Value
 from quiesce.protocol import OpId
 from quiesce.protocol.machines import ExecState, FenceOp, FenceState
@@ -77,6 +83,7 @@ __all__ = [
     "FlakyCommitHost",
     "RefusalOrderHost",
     "ReleaseOnRetireHost",
+    "ReleasedPrepareActsOnMovedFenceHost",
     "ReplayAfterPhaseMovedHost",
     "ReplyBeforeFsyncHost",
     "StalePrepareClobbersNextHost",
@@ -239,6 +246,46 @@ class StalePrepareClobbersNextHost(ParticipantHost):
         return reply
 
 
+class ReleasedPrepareActsOnMovedFenceHost(ParticipantHost):
+    """BROKEN (M2, a race): a prepare that is not ready long-polls until an execution event
+    (a boundary, a finish, a retire, an ACK) releases it, or its deadline passes (at most
+    `poll_s`: then it answers not ready, harmlessly). Released, it asks again, but on the
+    fence it arrived on (`preparing` its own id), whatever the fence did meanwhile: overtaken
+    by a resume of its id, it wedges the fence in `preparing` (or `prepared`) under that
+    retired id; overtaken by the next checkpoint's prepare, it clobbers that one's active id.
+    No earlier race shape of the kit sends an event after the overtaking request, so the
+    stale prepare always timed out harmlessly."""
+
+    poll_s: float = 0.2
+    _RELEASING = frozenset({"boundary", "finish", "retire", "ack"})
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.waiting: list[ClockEvent] = []
+
+    async def handle(self, op: ParticipantOp | str, request: Any = None) -> Message:
+        """Answer `op`; a released long-polling prepare acts on the fence it arrived on."""
+        reply = await super().handle(op, request)
+        if _name(op) in self._RELEASING:
+            for released in self.waiting:
+                released.set()
+            self.waiting.clear()
+            return reply
+        if _name(op) != "prepare" or getattr(reply, "status", None) != "not_ready":
+            return reply
+        arrived = self.state.fence  # preparing, its own id active
+        released = self.clock.event()
+        self.waiting.append(released)
+        wait_s = min(self.poll_s, ControlRequest.model_validate(request).deadline_at - time.time())
+        with anyio.move_on_after(max(wait_s, 0.0)):
+            await released.wait()
+        if released not in self.waiting and _op_id(request) is not None:
+            self._state, reply, _ = decide(replace(self.state, fence=arrived), op, request)
+        else:
+            self.waiting.remove(released)
+        return reply
+
+
 class ReplyBeforeFsyncHost(ParticipantHost):
     """BROKEN (§6): a journal write is queued and flushed when the next operation that can
     change state arrives (reads do not flush), after the reply that reported it went out; a
@@ -346,9 +393,10 @@ BROKEN_HOSTS: dict[str, type[ParticipantHost]] = {
     "resume-overtakes-prepare-stuck": StuckAfterOvertakenPrepareHost,
     "stale-prepare-clobbers-next": StalePrepareClobbersNextHost,
     "reply-before-fsync": ReplyBeforeFsyncHost,
+    "released-prepare-acts-on-moved-fence": ReleasedPrepareActsOnMovedFenceHost,
 }
 """The deliberately broken hosts by name. The role each needs: any fenced role for
 `stale-prepare`, `stuck-commit`, `busy-duplicate`, `replay-after-phase-moved`,
 `resume-overtakes-prepare-stuck` and `reply-before-fsync` (which needs a restart hook);
-agent for `release-on-retire`, `whole-batch-ack` and `stale-prepare-clobbers-next` (whose
-prepare must be not ready to long-poll)."""
+agent for `release-on-retire`, `whole-batch-ack`, `stale-prepare-clobbers-next` and
+`released-prepare-acts-on-moved-fence` (whose prepare must be not ready to long-poll)."""

@@ -35,7 +35,7 @@ from quiesce.protocol.machines import (
     ResourcesInput,
     ResourcesState,
 )
-from quiesce.protocol.participant import ParticipantRules
+from quiesce.protocol.participant import ParticipantRules, ParticipantState, handle
 from quiesce.protocol.wire import Role
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "dead_reason",
     "kit_rules",
     "row_text",
+    "rows_fired",
 ]
 
 _MACHINES = {
@@ -163,6 +164,30 @@ def row_text(table: Table[Any, Any], index: int) -> str:
     sources = "*" if every else "|".join(str(s.value) for s in row.sources)
     target = "(holds)" if row.target is None else str(row.target.value)
     return f"#{index} {sources} + {row.label()} -> {target}"
+
+
+_TABLES: dict[str, Table[Any, Any]] = {
+    t.name: t for t in (CONTROL_FENCE, AGENT_EXECUTION, POLICY_ADMISSION, RESOURCES)
+}
+
+
+def rows_fired(state: ParticipantState, op: str, body: Any) -> tuple[str, ...]:
+    """The rows the reference participant fires for `op(body)` in `state`, each as
+    `M3 agent_execution #23 completed + retire -> (holds)` (machine, table, the row's index,
+    the state it fired in, its input and target): what a report names as the row a
+    differing reply broke. M2 first; the state the row fired in, not all its sources."""
+    rules, log = kit_rules()
+    handle(state, op, body, rules=rules)
+    order = list(_TABLES)
+    named = []
+    for table_name, index, source in sorted(log.fired, key=lambda e: (order.index(e[0]), e[1])):
+        table = _TABLES[table_name]
+        row = table.rows[index]
+        target = "(holds)" if row.target is None else str(row.target.value)
+        state_name = table.states[source].value
+        where = f"{_MACHINES[table_name]} {table_name} #{index}"
+        named.append(f"{where} {state_name} + {row.label()} -> {target}")
+    return tuple(named)
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,14 @@
 """The kit's requests handed to a `Participant` object in this process instead of a socket.
 
 What lives here: `ParticipantTransport`, an httpx transport that turns each control request
-of docs/wire.md into the call the driver makes (`Participant.call(op, request,
+of docs/wire.md into the call the adapters implement (`Participant.send(op, request,
 deadline_at)`, the wire model parsed from the body) and the answer into the HTTP status and
 body `quiesce serve` sends: the reply with `status_of` (200, 409), a `CallFailedError` (no
-usable answer, a reply of the wrong type included) as 503, any other exception as 500 (the
-participant failed itself). So the kit's `WireClient`, machine and judges run unchanged.
+usable answer) as 503, any other exception as 500 (the participant failed itself). A reply
+of the wrong type (a commit answered with a `PrepareReply`) is sent as it is, as a server
+would send it, so the kit names it (`commit answered PrepareReply, expected CommitReply`)
+rather than `Participant.call`'s `CallFailedError` turning it into a 503. So the kit's
+`WireClient`, machine and judges run unchanged.
 
 What it does not know: any protocol rule (the kit judges the replies), and HTTP's own layer:
 a `Participant` object is handed parsed wire models and has no bearer token, so the kit
@@ -49,8 +52,12 @@ class ParticipantTransport(httpx.AsyncBaseTransport):
         if op is None:
             message = f"no route {request.method} {request.url.path}; see docs/wire.md"
             return _answer(404, WireError(code="not_found", message=message))
+        body = await request.aread()
+        trace = request.extensions.get("trace")
+        if trace is not None:  # the request is handed over: a kill may now cut it
+            await trace("http11.send_request_body.complete", {})
         try:
-            reply = await self._call(op, await request.aread())
+            reply = await self._call(op, body)
         except CallFailedError as error:
             return _answer(503, WireError(code="unavailable", message=str(error)))
         except Exception as error:  # a bug in the participant: the kit reports the 500
@@ -64,7 +71,7 @@ class ParticipantTransport(httpx.AsyncBaseTransport):
         model = REQUEST_MODELS.get(op)
         request = None if model is None else model.model_validate_json(body)
         deadline_at = request.deadline_at if isinstance(request, ControlRequest) else None
-        return await self.participant.call(op, request, deadline_at)
+        return await self.participant.send(op, request, deadline_at)
 
 
 def _answer(status: int, reply: Message) -> httpx.Response:

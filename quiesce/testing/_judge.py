@@ -23,6 +23,8 @@ from quiesce.protocol import InvalidOpId, OpId
 from quiesce.protocol.machines import FenceOp
 from quiesce.protocol.participant import ParticipantState, handle, new_participant
 from quiesce.protocol.wire import ErrorReply, Message
+from quiesce.testing._coverage import rows_fired
+from quiesce.testing._deviations import Tolerated
 from quiesce.testing._latitude import begin_refusals
 from quiesce.testing._program import Step
 from quiesce.testing._projection import (
@@ -46,6 +48,10 @@ from quiesce.testing._rules import (
     CODE_RULES,
     DUPLICATE_RULE,
     RACE_RULE,
+    REPLAY_RULE,
+    SETUP_RULE_ID,
+    UNREACHABLE_RULE,
+    Rule,
     describe_differences,
     describe_disagreement,
     hint,
@@ -76,10 +82,15 @@ class JudgedExample(RuleBasedStateMachine):
         self.sent: list[tuple[str, Any, Any]] = []  # control requests, for `replay`
         self.texts: dict[int, str] = {}
         self.last = "setup"
+        self.last_expected: dict[str, Any] = {}  # the oracle's projection of `last`'s reply
+        self.failing: tuple[ParticipantState, str, Any] | None = None  # what rows name
+        self.shape = ""  # where a failure now is: the operation, or a race's shape
+        self.raced_rows: tuple[str, ...] = ()  # a race's rows, every request's
         self.latest = 0
         self.fresh_keys = 0
         self.program: list[Step] = []  # the top-level rule calls (`_program.recorded_rule`)
         self.depth = 0
+        self.ended = False  # a tolerated difference the oracle cannot follow ended it
         self.context: AbstractContextManager[Any] | None = None
         if not isinstance(run.server, str | Participant):
             self.context = run.server()
@@ -135,19 +146,52 @@ class JudgedExample(RuleBasedStateMachine):
 
     def _unreachable(self, error: ServerUnreachable, body: Any) -> NoReturn:
         self.steps.append(KitStep(Exchange(error.method, error.path, body, 0, error.detail)))
-        self._fail("the server stopped answering", (str(error),))
+        self._fail(UNREACHABLE_RULE, (str(error),))
 
     def _fail(
-        self, rule: str, differences: tuple[str, ...], *, after: ParticipantState | None = None
+        self, rule: Rule, differences: tuple[str, ...], *, after: ParticipantState | None = None
     ) -> NoReturn:
         """Report a violation at the last step; `after`: the oracle's state once the failing
-        request is applied, which the server's state is then read and compared with."""
+        request is applied, which the server's state is then read and compared with. The
+        violation names the rows the reference fired for the request judged last."""
         state_diff = () if after is None else self._state_diff(after)
+        rows = () if self.failing is None else rows_fired(*self.failing)
+        rows += tuple(row for row in self.raced_rows if row not in rows)
         violation = ConformanceViolation(
-            rule, differences, tuple(self.steps), section_of(rule), state_diff
+            rule.text,
+            differences,
+            tuple(self.steps),
+            section_of(rule.text),
+            state_diff,
+            rule_id=rule.id,
+            shape=self.shape,
+            rows=rows,
         )
+        if self.depth > 0 and self.run.excuse(violation):  # inside a rule: step past it
+            raise Tolerated(self._resync(after))
         self.run.found(violation, tuple(self.program))
         raise violation
+
+    def _resync(self, after: ParticipantState | None) -> bool:
+        """After a tolerated difference: if the server's state (read now) is the oracle's
+        before the request judged last, or after it, the oracle takes it and the example
+        goes on (True); else the example ends (False)."""
+        candidates = [s for s in (after, self.oracle) if s is not None]
+        if self.failing is not None:
+            candidates.append(self.failing[0])
+        try:  # the client itself: `_send` would report an unreachable server as a violation
+            reads = [self.client.send(op) for op in self._state_queries()]
+        except ServerUnreachable:
+            return False
+        actual = [
+            project(op, e.status, e.reply, "server", self.receipts)
+            for op, e in zip(self._state_queries(), reads, strict=True)
+        ]
+        for state in candidates:
+            if [x for _, x in self._expected_state(state)] == actual:
+                self.oracle = state
+                return True
+        return False
 
     def _state_diff(self, after: ParticipantState) -> tuple[str, ...]:
         """How the state the server reports after a wrong reply differs from the oracle's
@@ -168,10 +212,15 @@ class JudgedExample(RuleBasedStateMachine):
         plain violation. A shared one: the previous sequence left it stuck, so report that
         sequence and stop (shorter sequences cannot be replayed against a stuck server)."""
         if self.context is not None:
-            self._fail(rule, differences)
+            self._fail(Rule(SETUP_RULE_ID, rule), differences)
         steps = (*self.run.previous, *self.steps)
         violation = ConformanceViolation(
-            f"{rule} (after the previous sequence)", differences, steps, section_of(rule)
+            f"{rule} (after the previous sequence)",
+            differences,
+            steps,
+            section_of(rule),
+            rule_id=SETUP_RULE_ID,
+            shape="setup",
         )
         self.run.found(violation)
         self.run.stuck = True
@@ -269,6 +318,8 @@ class JudgedExample(RuleBasedStateMachine):
         after, reply, _ = handle(before, op, oracle_body, rules=self.run.rules)
         replay = None if isinstance(reply, ErrorReply) else recorded
         expected = self._expect(op, reply)
+        self.failing, self.shape, self.last_expected = (before, op, oracle_body), op, expected
+        self.raced_rows = ()
         if copies == 1:
             exchanges: tuple[Exchange, ...] = (self._send(op, body),)
         else:
@@ -296,6 +347,8 @@ class JudgedExample(RuleBasedStateMachine):
             actual = actuals[order[-1]]
             agree = all(other == actual for other in actuals)
             rule = hint(op, expected, actual, self.last) if agree else DUPLICATE_RULE
+            if agree and replay is not None and "unparseable" not in actual:
+                rule = REPLAY_RULE  # a recorded result must be answered, whatever else
             self._fail(rule, describe_differences(expected, actual), after=after)
         self.run.allowed_failures += sum(failed)
         answered = [e for e, f in zip(exchanges, failed, strict=True) if not f]
@@ -307,8 +360,7 @@ class JudgedExample(RuleBasedStateMachine):
             for exchange in answered:
                 if without_incarnation(exchange.reply) != earlier:
                     self._fail(
-                        "M2: the same (op_id, op) after a success is answered from the record, "
-                        "unchanged",
+                        REPLAY_RULE,
                         (f"recorded {brief(earlier)}, replayed {brief(exchange.reply)}",),
                     )
         if self._recorded(after, op, oracle_body) is not None:
@@ -376,9 +428,8 @@ class JudgedExample(RuleBasedStateMachine):
         ):
             actual = self._compare(op, exchange, expected, check=True)
             if actual != expected:
-                self._fail(
-                    hint(op, expected, actual, self.last), describe_differences(expected, actual)
-                )
+                rule = hint(op, expected, actual, self.last, self.last_expected)
+                self._fail(rule, describe_differences(expected, actual))
 
     def _state_queries(self) -> tuple[str, ...]:
         return ("status", "completions") if self.run.agent else ("status",)
@@ -397,6 +448,7 @@ class JudgedExample(RuleBasedStateMachine):
         return [self._send(op) for op in self._state_queries()]
 
     def _expect_refused(self, exchange: Exchange, expected: dict[str, Any], op: str) -> None:
+        self.failing, self.shape, self.raced_rows = None, op, ()  # refused before any row
         actual = self._compare(op, exchange, expected)
         if actual != expected:
             code = str(expected["code"])
@@ -430,17 +482,24 @@ class JudgedExample(RuleBasedStateMachine):
             return None
         return self._failed(state, op, body)
 
-    def _judge_race_state(self, found: tuple[Explanation, ...]) -> None:
+    def _judge_race_state(
+        self, found: tuple[Explanation, ...], requests: list[tuple[str, Any]]
+    ) -> None:
         """Read the state once; the first order explaining the replies whose state it is
         becomes the oracle's; none: a violation (shown against the first order)."""
         reads = [(op, self._send(op)) for op in self._state_queries()]
         actual = [self._actual(op, exchange) for op, exchange in reads]
         candidates = [(e, [x for _, x in self._expected_state(e.state)]) for e in found]
         chosen, expected = next(((e, x) for e, x in candidates if x == actual), candidates[0])
+        last = chosen.order[-1]  # the state is what the last request of the order left
+        self.failing = (chosen.before[last], *requests[last])
         for (_, exchange), want, got in zip(reads, expected, actual, strict=True):
             self.steps.append(KitStep(exchange, want, got, check=True))
             if got != want:
                 self._fail(RACE_RULE, describe_differences(want, got))
+        state = self.oracle  # the rows of the order that explained it were judged: covered
+        for index in chosen.order:
+            state = handle(state, *requests[index], rules=self.run.rules)[0]
         self.oracle = chosen.state
 
     def _judge_recovered(self, states: tuple[ParticipantState, ...]) -> None:

@@ -42,10 +42,14 @@ first failed, the duplicate runs on its own", so one `failed` copy and one succe
 accepted, and the state must then be the success's. Whether the copies overlap inside the
 server is the server's business; the kit makes sure they do on the wire.
 
-Races (M2, linearizability): the rule `race` sends DIFFERENT control requests so that they
-overlap (`WireClient.send_overlapping`: each sent while the earlier ones are in flight; the
-shapes are `_race.RACES`, e.g. a prepare with a near `deadline_at`, which a server may
-long-poll, then a resume of its id and the next checkpoint's prepare). Requests that overlap
+Races (M2, linearizability): the rule `race` sends DIFFERENT requests so that they overlap
+(`WireClient.send_overlapping`: each sent while the earlier ones are in flight). The shapes
+are generated from the tables (`_shapes`): each request that can be pending on the role (a
+prepare with a near `deadline_at`, which a server may long-poll while an execution blocks
+it; a commit; a restore) with each request that can overtake it (a resume of its id, a
+commit, a discard) and each event that can release it (a boundary, finish, retire or ACK of
+the blocking execution, the next checkpoint's prepare), two or three at once, in every
+order of sending. Requests that overlap
 in time may take effect in any order, the others in real-time order; some such order, run one
 at a time through the oracle, must give every reply, and the `status` read after. The first
 order that does becomes the oracle's state.
@@ -70,7 +74,8 @@ choices decode).
 In process (`check_participant`): a `Participant` object of the user's (the client interface
 the driver calls) is checked without a server, its calls made through `_inprocess`'s httpx
 transport, so everything above holds except the HTTP layer (no malformed or unauthenticated
-requests) and restarts; a factory of participants is what shrinks there.
+requests); restarts need `restart=`, a callable that kills the participant and returns the
+one recovered from its journal; a factory of participants is what shrinks there.
 
 Commit and restore failures: a server may fail a commit or a restore for its own reasons
 (a full disk). Where the oracle succeeded and the server answered `failed`, the kit accepts
@@ -91,7 +96,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from typing import Any
 
@@ -103,6 +108,7 @@ from hypothesis.stateful import get_state_machine_test
 from quiesce.adapters import Participant
 from quiesce.protocol.wire import Role
 from quiesce.testing._coverage import coverage_of
+from quiesce.testing._deviations import Deviation, parse_all
 from quiesce.testing._machine import ConformanceMachine
 from quiesce.testing._program import shorten
 from quiesce.testing._results import ConformanceResult, ConformanceSetupError, ConformanceViolation
@@ -111,10 +117,12 @@ from quiesce.testing._session import (
     NO_RESET,
     STUCK,
     Abort,
+    InProcessRestart,
     KitRun,
     Reset,
     Restart,
     Server,
+    participant_restart_hook,
     reset_hook,
     restart_hook,
 )
@@ -136,6 +144,8 @@ def check_conformance(
     restart: Restart | None = None,
     min_coverage: float = 0.0,
     stop: threading.Event | None = None,
+    deviations: Iterable[str | Deviation] = (),
+    max_failures: int = 5,
 ) -> ConformanceResult:
     """Check a participant server (role `agent`, `policy` or `resources`) against the
     reference participant: `examples` generated sequences of up to `steps` operations each.
@@ -158,20 +168,28 @@ def check_conformance(
     fired fewer of the role's live table rows (M2 and M3, M4 or M5;
     `ConformanceResult.coverage`). Setting `stop` (from another thread or a signal
     handler) ends the run before its next request: it raises `ConformanceStopped`, with
-    no verdict.
+    no verdict. `deviations` (`RULE[:SHAPE]` texts or `Deviation`s; `read_deviations`
+    reads a file of them) are differences the server knowingly has: each is tolerated where
+    it occurs, counted in `ConformanceResult.tolerated`, and the search goes on past it
+    (from the state the server reports, when the reference knows it; else with the next
+    sequence); an unknown rule raises `UnknownDeviation`. The run reports every distinct
+    failing rule it finds, up to `max_failures`, each shrunk on its own
+    (`ConformanceResult.failures`).
 
     >>> check_conformance("http://127.0.0.1:1", "agent", "t")  # doctest: +SKIP
     """
     known = _role(role)
+    declared = parse_all(deviations)
     hook = None if reset is None else reset_hook(reset, token, timeout)
     run = KitRun(server, token, known, executions and known is Role.AGENT, timeout, hook)
+    run.deviations = declared
     if restart is not None:
         run.restart = restart_hook(restart, timeout)
     run.stop = stop
     if isinstance(server, str):
         _connect(run, server)
     unshrinkable = NO_RESET if isinstance(server, str) and hook is None else ""
-    return _check(run, unshrinkable, examples, steps, seed, min_coverage)
+    return _check(run, unshrinkable, examples, steps, seed, min_coverage, max_failures)
 
 
 def check_participant(
@@ -184,6 +202,9 @@ def check_participant(
     executions: bool = True,
     timeout: float = 10.0,
     min_coverage: float = 0.0,
+    restart: InProcessRestart | None = None,
+    deviations: Iterable[str | Deviation] = (),
+    max_failures: int = 5,
 ) -> ConformanceResult:
     """`check_conformance` for a `Participant` object in this process (the client interface
     the driver calls, docs/embedding.md), without a server: each request the kit would send
@@ -194,16 +215,31 @@ def check_participant(
     sequence is then reported as found, and `not_shrunk_because` says why) or a factory,
     a callable returning a new participant: one per example, so a failure is shrunk to its
     shortest sequence. Bearer tokens and malformed bodies belong to an HTTP server, not to
-    the object, so those requests are not sent. The other options are `check_conformance`'s.
+    the object, so those requests are not sent. `restart` checks durability (§6) as
+    `check_conformance`'s does: given the participant to kill, it kills it (calls in flight
+    on it may fail or never answer) and returns the participant recovered from its journal,
+    under a new incarnation; the kit calls it between requests and while one is in flight
+    (a long-polling prepare too). The other options (`deviations`, `max_failures`
+    included) are `check_conformance`'s.
 
     >>> check_participant(lambda: MyParticipant(), "resources", examples=10)  # doctest: +SKIP
+    >>> check_participant(make, "agent", restart=lambda old: old.recovered())  # doctest: +SKIP
     """
     known = _role(role)
     agent = executions and known is Role.AGENT
+    declared = parse_all(deviations)
+    if restart is not None and not callable(restart):
+        raise TypeError(
+            f"restart must be a callable taking the killed Participant and returning the "
+            f"recovered one, not {type(restart).__name__}"
+        )
     if isinstance(participant, Participant):
         run = KitRun(participant, "", known, agent, timeout, over_http=False)
+        run.deviations = declared
+        if restart is not None:
+            run.restart = participant_restart_hook(run, restart)
         _connect(run, participant)
-        return _check(run, NO_FACTORY, examples, steps, seed, min_coverage)
+        return _check(run, NO_FACTORY, examples, steps, seed, min_coverage, max_failures)
     if not callable(participant):
         raise TypeError(
             f"check_participant needs a Participant or a callable returning one, not "
@@ -221,7 +257,10 @@ def check_participant(
         return nullcontext(made)
 
     run = KitRun(fresh, "", known, agent, timeout, over_http=False)
-    return _check(run, "", examples, steps, seed, min_coverage)
+    run.deviations = declared
+    if restart is not None:
+        run.restart = participant_restart_hook(run, restart)
+    return _check(run, "", examples, steps, seed, min_coverage, max_failures)
 
 
 def _role(role: Role | str) -> Role:
@@ -246,13 +285,81 @@ def _check(
     steps: int,
     seed: int | None,
     min_coverage: float,
+    max_failures: int = 1,
 ) -> ConformanceResult:
-    """Run the machine for `examples` sequences; shrink a failure unless `unshrinkable`
-    says why it cannot be (the examples share a participant without a way to reset it)."""
+    """Search for failures, up to `max_failures` distinct ones (`ConformanceViolation.key`:
+    the rule id and the row where it broke): each search
+    runs the machine for `examples` sequences and shrinks the first failure it meets (unless
+    `unshrinkable` says why it cannot be: the examples share a participant without a way to
+    reset it); the next search steps past the rules already found, so one failure never
+    hides another. A failure met in a race that a failure of one request explains
+    (`ConformanceViolation.explained_by`) is not reported apart."""
     if not 0.0 <= min_coverage <= 100.0:
         raise ValueError(f"min_coverage is a percentage from 0 to 100, not {min_coverage!r}")
+    if max_failures < 1:
+        raise ValueError(f"max_failures is at least 1, not {max_failures!r}")
     chosen = seed if seed is not None else secrets.randbelow(1 << 32)
     machine = type("ConformanceMachine", (ConformanceMachine,), {"run": run})
+    found: list[ConformanceViolation] = []
+    flaky, unshrunk = False, ""
+    try:
+        for search in range(2 * max_failures):  # a race may only meet one found again
+            try:
+                violation, was_flaky, why = _search(
+                    run, machine, unshrinkable, examples, steps, chosen + search
+                )
+            except _Unsearchable:
+                if not found:
+                    raise
+                break  # a later search met a sequence answered two ways: report what is found
+            if violation is None:
+                break
+            found.append(violation)
+            found = [v for v in found if not any(v.explained_by(o) for o in found)]
+            flaky, unshrunk = flaky or was_flaky, unshrunk or why
+            run.known |= {violation.key}
+            if run.stuck or len(found) >= max_failures:  # nothing more to search for
+                break
+    finally:
+        run.disconnect()
+    return ConformanceResult(
+        url=run.url,
+        role=run.role,
+        participant=run.config.name if run.config else "?",
+        seed=chosen,
+        examples=run.examples,
+        requests=run.requests,
+        checks=run.checks,
+        allowed_failures=run.allowed_failures,
+        duplicates=run.duplicates,
+        races=run.races,
+        restarts=run.restarts,
+        violation=found[0] if found else None,
+        flaky=flaky,
+        shrunk=not unshrunk,
+        not_shrunk_because=unshrunk,
+        coverage=coverage_of(run.role, run.config.fenced, run.rows) if run.config else None,
+        min_coverage=min_coverage,
+        violations=tuple(found),
+        tolerated=tuple(sorted(run.tolerated.items())),
+        max_failures=max_failures,
+    )
+
+
+class _Unsearchable(ConformanceSetupError):
+    """A search met a sequence the server answered differently on two runs, and no failure."""
+
+
+def _search(
+    run: KitRun,
+    machine: type[ConformanceMachine],
+    unshrinkable: str,
+    examples: int,
+    steps: int,
+    seed: int,
+) -> tuple[ConformanceViolation | None, bool, str]:
+    """One hypothesis search: the (shrunk) violation it found, whether it was flaky, and
+    why it was not shrunk ("" if it was)."""
     test = get_state_machine_test(
         machine,
         settings=settings(
@@ -269,13 +376,12 @@ def _check(
             else (Phase.explicit, Phase.generate, Phase.shrink),
         ),
     )
+    run.best, run.last_failure = None, None
     outcome: BaseException | None = None
     try:
-        hypothesis_seed(chosen)(test)()
+        hypothesis_seed(seed)(test)()
     except (Exception, Abort, BaseExceptionGroup) as error:  # the minimal failure
         outcome = error
-    finally:
-        run.disconnect()
     if run.setup_error is not None:
         raise run.setup_error
     violation, flaky, unshrunk = None, False, ""
@@ -290,7 +396,7 @@ def _check(
         if violation is None and isinstance(outcome, HypothesisException):
             # No failure to show: hypothesis saw the same choices run differently (a server
             # whose answers vary between runs of one sequence), which it cannot search.
-            raise ConformanceSetupError(
+            raise _Unsearchable(
                 run.url,
                 f"the run stopped on {_first_line(outcome)} with no failure found: the "
                 f"server answered one sequence differently on two runs; rerun with another "
@@ -300,25 +406,7 @@ def _check(
             raise outcome
     if violation is not None and unshrinkable:
         unshrunk = unshrinkable
-    return ConformanceResult(
-        url=run.url,
-        role=run.role,
-        participant=run.config.name if run.config else "?",
-        seed=chosen,
-        examples=run.examples,
-        requests=run.requests,
-        checks=run.checks,
-        allowed_failures=run.allowed_failures,
-        duplicates=run.duplicates,
-        races=run.races,
-        restarts=run.restarts,
-        violation=violation,
-        flaky=flaky,
-        shrunk=not unshrunk,
-        not_shrunk_because=unshrunk,
-        coverage=coverage_of(run.role, run.config.fenced, run.rows) if run.config else None,
-        min_coverage=min_coverage,
-    )
+    return violation, flaky, unshrunk
 
 
 def _shorten(

@@ -26,14 +26,15 @@ from quiesce.protocol.participant import (
     handle,
     journal_of,
 )
+from quiesce.testing._coverage import rows_fired
 from quiesce.testing._judge import JudgedExample
 from quiesce.testing._program import recorded_rule
 from quiesce.testing._projection import allowed_failure
 from quiesce.testing._race import (
-    EXECUTION_TARGETS,
     RACE_DEADLINE_S,
-    RACES,
     explanations,
+    order_free,
+    race_note,
     recoveries,
 )
 from quiesce.testing._requests import (
@@ -57,6 +58,7 @@ from quiesce.testing._rules import (
     hint,
 )
 from quiesce.testing._session import Abort
+from quiesce.testing._shapes import EXECUTION_TARGETS, RaceShape, released_shape, shape_of
 from quiesce.testing._wire import OPERATIONS, Exchange, ServerUnreachable
 
 __all__ = ["DEADLINE_AT", "ConformanceMachine"]
@@ -217,22 +219,37 @@ class ConformanceMachine(JudgedExample):
         op, body, oracle_body = self.sent[-1 - index % len(self.sent)]
         self._op(op, body, oracle_body=oracle_body)
 
-    @recorded_rule(shape=st.sampled_from(RACES))
-    def race(self, shape: tuple[tuple[str, str], ...]) -> None:
-        """Different control requests in flight at once (`_race.RACES`: a resume or the
-        next prepare arriving while a prepare long-polls), judged by linearizability: some
-        order of the overlapping requests must explain every reply and the state after."""
-        fresh_prepare = shape[0][0] == "prepare" and shape[0][1] != "active"
-        if fresh_prepare and self.oracle.fence.state is not FenceState.IDLE:
-            self.resume("active")  # else the fresh prepare is refused, and nothing races it
-        if self.run.executions and any(at in EXECUTION_TARGETS for _, at in shape):
-            self._execution_to_race(next(at for _, at in shape if at in EXECUTION_TARGETS))
-        requests: list[tuple[str, Any]] = []
-        oracle_requests: list[tuple[str, Any]] = []
-        for op, at in shape:
-            server, oracle = self._race_bodies(op, at, requests)
-            requests.append((op, server))
-            oracle_requests.append((op, oracle))
+    @recorded_rule(base=st.integers(0, 255), order=st.sampled_from((0, 0, 0, 0, 0, 1, 2, 3, 4, 5)))
+    def race(self, base: int, order: int) -> None:
+        """Different control requests in flight at once, the race generated from the tables
+        (`_shapes`: a request that can be pending, with what can overtake or release it),
+        `base` picking which and `order` the order of sending (0, the most frequent: the
+        pending one first); judged by linearizability: some order of the overlapping
+        requests must explain every reply and the state after."""
+        self._race(shape_of(self.run.role, self.run.executions, base, order))
+
+    @recorded_rule(base=st.integers(0, 255))
+    def overtaken_then_released(self, base: int) -> None:
+        """A race of three, sent in this order: a request that can be pending (a prepare an
+        execution blocks), one that overtakes it (a resume of its id), then an event that
+        releases it (a boundary, finish, retire or ACK of that execution, or the next
+        prepare): a server that decides a long poll only when released must not then act
+        on the fence that moved on (`_shapes.released_shape`)."""
+        self._race(released_shape(self.run.role, self.run.executions, base))
+
+    def _race(self, shape: RaceShape) -> None:
+        """Bring the participant to where `shape`'s pending request can be pending, build the
+        bodies (pending first: `same` is its id), send them overlapping in the shape's order
+        of sending, and judge the replies and the state after."""
+        self._set_up_race(*shape.requests[0])
+        bodies: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        for op, at in shape.requests:
+            bodies.append(self._race_bodies(op, at, bodies[0][1] if bodies else None))
+        requests = [(op, bodies[i][0]) for i, (op, _) in zip(shape.order, shape.sent, strict=True)]
+        oracle_requests = [
+            (op, bodies[i][1]) for i, (op, _) in zip(shape.order, shape.sent, strict=True)
+        ]
+        self._stop_if_asked()
         try:
             answers = self.client.send_overlapping(requests)
         except ServerUnreachable as error:
@@ -241,20 +258,35 @@ class ConformanceMachine(JudgedExample):
         actual = [
             self._actual(op, t.exchange) for (op, _), t in zip(requests, answers, strict=True)
         ]
-        found, first = explanations(
+        found, tried = explanations(
             self.oracle, oracle_requests, answers, actual, self._expect, self._allowed_in_race
         )
-        shown = found[0] if found else first
-        wrong = [i for i in range(len(actual)) if actual[i] != shown.expected[i]]
-        for i in sorted(range(len(answers)), key=lambda i: i in wrong):  # a wrong one last
-            note = f"raced: request {i + 1} of {len(answers)}, sent while the others were in flight"
-            self.steps.append(KitStep(answers[i].exchange, shown.expected[i], actual[i], note=note))
-        self.last = "race"
+        shown = found[0] if found else tried[0]
+        for i, timed in enumerate(answers):  # in send order, each with what it overlapped
+            note = race_note(i, answers)
+            self.steps.append(KitStep(timed.exchange, shown.expected[i], actual[i], note=note))
+        self.last, self.shape = "race", "|".join(op for op, _ in shape.sent)
+        self.raced_rows = tuple(
+            row for i in shown.order for row in rows_fired(shown.before[i], *oracle_requests[i])
+        )
         if not found:
-            self._fail(
-                RACE_RULE, describe_differences(shown.expected[wrong[-1]], actual[wrong[-1]])
+            alone = order_free(tried, actual, answers)
+            wrong = (
+                alone
+                if alone is not None
+                else max(i for i in range(len(actual)) if actual[i] != shown.expected[i])
             )
-        self._judge_race_state(found)
+            op, body = oracle_requests[wrong]
+            self.failing = (shown.before[wrong], op, body)
+            expected, got = shown.expected[wrong], actual[wrong]
+            differences = describe_differences(expected, got)
+            if alone is None:
+                self._fail(RACE_RULE, differences)
+            # A sequential difference reached inside a race: every order expects the same of
+            # this request, so no order could explain it; its own rule is the one it breaks.
+            where = f"{op} (raced request {wrong + 1}: every order of the race expects this)"
+            self._fail(hint(op, expected, got, "race"), (*differences, where))
+        self._judge_race_state(found, oracle_requests)
 
     def _execution_to_race(self, kind: str) -> None:
         """Begin a fresh execution (and finish it, for `completed`): what a raced retire or
@@ -263,17 +295,38 @@ class ConformanceMachine(JudgedExample):
         if kind == "completed":
             self.finish(-1, 1)
 
+    def _set_up_race(self, op: str, at: str) -> None:
+        """Bring the participant to where `op` at `at` can be pending: an idle fence for a
+        fresh prepare or restore (a snapshot of this example for the restore), a prepared one
+        for a commit; and the execution a prepare at `running` or `completed` waits on."""
+        if op == "restore" and not self.commits:
+            self.checkpoint()
+        if op == "commit" and self.oracle.fence.state is FenceState.PREPARED:
+            return
+        if self.oracle.fence.state is not FenceState.IDLE:
+            self.resume("active")  # else the fresh request is refused, and nothing races it
+        if op == "commit":
+            self.prepare("next")
+        if self.run.executions and at in EXECUTION_TARGETS:
+            self._execution_to_race(at)
+
     def _race_bodies(
-        self, op: str, at: str, earlier: list[tuple[str, Any]]
+        self, op: str, at: str, pending: dict[str, Any] | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """A raced request's body for the server and for the oracle (an ACK quotes each
-        side's own receipt); `same` is the first request's op id, and a control request at
-        an execution target a fresh one (`next`)."""
-        if op in ("retire", "ack"):
-            rollout_id, attempt = self._key(-1)
-            key = {"rollout_id": rollout_id, "attempt": attempt}
-            if op == "retire":
-                return key, key
+        side's own receipt, a restore each side's own snapshot); `same` is the `pending`
+        request's op id, and a control request at an execution target a fresh one."""
+        rollout_id, attempt = self._key(-1)
+        key = {"rollout_id": rollout_id, "attempt": attempt}
+        if op == "retire":
+            return key, key
+        if op == "boundary":
+            body = {**key, "turn": 1}
+            return body, body
+        if op == "finish":
+            body = {**key, "result": {"reward": 1}}
+            return body, body
+        if op == "ack":
             quoted = {
                 side: self.receipts.of(side, (rollout_id, attempt)) or "none"
                 for side in ("server", "oracle")
@@ -282,7 +335,14 @@ class ConformanceMachine(JudgedExample):
             return server, oracle
         if at in EXECUTION_TARGETS:
             at = "next"
-        op_id = earlier[0][1]["op_id"] if at == "same" else self._id(at, "ck")
+        op_id = pending["op_id"] if at == "same" and pending else self._id(at, "ck")
+        if op == "restore":
+            server, oracle = self._restore_bodies(at, 0, True)
+            return {**server, "op_id": op_id}, {**oracle, "op_id": op_id}
+        if op == "discard":
+            rollout_id, attempt = self._continuation(0)
+            body = {"op_id": op_id, "rollout_id": rollout_id, "attempt": attempt}
+            return body, body
         body = {"op_id": op_id, "deadline_at": time.time() + RACE_DEADLINE_S}
         return body, body
 
@@ -290,13 +350,25 @@ class ConformanceMachine(JudgedExample):
     # Mostly between requests; shrinking prefers that (None comes first): a kill during a
     # request may or may not beat the reply, so a failure is shrunk towards a deterministic
     # kill when one shows it too.
-    @recorded_rule(during=st.sampled_from((None, None, "prepare", "commit", "resume")), at=TARGETS)
+    @recorded_rule(
+        during=st.sampled_from((None, None, "prepare", "commit", "resume", "pending_prepare")),
+        at=TARGETS,
+    )
     def restart(self, during: str | None, at: str | int) -> None:
         """Kill and restart the server (§6): it must come back under a new incarnation with
         exactly what its journal must keep (`journal_of` of the oracle), so everything
         replied before the kill holds after it; recorded results replay unchanged later.
-        With `during`, the kill comes while that request is in flight (`_restart_during`)."""
+        With `during`, the kill comes while that request is in flight (`_restart_during`);
+        `pending_prepare`: while a prepare that is not ready long-polls (a fresh id, sent
+        while an execution runs, with a near deadline)."""
         assert self.run.restart is not None
+        if during == "pending_prepare":
+            if self.oracle.fence.state is not FenceState.IDLE:
+                self.resume("active")
+            if self.run.executions:
+                self._execution_to_race("running")
+            self._restart_during("prepare", "next", time.time() + RACE_DEADLINE_S)
+            return
         if during is not None:
             self._restart_during(during, at)
             return
@@ -310,14 +382,14 @@ class ConformanceMachine(JudgedExample):
         self.oracle = from_journal(journal_of(self.oracle), incarnation, self.run.rules)
         self._check_state()
 
-    def _restart_during(self, op: str, at: str | int) -> None:
+    def _restart_during(self, op: str, at: str | int, deadline_at: float = DEADLINE_AT) -> None:
         """Kill and restart the server while `op` is in flight (§6): a reply that came must be
         durable; without one, `op` took effect before the kill or never did (the state read
         after says which), and re-sending it then gets the recorded reply or runs it now.
         A reply under the new incarnation means the request reached the server only after
         the restart (uvicorn read it late): it ran on the recovered participant."""
         assert self.run.restart is not None and self.run.capabilities is not None
-        before, body = self.oracle, self._control(at)
+        before, body = self.oracle, {**self._control(at), "deadline_at": deadline_at}
         killed = self.run.capabilities.incarnation
         self.sent.append((op, body, body))
         exchange = self.client.send_while(op, body, self._restart_server)
@@ -358,7 +430,7 @@ class ConformanceMachine(JudgedExample):
         server must be back: one that does not answer discovery is a violation of this
         sequence (replayed and shrunk like any other), not a setup error."""
         try:
-            self.run.connect(self.run.url)
+            self.run.connect(self.run.target)
         except ConformanceSetupError as error:
             self.steps.append(KitStep(_RESTART, note="the kit killed and restarted the server"))
             self._fail(RESTART_RULE, (f"the server did not come back after restart: {error}",))
@@ -367,6 +439,7 @@ class ConformanceMachine(JudgedExample):
         """Show the restart in the report (`note`: when it came); the server must be back
         under a new incarnation (§6)."""
         self.steps.append(KitStep(_RESTART, note=note))
+        self.failing, self.shape, self.raced_rows = None, "restart", ()
         if incarnation == killed:
             self._fail(INCARNATION_RULE, (f"incarnation: still {killed!r} after the restart",))
         self.last = "restart"
@@ -385,6 +458,7 @@ class ConformanceMachine(JudgedExample):
         failure M2 allows leaves the failed operation's state)."""
         after, reply, _ = handle(before, op, body, rules=self.run.rules)
         expected = self._expect(op, reply)
+        self.failing, self.shape, self.last_expected = (before, op, body), op, expected
         actual = self._compare(op, exchange, expected)
         if actual != expected and not allowed_failure(op, expected, actual):
             self._fail(hint(op, expected, actual, op), describe_differences(expected, actual))

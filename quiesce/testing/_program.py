@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar, cast
 from hypothesis.stateful import RuleBasedStateMachine, rule
 from hypothesis.strategies import SearchStrategy
 
+from quiesce.testing._deviations import Tolerated
 from quiesce.testing._results import ConformanceViolation
 
 __all__ = ["Program", "Step", "recorded_rule", "replay", "shorten"]
@@ -43,20 +44,31 @@ class Recording(Protocol):
 
     program: list[Step]
     depth: int
+    ended: bool
+    """Set once a tolerated difference left the example where the reference cannot follow:
+    its remaining rules send nothing."""
 
 
 def recorded_rule(**strategies: SearchStrategy[Any]) -> Callable[[Rule], Rule]:
     """`hypothesis.stateful.rule(**strategies)`, and each call of the rule that is not made
-    by another rule (a scenario's `prepare`) is appended to the example's `program`."""
+    by another rule (a scenario's `prepare`) is appended to the example's `program`. A
+    `Tolerated` difference ends the top-level call quietly (and, unless the example could
+    follow the server, the example: later calls send nothing)."""
 
     def decorate(function: Rule) -> Rule:
         @functools.wraps(function)
         def recorded(self: Recording, *args: Any, **arguments: Any) -> None:
             if self.depth == 0:
+                if self.ended:
+                    return
                 self.program.append((function.__name__, dict(arguments)))
             self.depth += 1
             try:
                 function(self, *args, **arguments)
+            except Tolerated as tolerated:  # a declared deviation: the search goes on
+                if self.depth > 1:
+                    raise
+                self.ended = not tolerated.resynced
             finally:
                 self.depth -= 1
 

@@ -108,6 +108,10 @@ def project(op: str, http: int, body: Any, side: str, receipts: Receipts) -> dic
     try:
         reply = model.model_validate(body)
     except ValidationError as error:
+        other = _other_model(model, body)
+        if other is not None:  # a reply of another route: say so, in the adapter's words
+            out["unparseable"] = f"{op} answered {other}, expected {model.__name__}"
+            return out
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "<body>"
         out["unparseable"] = f"not a {model.__name__}: {where}: {first['msg']}"
@@ -141,6 +145,26 @@ def project(op: str, http: int, body: Any, side: str, receipts: Receipts) -> dic
     if op == "completions":
         out["receipts"] = sorted(receipts.quoted(side, r) for r in data["receipts"])
     return out
+
+
+_REPLY_TYPES: tuple[type[BaseModel], ...] = tuple(
+    dict.fromkeys((*REPLY_MODELS.values(), CompletionsReply, ErrorReply, WireError))
+)
+"""Every reply model of docs/wire.md, once each: what a body of the wrong type may be."""
+
+
+def _other_model(expected: type[BaseModel], body: Any) -> str | None:
+    """The name of the reply model `body` is, if it is one other than `expected` (a commit
+    answered with a `PrepareReply`), else None."""
+    for model in _REPLY_TYPES:
+        if model is expected:
+            continue
+        try:
+            model.model_validate(body)
+        except ValidationError:
+            continue
+        return model.__name__
+    return None
 
 
 def allowed_failure(op: str, expected: dict[str, Any], actual: dict[str, Any]) -> bool:

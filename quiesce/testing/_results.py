@@ -68,7 +68,10 @@ class ConformanceViolation(QuiesceError):
     written down (a section of docs/protocol.md, or docs/wire.md). `state_diff` lists how
     the state the server reported after a wrong reply differs from the reference's (`status.`
     or `completions.` then `field: expected X, got Y`; empty when the state was not read or
-    matches)."""
+    matches). `rule_id` is the rule's short name (what a report groups failures by and
+    `--deviation` names), `shape` where it broke (the failing request's operation, or a
+    race's operations in send order joined by `|`), and `rows` the table rows the reference
+    fired for the failing request (machine, table, index, the state it fired in, input)."""
 
     def __init__(
         self,
@@ -77,13 +80,48 @@ class ConformanceViolation(QuiesceError):
         steps: tuple[KitStep, ...],
         see: str = "",
         state_diff: tuple[str, ...] = (),
+        *,
+        rule_id: str = "",
+        shape: str = "",
+        rows: tuple[str, ...] = (),
     ) -> None:
         self.rule = rule
         self.differences = differences
         self.steps = steps
         self.see = see
         self.state_diff = state_diff
+        self.rule_id = rule_id
+        self.shape = shape
+        self.rows = rows
         super().__init__(f"{rule}: {'; '.join(differences)} (after {len(steps)} requests)")
+
+    @property
+    def key(self) -> str:
+        """What makes two failures distinct: the rule id and the first row the reference
+        fired where it broke (`prepare M2 control_fence #3`; the rule id alone without one)."""
+        row = self.rows[0].split(" #", 1) if self.rows else None
+        if row is None:
+            return self.rule_id
+        return f"{self.rule_id} {row[0]} #{row[1].split(' ', 1)[0]}"
+
+    @property
+    def raced(self) -> bool:
+        """True iff the failure was met in a race (its `shape` names several requests)."""
+        return "|" in self.shape
+
+    def explained_by(self, other: ConformanceViolation) -> bool:
+        """True iff this failure, met in a race, is `other`, a failure of one request met
+        alone: every fence (M2) row the reference fired for `other` fired in this race too,
+        in whatever state (the race only reached the same difference another way)."""
+        mine, theirs = _fence_rows(self.rows), _fence_rows(other.rows)
+        return self.raced and not other.raced and bool(theirs) and theirs <= mine
+
+    @property
+    def failing_step(self) -> KitStep | None:
+        """The step whose reply broke the rule: the last one whose actual differs from the
+        expected (in a race, printed in send order, it need not be the last step)."""
+        differing = [s for s in self.steps if s.expected is not None and s.expected != s.actual]
+        return differing[-1] if differing else (self.steps[-1] if self.steps else None)
 
     @property
     def sequence(self) -> tuple[KitStep, ...]:
@@ -93,6 +131,11 @@ class ConformanceViolation(QuiesceError):
         return tuple(
             s for s in self.steps if s is last or not (s.check or s.exchange.method == "GET")
         )
+
+
+def _fence_rows(rows: tuple[str, ...]) -> frozenset[str]:
+    """The M2 rows of `rows`, by table and index (`M2 control_fence #8`)."""
+    return frozenset(" ".join(row.split(" ", 3)[:3]) for row in rows if row.startswith("M2 "))
 
 
 class ConformanceSetupError(QuiesceError):
@@ -133,7 +176,9 @@ class ConformanceResult:
     again on replay (the server is not deterministic); `shrunk` is False when the sequence
     is reported as found, and `not_shrunk_because` says why (a shared server without a
     reset hook, or one the failure left stuck). `coverage` is the rows of M2 and the role's
-    table (M3-M5) the run fired (None when no example ran)."""
+    table (M3-M5) the run fired (None when no example ran). `violations` lists every
+    distinct failing rule found (up to `max_failures`, each shrunk on its own; `failures`),
+    `tolerated` each declared deviation met, with how often."""
 
     url: str
     role: Role
@@ -152,6 +197,17 @@ class ConformanceResult:
     not_shrunk_because: str = ""
     coverage: RunCoverage | None = None
     min_coverage: float = 0.0
+    violations: tuple[ConformanceViolation, ...] = ()
+    tolerated: tuple[tuple[str, int], ...] = ()
+    max_failures: int = 1
+
+    @property
+    def failures(self) -> tuple[ConformanceViolation, ...]:
+        """Every distinct failing rule the run found (up to `max_failures`), each shrunk on
+        its own; the first is `violation`."""
+        if self.violations:
+            return self.violations
+        return () if self.violation is None else (self.violation,)
 
     @property
     def covered(self) -> bool:
@@ -165,18 +221,22 @@ class ConformanceResult:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (the `quiesce conform --json` document)."""
-        failure = None
-        if self.violation is not None:
-            failure = {
-                "rule": self.violation.rule,
-                "differences": list(self.violation.differences),
+        failures = [
+            {
+                "rule": violation.rule,
+                "rule_id": violation.rule_id,
+                "shape": violation.shape,
+                "rows": list(violation.rows),
+                "differences": list(violation.differences),
                 "flaky": self.flaky,
                 "shrunk": self.shrunk,
                 "not_shrunk_because": self.not_shrunk_because,
-                "see": self.violation.see,
-                "state_diff": list(self.violation.state_diff),
-                "sequence": [s.to_json() for s in self.violation.sequence],
+                "see": violation.see,
+                "state_diff": list(violation.state_diff),
+                "sequence": [s.to_json() for s in violation.sequence],
             }
+            for violation in self.failures
+        ]
         return {
             "ok": self.ok,
             "url": self.url,
@@ -192,7 +252,10 @@ class ConformanceResult:
             "restarts": self.restarts,
             "min_coverage": self.min_coverage,
             "coverage": None if self.coverage is None else self.coverage.to_json(),
-            "failure": failure,
+            "failure": failures[0] if failures else None,
+            "failures": failures,
+            "max_failures": self.max_failures,
+            "tolerated": [{"deviation": d, "count": n} for d, n in self.tolerated],
         }
 
     def report(self) -> str:
@@ -207,14 +270,26 @@ class ConformanceResult:
         )
         verdict = "PASS" if self.ok else "FAIL"
         lines = [f"{verdict}  {head}"]
-        if self.violation is not None:
-            lines += self._violation_lines(self.violation)
+        if self.tolerated:
+            counted = ", ".join(f"{d} x{n}" for d, n in self.tolerated)
+            lines.append(f"tolerated (declared deviations, met and stepped past): {counted}")
+        failures = self.failures
+        if len(failures) > 1:
+            rules = ", ".join(v.rule_id for v in failures)
+            lines.append(f"{len(failures)} distinct failing rules: {rules}")
+        for number, violation in enumerate(failures, 1):
+            if len(failures) > 1:
+                lines.append(f"--- failure {number} of {len(failures)}: {violation.rule_id}")
+            lines += self._violation_lines(violation)
         return "\n".join(lines + self._coverage_lines())
 
     def _violation_lines(self, violation: ConformanceViolation) -> list[str]:
         """The rule broken, where it is written, how the reply and the state differ, and
         the failing sequence, numbered, then again as curl commands."""
         lines = [f"rule: {violation.rule}"]
+        if violation.rule_id:
+            lines.append(f"rule id: {violation.rule_id} (at {violation.shape or '?'})")
+        lines += [f"row: {row}" for row in violation.rows]
         if violation.see:
             lines.append(f"see: {violation.see}")
         lines += [f"  {d}" for d in violation.differences]
@@ -265,7 +340,8 @@ def _format_step(number: int, step: KitStep, *, last: bool) -> list[str]:
     lines.append(f"     -> {step.exchange.status} {brief(step.exchange.reply)}")
     if step.note:
         lines.append(f"     ({step.note})")
-    if last and step.expected is not None:
+    differs = step.note.startswith("raced") and step.expected != step.actual
+    if (last or differs) and step.expected is not None:
         lines.append(f"     expected: {compact_json(step.expected)}")
         lines.append(f"     actual:   {compact_json(step.actual)}")
     return lines

@@ -1,13 +1,15 @@
 """Which rule of PROTOCOL.md or docs/wire.md a reply that differs from the oracle's
 breaks, in words, and how two replies differ, field by field.
 
-What lives here: the texts a `ConformanceViolation` carries (its `rule` and `differences`)
-and a step's `note`. What it does not know: how a reply is judged (`_machine` decides that a
-difference is a violation; this module only names it).
+What lives here: the rules a `ConformanceViolation` carries (`Rule`: a short `id` a
+deviation names, and its text), the `differences` and a step's `note`. What it does not
+know: how a reply is judged (`_machine` decides that a difference is a violation; this
+module only names it).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from quiesce.testing._results import brief
@@ -18,14 +20,28 @@ __all__ = [
     "DURABILITY_RULE",
     "INCARNATION_RULE",
     "RACE_RULE",
+    "REPLAY_RULE",
     "RESTART_RULE",
+    "RULE_IDS",
     "SECTIONS",
+    "SETUP_RULE_ID",
+    "UNREACHABLE_RULE",
+    "Rule",
     "describe_differences",
     "describe_disagreement",
     "hint",
     "section_of",
     "step_note",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A rule the kit judges by: `id`, the short name a report groups failures by and a
+    declared deviation names (`RULE_IDS`), and `text`, the rule in words with its fix."""
+
+    id: str
+    text: str
 
 
 SECTIONS = {
@@ -41,12 +57,13 @@ page), by the tag a rule's text starts with."""
 
 
 def section_of(rule: str) -> str:
-    """The page and section of `rule` (the first tag of `SECTIONS` it names), or ""."""
+    """The page and section of the rule text `rule` (the first tag of `SECTIONS` it
+    names), or ""."""
     named = [(rule.find(tag), page) for tag, page in SECTIONS.items() if tag in rule]
     return min(named)[1] if named else ""
 
 
-CODE_RULES = {
+_CODE_TEXTS = {
     "stale_checkpoint": "M2 (S15): an id at or below the high-watermark (the newest retired "
     "id) is refused stale_checkpoint, carrying the watermark",
     "checkpoint_conflict": "M2 (S5): another id while one is active is refused "
@@ -65,41 +82,48 @@ CODE_RULES = {
     "unauthorized": "docs/wire.md: a missing or wrong bearer token is 401 unauthorized, and "
     "changes nothing",
 }
+CODE_RULES = {code: Rule(code, text) for code, text in _CODE_TEXTS.items()}
+"""The rule of each refusal code, by code (its id is the code)."""
 
-DUPLICATE_RULE = (
+DUPLICATE_RULE = Rule(
+    "duplicate",
     "M2 (concurrent duplicate): the same (op, op_id) sent twice at once is one operation: the "
     "duplicate waits for the first and gets its reply (if the first failed, it runs on its "
     "own), so each copy gets the single request's reply (no 409 or 5xx of its own) and the "
     "state after is a single request's; "
     "fix: key in-flight control requests by (op, op_id) and let a duplicate await the "
-    "first's reply, instead of refusing it or running the operation again"
+    "first's reply, instead of refusing it or running the operation again",
 )
 
-INCARNATION_RULE = (
+INCARNATION_RULE = Rule(
+    "incarnation",
     "§6: a restarted participant answers under a new incarnation (docs/wire.md: every reply "
-    "carries the incarnation of the running process)"
+    "carries the incarnation of the running process)",
 )
 
-RESTART_RULE = (
+RESTART_RULE = Rule(
+    "restart",
     "§6: a restarted participant serves again: once the restart hook returns, the server "
     "answers discovery (capabilities, same role) on the same URL; fix: make the restart "
     "command wait until the new server answers /healthz, and read the server's log for why "
-    "it did not come back"
+    "it did not come back",
 )
 
-DURABILITY_RULE = (
+DURABILITY_RULE = Rule(
+    "durability",
     "§6: what was replied before a crash is what the journal gives after it: every state "
     "change a reply reports is journaled (written and fsynced) before the reply is sent; "
-    "fix: await the journal write before answering"
+    "fix: await the journal write before answering",
 )
 
-RACE_RULE = (
+RACE_RULE = Rule(
+    "linearizability",
     "M2 (linearizability): operations in flight at once take effect one at a time, in some "
     "order: no order of the overlapping requests, run through the reference participant, "
     "gives these replies and this state (an outcome arriving after the fence moved on, such "
     "as a prepare overtaken by a resume, must be dropped, not applied to the newer state); "
     "fix: decide and apply each operation under one lock, and drop a long-polled result whose "
-    "op id is no longer the active one"
+    "op id is no longer the active one",
 )
 
 _OP_RULES = {
@@ -118,8 +142,8 @@ _OP_RULES = {
     "its result until an exact-receipt ACK",
     "ack": "M3: an exact-receipt ACK releases a completed result (idempotent); an unknown "
     "receipt is listed in `unknown` and releases nothing",
-    "retire": "M3 (S17): retire tombstones a live execution, but a completed un-ACKed one is "
-    "held (completed_unacknowledged): only an ACK releases a result",
+    "retire": "M3: retire tombstones a live execution (new, running, park_requested, parked, "
+    "frozen) and answers an ended one already_retired",
     "status": "the state read through status differs from the reference participant's",
     "completions": "M3: completions lists exactly the completed-but-unACKed results",
 }
@@ -135,36 +159,104 @@ def describe_differences(expected: dict[str, Any], actual: dict[str, Any]) -> tu
     )
 
 
-def hint(op: str, expected: dict[str, Any], actual: dict[str, Any], after: str) -> str:
-    """Which rule a difference breaks, in words (`after`: what the previous request did)."""
+_HELD_ON_RETIRE = Rule(
+    "retire_completed",
+    "M3 (S17): retire of a completed, un-ACKed execution holds it and answers "
+    "completed_unacknowledged: only an ACK releases a result",
+)
+REPLY_MODEL_RULE = Rule(
+    "reply_model", "docs/wire.md: every reply body is the typed model of its route and status"
+)
+NO_5XX_RULE = Rule(
+    "no_5xx", "docs/wire.md: no input is answered 5xx (a 5xx means the server itself failed)"
+)
+RESTARTED_RULE = Rule(
+    "incarnation",
+    "every reply carries the incarnation of the running process: it changed, so the server "
+    "restarted during the run",
+)
+REPLAY_RULE = Rule(
+    "replay", "M2: the same (op_id, op) after a success is answered from the record, unchanged"
+)
+UNREACHABLE_RULE = Rule("unreachable", "the server stopped answering")
+SETUP_RULE_ID = "setup"
+"""The id of every rule about bringing a shared server back to a known state."""
+
+_AFTER_RULES = {
+    "failed_commit": Rule(
+        "failed_commit", "M2: a commit answered failed returns the fence to prepared"
+    ),
+    "failed_restore": Rule(
+        "failed_restore", "M2: a restore answered failed leaves the fence restore_failed_paused"
+    ),
+}
+
+
+def _op_rule(op: str, expected: dict[str, Any]) -> Rule:
+    """The rule of `op`'s own reply or effect; retire's depends on what it retired."""
+    if op == "retire" and expected.get("outcome") == "completed_unacknowledged":
+        return _HELD_ON_RETIRE
+    return Rule(op, _OP_RULES.get(op, f"the reply to {op} differs from the reference's"))
+
+
+RULE_IDS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        (
+            *_OP_RULES,
+            *CODE_RULES,
+            _HELD_ON_RETIRE.id,
+            *(rule.id for rule in _AFTER_RULES.values()),
+            "refused_changes_nothing",
+            REPLAY_RULE.id,
+            DUPLICATE_RULE.id,
+            RACE_RULE.id,
+            DURABILITY_RULE.id,
+            INCARNATION_RULE.id,
+            RESTART_RULE.id,
+            REPLY_MODEL_RULE.id,
+            NO_5XX_RULE.id,
+            UNREACHABLE_RULE.id,
+            SETUP_RULE_ID,
+        )
+    )
+)
+"""Every rule id the kit reports a failure under: what `--deviation RULE[:SHAPE]` names."""
+
+
+def hint(
+    op: str,
+    expected: dict[str, Any],
+    actual: dict[str, Any],
+    after: str,
+    before: dict[str, Any] | None = None,
+) -> Rule:
+    """Which rule a difference breaks (`after`: what the previous request did; `before`:
+    the projection the oracle expected for that request, which picks its rule)."""
     if "unparseable" in actual:
-        return "docs/wire.md: every reply body is the typed model of its route and status"
+        return REPLY_MODEL_RULE
     if isinstance(actual.get("http"), int) and actual["http"] >= 500:
-        return "docs/wire.md: no input is answered 5xx (a 5xx means the server itself failed)"
+        return NO_5XX_RULE
     both = "incarnation" in actual and "incarnation" in expected
     if both and expected["incarnation"] != actual["incarnation"] and after != "restart":
-        return (
-            "every reply carries the incarnation of the running process: it changed, so "
-            "the server restarted during the run"
-        )
+        return RESTARTED_RULE
     if op in ("status", "completions"):
         if after == "restart":
             return DURABILITY_RULE
         if after.startswith("duplicate:"):
             return DUPLICATE_RULE
-        if after == "failed_commit":
-            return "M2: a commit answered failed returns the fence to prepared"
-        if after == "failed_restore":
-            return "M2: a restore answered failed leaves the fence restore_failed_paused"
+        if after in _AFTER_RULES:
+            return _AFTER_RULES[after]
         if after.startswith("refused:"):
-            return f"a refused {after.removeprefix('refused:')} must change nothing"
+            refused = after.removeprefix("refused:")
+            return Rule("refused_changes_nothing", f"a refused {refused} must change nothing")
         if after in _OP_RULES and after != op:
-            return f"after {after}, {_OP_RULES[op]}; {_OP_RULES[after]}"
-        return _OP_RULES[op]
+            rule = _op_rule(after, before or {})
+            return Rule(rule.id, f"after {after}, {_OP_RULES[op]}; {rule.text}")
+        return _op_rule(op, expected)
     code = expected.get("code")
     if isinstance(code, str) and code in CODE_RULES:
         return CODE_RULES[code]
-    return _OP_RULES.get(op, f"the reply to {op} differs from the reference participant's")
+    return _op_rule(op, expected)
 
 
 def describe_disagreement(one: Any, other: Any) -> tuple[str, ...]:

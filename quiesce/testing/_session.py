@@ -24,6 +24,7 @@ from quiesce.fsm import QuiesceError, RowLog
 from quiesce.protocol.participant import ParticipantConfig, ParticipantRules
 from quiesce.protocol.wire import Capabilities, Role
 from quiesce.testing._coverage import kit_rules
+from quiesce.testing._deviations import Deviation
 from quiesce.testing._inprocess import IN_PROCESS_URL, ParticipantTransport
 from quiesce.testing._program import Program
 from quiesce.testing._results import (
@@ -39,10 +40,12 @@ __all__ = [
     "NO_RESET",
     "STUCK",
     "Abort",
+    "InProcessRestart",
     "KitRun",
     "Reset",
     "Restart",
     "Server",
+    "participant_restart_hook",
     "reset_hook",
     "restart_hook",
 ]
@@ -114,6 +117,31 @@ def restart_hook(restart: Restart, timeout: float) -> Callable[[], None]:
     return run
 
 
+InProcessRestart = Callable[[Participant], Participant]
+"""How `check_participant` restarts a participant object (§6): given the killed one, it
+returns the participant that recovered from its journal (a new object, new incarnation)."""
+
+
+def participant_restart_hook(run: KitRun, restart: InProcessRestart) -> Callable[[], None]:
+    """`restart` as the run's restart hook: called on the client's event loop (where the
+    participant's calls run, so it may crash the participant while one is in flight), and
+    the participant it returns becomes the run's target, which the kit reconnects to."""
+
+    def call() -> None:
+        killed = run.target
+        assert run.client is not None and isinstance(killed, Participant)
+        restarted = run.client.call_in_loop(lambda: restart(killed))
+        if not isinstance(restarted, Participant):
+            raise ConformanceSetupError(
+                run.url,
+                f"the restart hook returned a {type(restarted).__name__}, not a Participant; "
+                "it must return the participant recovered from the killed one's journal",
+            )
+        run.target = restarted
+
+    return call
+
+
 def reset_hook(reset: Reset, token: str, timeout: float) -> Callable[[], None]:
     """`reset` as a callable; a URL is POSTed with the bearer token and must answer 2xx
     (anything else is a `ConformanceSetupError` naming the status)."""
@@ -179,9 +207,20 @@ class KitRun:
     stuck: bool = False
     setup_error: ConformanceSetupError | None = None
     url: str = ""
+    target: Any = None
+    """What the client was last connected to (a URL, an object with a `url`, or a
+    `Participant`): what a restart reconnects to, unless the restart hook replaced it."""
     over_http: bool = True
     """False for a `Participant` object: the kit sends no malformed or unauthenticated
     requests (they test an HTTP layer the object does not have)."""
+    deviations: tuple[Deviation, ...] = ()
+    """Differences the server knowingly has: tolerated where they occur (`tolerated`)."""
+    known: frozenset[str] = frozenset()
+    """The failures this run already reported (their `key`): met again, stepped past too."""
+    tolerated: dict[str, int] = field(default_factory=dict)
+    """How often each declared deviation was met (by its `RULE[:SHAPE]`)."""
+    repeats: int = 0
+    """How often a failure already reported was met again (and stepped past)."""
     rules: ParticipantRules = field(init=False)
     """The tables the oracle steps: the protocol's, recording into `rows`."""
     rows: RowLog = field(init=False)
@@ -198,6 +237,7 @@ class KitRun:
         """Open a client on `target` (a URL, an object with a `url` like `LocalServer`, or a
         `Participant` in this process) and learn who answers there (discovery, §2)."""
         self.disconnect()
+        self.target = target
         if isinstance(target, Participant):
             transport = ParticipantTransport(target)
             self.client = WireClient(
@@ -220,6 +260,19 @@ class KitRun:
             self.requests += self.client.requests
             self.client.close()
             self.client = None
+
+    def excuse(self, violation: ConformanceViolation) -> bool:
+        """True (and counted) iff `violation` is a declared deviation or a failure this run
+        already reported: the kit steps past it instead of stopping there."""
+        for deviation in self.deviations:
+            if deviation.covers(violation):
+                name = str(deviation)
+                self.tolerated[name] = self.tolerated.get(name, 0) + 1
+                return True
+        if violation.key in self.known:
+            self.repeats += 1
+            return True
+        return False
 
     def found(self, violation: ConformanceViolation, program: Program = ()) -> None:
         """Keep the shortest violation seen (reported if the run cannot finish shrinking),

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import cache, cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -38,6 +38,8 @@ from quiesce.adapters import ROUTES
 from quiesce.fsm import QuiesceError
 
 __all__ = ["OPERATIONS", "Exchange", "ServerUnreachable", "Timed", "WireClient", "compact_json"]
+
+T = TypeVar("T")
 
 OPERATIONS: dict[str, tuple[str, str]] = {
     str(getattr(op, "value", op)): route for op, route in ROUTES.items()
@@ -297,6 +299,12 @@ class WireClient:
             await written.wait()
             await anyio.to_thread.run_sync(during)
         return answer[0] if answer else None
+
+    def call_in_loop(self, function: Callable[[], T]) -> T:
+        """Call `function` on the client's background event loop and return what it returns
+        (from the caller's thread, or from a worker thread of that loop, such as `during`
+        of `send_while`): where an in-process participant's calls run."""
+        return self._portal.call(function)
 
     def _async_client(self) -> httpx.AsyncClient:
         if self._async_transport is not None:

@@ -172,6 +172,7 @@ def _check_broken(
     role: str, host_class: type[ParticipantHost], **options: Any
 ) -> ConformanceResult:
     config = {"name": f"{role}-x", "role": role}
+    options.setdefault("max_failures", 1)  # these tests judge the first failure only
     with LocalServer.start(config, token=TOKEN, host_class=host_class) as server:
         return check_conformance(server.fresh, role, TOKEN, **options)
 
@@ -219,9 +220,9 @@ def test_a_server_that_stays_committing_after_a_failed_commit_is_caught() -> Non
 def test_a_server_that_releases_a_completed_result_on_retire_is_caught() -> None:
     result = _check_broken("agent", ReleaseOnRetireHost, examples=150, seed=4)
     assert not result.ok and result.violation is not None
-    # caught alone (S17) or racing a prepare (no order explains a tombstoned result)
-    rule = result.violation.rule
-    assert "S17" in rule or rule.startswith("M2 (linearizability)"), result.report()
+    # caught alone or racing a prepare: S17 either way (every order expects the retire held)
+    assert "S17" in result.violation.rule, result.report()
+    assert result.violation.rule_id == "retire_completed"
     last = result.violation.steps[-1]
     assert last.exchange.path.endswith("/retire")
     assert last.expected is not None and last.expected["outcome"] == "completed_unacknowledged"
@@ -230,7 +231,7 @@ def test_a_server_that_releases_a_completed_result_on_retire_is_caught() -> None
     # begin, finish (maybe a boundary between: `execution_lifecycle` reports one), then the
     # retire, alone or raced against a prepare
     assert ops[-1] == "retire" and ops.index("begin") < ops.index("finish"), result.report()
-    assert len(_printed_requests(result)) <= 5, result.report()
+    assert len(_printed_requests(result)) <= 6, result.report()  # a race adds its requests
 
 
 def test_a_server_that_fails_commits_correctly_conforms() -> None:
@@ -387,12 +388,14 @@ def test_the_pytest_fixture_fails_the_test_with_the_sequence(
 def test_a_server_that_refuses_a_whole_ack_batch_is_caught() -> None:
     result = _check_broken("agent", WholeBatchAckHost, examples=100, seed=2)
     assert not result.ok and result.violation is not None, result.report()
-    last = result.violation.steps[-1]
-    assert last.exchange.path.endswith("/ack") and last.exchange.status == 409
+    last = result.violation.failing_step
+    assert last is not None and last.exchange.path.endswith("/ack"), result.report()
+    assert last.exchange.status == 409
     assert last.expected is not None and last.expected["http"] == 200
-    # caught alone, or racing a prepare (no order explains the refused batch)
-    rule = result.violation.rule
-    assert "unknown receipt is listed in `unknown`" in rule or rule.startswith("M2 (lineariz")
+    # caught alone, or inside a race where every order expects the same of the ACK: its own
+    # rule either way (issue 25: a sequential difference inside a race is labelled sequential)
+    assert "unknown receipt is listed in `unknown`" in result.violation.rule, result.report()
+    assert result.violation.rule_id == "ack"
     assert len(_sent_requests(result)) <= 6, result.report()
 
 
@@ -428,6 +431,7 @@ def _check_with_hooks(
     """The default run of `quiesce conform` (100 examples) on a fresh participant per
     example (the reset hook), restarting it now and then if `restart`."""
     config = {"name": f"{role}-h", "role": role}
+    options.setdefault("max_failures", 1)  # these tests judge the first failure only
     with LocalServer.start(config, token=TOKEN, host_class=host_class) as server:
         return check_conformance(
             server.url,
@@ -448,9 +452,14 @@ def test_a_prepare_overtaken_by_a_resume_that_sticks_the_fence_is_caught() -> No
     result = _check_with_hooks("policy", StuckAfterOvertakenPrepareHost, examples=100, seed=1)
     assert not result.ok and result.violation is not None, result.report()
     assert result.violation.rule.startswith("M2 (linearizability)"), result.report()
-    assert "fence: expected 'idle', got 'preparing'" in result.violation.differences
-    assert _sent(result)[-2:] == ["prepare", "resume"], result.report()
-    assert "raced: request 2 of 2" in result.report()
+    # seen in the state read after (fence preparing), or in the next checkpoint's prepare
+    # that the wedged fence refuses (generated shapes send one after the resume)
+    wedged = "fence: expected 'idle', got 'preparing'" in result.violation.differences
+    refused = "code: expected None, got 'invalid_phase'" in result.violation.differences
+    assert wedged or refused, result.report()
+    sent = _sent(result)
+    assert sent[sent.index("prepare") + 1] == "resume", result.report()
+    assert "raced: request 2 of " in result.report()
     assert len(_sent_requests(result)) <= 6, result.report()
 
 

@@ -4,6 +4,8 @@ when given as a factory, and reported unshrunk (with the reason) when given as o
 
 from __future__ import annotations
 
+import copy
+import secrets
 from typing import Any
 
 import pytest
@@ -30,6 +32,28 @@ class HostParticipant(Participant):
         self.name = f"{role}-in-process"
         config = {"name": self.name, "role": role}
         self.host = host_class.start(config, clock=RealClock(), journal=MemoryJournal())
+
+    def recovered(self) -> HostParticipant:
+        """Kill this participant (calls in flight on it fail) and return the one recovered
+        from its journal under a new incarnation (§6): a restart hook of `check_participant`."""
+        journal = self.host.journal
+        self.host.crash()
+        again = copy.copy(self)
+        if journal.load() is None:  # nothing journaled yet: it starts afresh
+            again.host = type(self.host).start(self.host.config, clock=RealClock(), journal=journal)
+        else:
+            incarnation = f"inc-{secrets.token_hex(8)}"
+            again.host = type(self.host).recover(journal, incarnation, clock=RealClock())
+        return again
+
+    def amnesiac(self) -> HostParticipant:
+        """BROKEN (§6): a restart that loses the journal (a fresh participant)."""
+        self.host.crash()
+        again = copy.copy(self)
+        again.host = type(self.host).start(
+            self.host.config, clock=RealClock(), journal=MemoryJournal()
+        )
+        return again
 
     async def send(
         self, op: ParticipantOp, request: Message | None, deadline_at: float | None
@@ -104,3 +128,43 @@ def test_something_that_is_not_a_participant_is_refused() -> None:
         check_participant("http://127.0.0.1:1", "policy")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="returned a str, not a Participant"):
         check_participant(lambda: "http://127.0.0.1:1", "policy", examples=1)  # type: ignore[arg-type,return-value]
+
+
+@pytest.mark.parametrize("role", ["agent", "policy"])
+def test_the_reference_in_process_conforms_across_restarts(role: str) -> None:
+    result = check_participant(
+        lambda: HostParticipant(role),
+        role,
+        examples=25,
+        seed=3,
+        restart=HostParticipant.recovered,
+    )
+    assert result.ok, result.report()
+    assert result.restarts > 0
+
+
+def test_an_in_process_restart_that_loses_the_journal_is_caught() -> None:
+    result = check_participant(
+        lambda: HostParticipant("policy"),
+        "policy",
+        examples=50,
+        seed=1,
+        restart=HostParticipant.amnesiac,
+    )
+    assert not result.ok and result.violation is not None
+    assert result.violation.rule_id == "durability", result.report()
+    assert result.violation.rule.startswith("§6: what was replied before a crash")
+    assert result.restarts > 0
+
+
+def test_a_restart_hook_that_returns_no_participant_is_a_setup_error() -> None:
+    from quiesce.testing import ConformanceSetupError
+
+    with pytest.raises(ConformanceSetupError, match="returned a NoneType, not a Participant"):
+        check_participant(
+            lambda: HostParticipant("policy"),
+            "policy",
+            examples=30,
+            seed=1,
+            restart=lambda old: None,  # type: ignore[arg-type,return-value]
+        )

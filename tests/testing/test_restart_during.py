@@ -16,8 +16,10 @@ from quiesce.protocol.participant import (
     journal_of,
     new_participant,
 )
+from quiesce.protocol.wire import Role
 from quiesce.testing import DEADLINE_AT, LocalServer, WireClient, check_conformance
-from quiesce.testing._race import RACES, recoveries
+from quiesce.testing._race import recoveries
+from quiesce.testing._shapes import race_shapes
 
 TOKEN = "during-tok-81c2"
 
@@ -125,8 +127,8 @@ def test_a_request_the_restarted_participant_answers_is_judged_on_the_recovered_
 
 
 def test_retire_and_ack_race_a_long_polling_prepare() -> None:
-    raced = {op for shape in RACES for op, _ in shape}
-    assert {"retire", "ack"} <= raced
+    raced = {op for shape in race_shapes(Role.AGENT, True) for op, _ in shape.requests}
+    assert {"retire", "ack", "boundary", "finish", "discard", "restore"} <= raced
     config = {"name": "agent-r", "role": "agent"}
     with LocalServer.start(config, token=TOKEN) as server:
         result = check_conformance(
