@@ -30,6 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from quiesce.protocol import group_of
 from quiesce.protocol.controller import Ledger, UnknownGroup
 from quiesce.protocol.machines import AttemptState, ExecState, GroupState
 
@@ -88,7 +89,7 @@ class HeldExecution:
     @property
     def group(self) -> str:
         """The prompt group the execution belongs to."""
-        return self.rollout_id.rpartition("/")[0]
+        return group_of(self.rollout_id)
 
     def __str__(self) -> str:
         return f"{self.agent} holds {self.rollout_id}#{self.attempt} ({self.state.value})"

@@ -37,7 +37,7 @@ from quiesce.protocol._errors import (
     UnknownExecution,
     UnsupportedOperation,
 )
-from quiesce.protocol._ids import InvalidOpId, OpId
+from quiesce.protocol._ids import InvalidOpId, OpId, group_of, rollout_id
 from quiesce.protocol._levels import OverrideRefines, RecoveryLevel
 from quiesce.protocol.controller import (
     ControllerEffect,
@@ -122,11 +122,13 @@ __all__ = [
     "controller",
     "from_journal",
     "get_table",
+    "group_of",
     "handle",
     "journal_of",
     "machines",
     "new_participant",
     "participant",
+    "rollout_id",
     "validate_discovery",
     "wire",
 ]

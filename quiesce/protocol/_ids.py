@@ -1,4 +1,5 @@
-"""Ordered operation ids: `ck-{epoch}-{seq}-step{N}` for checkpoints, `rs-…` for restores.
+"""Ordered operation ids: `ck-{epoch}-{seq}-step{N}` for checkpoints, `rs-…` for restores;
+rollout ids: `{group_id}/{sibling}`.
 
 Ids order by `(epoch, seq)`: `epoch` grows at every controller start (persisted) and `seq`
 with every attempt, checkpoint or restore alike, so one counter orders both kinds. Because
@@ -16,7 +17,7 @@ from pydantic import BeforeValidator, PlainSerializer
 
 from quiesce.fsm import QuiesceError
 
-__all__ = ["InvalidOpId", "OpId", "OpIdField", "OpKind"]
+__all__ = ["InvalidOpId", "OpId", "OpIdField", "OpKind", "group_of", "rollout_id"]
 
 OpKind = Literal["ck", "rs"]
 # No leading zeros: each id has exactly one spelling, so text equality is id equality.
@@ -65,3 +66,21 @@ class OpId:
 
 OpIdField = Annotated[OpId, BeforeValidator(OpId.parse), PlainSerializer(str, return_type=str)]
 """An `OpId` inside a pydantic model: parsed from and serialised to its text form."""
+
+
+def rollout_id(group_id: str, sibling: int) -> str:
+    """A sibling's rollout id, the same for every attempt of it.
+
+    >>> rollout_id("g-3", 1)
+    'g-3/1'
+    """
+    return f"{group_id}/{sibling}"
+
+
+def group_of(rollout: str) -> str:
+    """The prompt group of a rollout id (the text before its last `/`).
+
+    >>> group_of("g-3/1")
+    'g-3'
+    """
+    return rollout.rpartition("/")[0]

@@ -37,7 +37,7 @@ from quiesce.models.oracles import (
     released_by_ack,
     stop_earned,
 )
-from quiesce.protocol import OpId
+from quiesce.protocol import OpId, group_of, rollout_id
 from quiesce.protocol.controller import (
     PHASE_OPS,
     Call,
@@ -248,9 +248,9 @@ class Judge:
             if reruns <= reruns_then:
                 notes.flag("I2", f"sealed {rollout}#{done_attempt} run again as #{attempt}")
         if self.cast.params.group_scored and attempt > 0:
-            group = rollout.rpartition("/")[0]
+            group = group_of(rollout)
             together = {e.rollout_id for e in effects if isinstance(e, Dispatch)}
-            siblings = {f"{group}/{s}" for s in range(self.cast.params.siblings)}
+            siblings = {rollout_id(group, s) for s in range(self.cast.params.siblings)}
             if not siblings <= together:
                 notes.flag("I2", f"group-scored sibling {rollout} retried alone")
 

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from quiesce.models.implementation._state import GROUP, ProtocolParams, PState
+from quiesce.protocol import rollout_id
 from quiesce.protocol.participant import receipt_for
 
 __all__ = ["canonical_key"]
@@ -47,7 +48,7 @@ class _Renamer:
 
     def __init__(self, group: str, perm: tuple[int, ...], attempts: int) -> None:
         self.perm = perm
-        self.rollouts = {f"{group}/{i}": f"{group}/{j}" for i, j in enumerate(perm)}
+        self.rollouts = {rollout_id(group, i): rollout_id(group, j) for i, j in enumerate(perm)}
         self.receipts = {
             receipt_for(old, a, "{}"): receipt_for(new, a, "{}")
             for old, new in self.rollouts.items()

@@ -24,6 +24,7 @@ from quiesce.models.projection import (
     project_table,
     split_instance,
 )
+from quiesce.protocol import rollout_id
 from quiesce.protocol.controller import Op
 from quiesce.protocol.wire import ErrorReply, Message
 
@@ -195,7 +196,7 @@ def _view_fence(cast: Cast, state: PState, target: str) -> str | None:
 
 def _view_execution(cast: Cast, state: PState, target: str) -> str | None:
     group, sibling, attempt = execution_key(target)
-    rollout = f"{group}/{sibling}"
+    rollout = rollout_id(group, sibling)
     key = (rollout, attempt)
     for agent in cast.agents:
         participant = state.system.participant(agent)

@@ -44,7 +44,7 @@ from typing import Any
 
 from quiesce.fsm import Effect
 from quiesce.protocol._causes import Cause, cause_of_refusal
-from quiesce.protocol._ids import OpId
+from quiesce.protocol._ids import OpId, group_of
 from quiesce.protocol._messages import AckReply, ErrorReply, Receipt, RetireReply
 from quiesce.protocol._timers import ArmTimer, TimerKey, TimerKind
 from quiesce.protocol.controller._effects import Call, Metric, Op
@@ -78,7 +78,7 @@ def background_timer(key: BackgroundKey) -> TimerKey:
 def agent_of(ledger: Ledger, rollout_id: str) -> str | None:
     """The agent that runs `rollout_id`'s group (None: the ledger has no such group)."""
     try:
-        return ledger.group(rollout_id.rpartition("/")[0]).environment
+        return ledger.group(group_of(rollout_id)).environment
     except UnknownGroup:
         return None
 

@@ -53,6 +53,7 @@ from typing import Any, Protocol
 
 from quiesce.fsm import TransitionNotAllowed, Value
 from quiesce.protocol._errors import LocalProtocolError
+from quiesce.protocol._ids import rollout_id
 from quiesce.protocol.machines import (
     DONE_ATTEMPT_STATES,
     LIVE_ATTEMPT_STATES,
@@ -143,7 +144,7 @@ class AttemptRecord:
     @property
     def rollout_id(self) -> str:
         """`f"{group_id}/{sibling}"`, the same for every attempt of this sibling."""
-        return f"{self.group_id}/{self.sibling}"
+        return rollout_id(self.group_id, self.sibling)
 
     @property
     def key(self) -> AttemptKey:
@@ -187,11 +188,6 @@ class LedgerCounters:
     late_completions_dropped: int = 0  # completions of failed/abandoned attempts, ACKed
 
 
-def _split_key(rollout_id: str) -> tuple[str, int]:
-    group_id, _, sibling = rollout_id.rpartition("/")
-    return group_id, int(sibling)
-
-
 @dataclass(frozen=True, slots=True)
 class Ledger:
     """Every prompt group and rollout attempt of a run, by order of creation.
@@ -232,7 +228,7 @@ class Ledger:
             if record.group_id == group_id and record.sibling == sibling:
                 return record
         self.group(group_id)  # an unknown group is named as such
-        raise UnknownAttempt(f"{group_id}/{sibling}", 0)
+        raise UnknownAttempt(rollout_id(group_id, sibling), 0)
 
     def siblings(self, group_id: str) -> tuple[AttemptRecord, ...]:
         """The newest attempt of every sibling of the current generation, by sibling."""

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from quiesce.fsm import TransitionNotAllowed
 from quiesce.protocol._errors import LocalProtocolError
+from quiesce.protocol._ids import group_of
 from quiesce.protocol._levels import RecoveryLevel
 from quiesce.protocol._messages import Receipt
 from quiesce.protocol.controller._background import agent_of
@@ -103,7 +104,7 @@ class Rollouts:
             )
             return
         self.h.state = replace(self.h.state, ledger=ledger, mutated=True)
-        group_id = event.rollout_id.rpartition("/")[0]
+        group_id = group_of(event.rollout_id)
         if ledger.group(group_id).state is GroupState.READY_TO_FINALIZE:
             self.h.stop_deadline(group_id)
         # The background ACK drain; the strict flush of the next attempt backs it up (S8).
@@ -150,7 +151,7 @@ class Rollouts:
         except _REFUSED as error:
             self.h.log("failure_ignored", rollout=event.rollout_id, error=str(error))
             return
-        group_id = event.rollout_id.rpartition("/")[0]
+        group_id = group_of(event.rollout_id)
         refused = self.h.state.refused_groups
         self.h.state = replace(
             self.h.state, ledger=ledger, mutated=True, refused_groups=refused | {group_id}
