@@ -85,7 +85,6 @@ from quiesce.protocol.controller import (
     Ledger,
     Log,
     Metric,
-    Op,
     OpenAdmission,
     Outcome,
     Publish,
@@ -95,7 +94,6 @@ from quiesce.protocol.controller import (
     RestoreCut,
     RestoreMetrics,
     RestoreOutcome,
-    RestoreTarget,
     RewindToAnchor,
     RolloutCompleted,
     RolloutFailed,
@@ -106,17 +104,12 @@ from quiesce.protocol.controller import (
 from quiesce.protocol.machines import CheckpointState
 from quiesce.protocol.participant import ParticipantOp
 from quiesce.protocol.wire import (
-    AckRequest,
     BeginRequest,
     Capabilities,
-    ControlRequest,
-    DiscardRequest,
     ErrorReply,
     Message,
     PrepareReply,
     Receipt,
-    RestoreRequest,
-    RetireRequest,
     Role,
 )
 
@@ -621,7 +614,12 @@ class Driver:
             )
 
     def _request(self, call: Call) -> Message:
-        return _wire_request(call, self._store_effects.artifact)
+        return call.request(self._artifact_text)
+
+    def _artifact_text(self, snapshot_id: OpId, participant: str) -> str:
+        """A stored artifact as a restore request carries it (base64)."""
+        data = self._store_effects.artifact(snapshot_id, participant)
+        return base64.b64encode(data).decode("ascii")
 
     async def send(
         self, participant: str, op: ParticipantOp, request: Message | None, deadline_at: float
@@ -861,33 +859,3 @@ def _input_fields(event: ControllerInput) -> dict[str, Any]:
     if isinstance(cause, Cause):
         fields["cause"] = cause.value
     return fields
-
-
-def _wire_request(call: Call, artifact: Callable[[OpId, str], bytes]) -> Message:
-    """The wire request of a coordinator call (`artifact(snapshot_id, participant)` loads
-    a restore's artifact)."""
-    if call.op is Op.RESTORE and isinstance(call.payload, RestoreTarget) and call.op_id:
-        target = call.payload
-        data = artifact(target.snapshot_id, call.participant)
-        return RestoreRequest(
-            op_id=call.op_id,
-            deadline_at=call.deadline_at,
-            snapshot_id=target.snapshot_id,
-            artifact=base64.b64encode(data).decode("ascii"),
-            expected_digest=target.digest,
-        )
-    if call.op is Op.DISCARD and call.op_id is not None:
-        rollout_id, attempt = call.payload
-        return DiscardRequest(op_id=call.op_id, rollout_id=rollout_id, attempt=attempt)
-    if call.op is Op.ACK:
-        receipts = tuple(
-            Receipt(rollout_id=o.rollout_id, attempt=o.attempt, receipt=o.receipt)
-            for o in call.payload
-        )
-        return AckRequest(receipts=receipts)
-    if call.op is Op.RETIRE:
-        rollout_id, attempt = call.payload
-        return RetireRequest(rollout_id=rollout_id, attempt=attempt)
-    if call.op_id is None:
-        raise DriverError(f"{call.op.value} to {call.participant!r} carries no op id")
-    return ControlRequest(op_id=call.op_id, deadline_at=call.deadline_at)

@@ -40,6 +40,7 @@ these very actions.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -75,7 +76,6 @@ from quiesce.protocol.controller import (
     Quarantine,
     Recovered,
     Reply,
-    RestoreTarget,
     RolloutCompleted,
     RolloutFailed,
     SnapshotCandidate,
@@ -104,20 +104,14 @@ from quiesce.protocol.participant import (
     journal_of,
 )
 from quiesce.protocol.wire import (
-    AckRequest,
     BeginRequest,
     BoundaryRequest,
     Capabilities,
-    ControlRequest,
-    DiscardRequest,
     ErrorReply,
     ExecutionReply,
     FinishRequest,
     Message,
-    Receipt,
     RestoreReply,
-    RestoreRequest,
-    RetireRequest,
 )
 
 __all__ = ["WRONG_DIGEST", "InFlight", "Snapshot", "Store", "System", "SystemState"]
@@ -581,7 +575,7 @@ class System:
         """The wire request of `call` (a restore's carries its artifact from `store`)."""
         # Only a restore's request reads the store.
         parts = (call, store) if call.op is Op.RESTORE else (call,)
-        return self._made(parts, lambda: _request(call, store))
+        return self._made(parts, lambda: call.request(functools.partial(_artifact, store)))
 
     def _feed(
         self, state: SystemState, events: Iterable[ControllerInput]
@@ -746,28 +740,7 @@ def _load(store: Store, snapshot_id: OpId) -> SnapshotLoaded | SnapshotLoadFaile
     return SnapshotLoaded(snapshot_id, snapshot.digests, snapshot.ledger)
 
 
-def _request(call: Call, store: Store) -> Any:
-    """The wire request of a controller call (a restore carries the stored artifact)."""
-    if call.op is Op.ACK:
-        receipts = tuple(
-            Receipt(rollout_id=o.rollout_id, attempt=o.attempt, receipt=o.receipt)
-            for o in call.payload
-        )
-        return AckRequest(receipts=receipts)
-    if call.op is Op.RETIRE:
-        rollout_id, attempt = call.payload
-        return RetireRequest(rollout_id=rollout_id, attempt=attempt)
-    if call.op is Op.DISCARD:
-        rollout_id, attempt = call.payload
-        return DiscardRequest(op_id=call.op_id, rollout_id=rollout_id, attempt=attempt)
-    if call.op is Op.RESTORE and isinstance(call.payload, RestoreTarget):
-        target = call.payload
-        snapshot = store.contents(target.snapshot_id)
-        return RestoreRequest(
-            op_id=call.op_id,
-            deadline_at=call.deadline_at,
-            snapshot_id=target.snapshot_id,
-            artifact="" if snapshot is None else snapshot.artifact(call.participant),
-            expected_digest=target.digest,
-        )
-    return ControlRequest(op_id=call.op_id, deadline_at=call.deadline_at)
+def _artifact(store: Store, snapshot_id: Any, participant: str) -> str:
+    """A stored snapshot's artifact of `participant` ("" once the snapshot is gone)."""
+    snapshot = store.contents(snapshot_id)
+    return "" if snapshot is None else snapshot.artifact(participant)

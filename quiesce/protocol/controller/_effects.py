@@ -33,11 +33,22 @@ snapshot and sends it with the committed digest), `Call(p, DISCARD, R, deadline,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
 
+from quiesce.protocol._errors import LocalProtocolError
 from quiesce.protocol._ids import OpId
+from quiesce.protocol._messages import (
+    AckRequest,
+    ControlRequest,
+    DiscardRequest,
+    Message,
+    Receipt,
+    RestoreRequest,
+    RetireRequest,
+)
 from quiesce.protocol._timers import ArmTimer, CancelTimer
 from quiesce.protocol.machines import Holder, ResumeDeadlines, SuspendDeadlines
 
@@ -112,6 +123,36 @@ class Call:
     op_id: OpId | None
     deadline_at: float
     payload: Any = None
+
+    def request(self, artifact: Callable[[OpId, str], str]) -> Message:
+        """This call's wire request. `artifact(snapshot_id, participant)` is a restore's
+        artifact as the wire carries it (base64 text), read only for a RESTORE; a fence
+        operation without an op id is this side's bug (`LocalProtocolError`)."""
+        if self.op is Op.ACK:
+            return AckRequest(
+                receipts=tuple(
+                    Receipt(rollout_id=o.rollout_id, attempt=o.attempt, receipt=o.receipt)
+                    for o in self.payload
+                )
+            )
+        if self.op is Op.RETIRE:
+            rollout_id, attempt = self.payload
+            return RetireRequest(rollout_id=rollout_id, attempt=attempt)
+        if self.op_id is None:
+            raise LocalProtocolError(f"{self.op.value} to {self.participant!r} carries no op id")
+        if self.op is Op.DISCARD:
+            rollout_id, attempt = self.payload
+            return DiscardRequest(op_id=self.op_id, rollout_id=rollout_id, attempt=attempt)
+        if self.op is Op.RESTORE and isinstance(self.payload, RestoreTarget):
+            target = self.payload
+            return RestoreRequest(
+                op_id=self.op_id,
+                deadline_at=self.deadline_at,
+                snapshot_id=target.snapshot_id,
+                artifact=artifact(target.snapshot_id, self.participant),
+                expected_digest=target.digest,
+            )
+        return ControlRequest(op_id=self.op_id, deadline_at=self.deadline_at)
 
 
 @dataclass(frozen=True, slots=True)
