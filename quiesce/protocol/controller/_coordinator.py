@@ -36,7 +36,6 @@ Public API:
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
@@ -98,6 +97,7 @@ from quiesce.protocol.controller._phase_runner import PhaseRunner, prepare_retry
 from quiesce.protocol.controller._policy import CoordinatorPolicy
 from quiesce.protocol.controller._restore_flow import RestoreFlow
 from quiesce.protocol.controller._rollouts import Rollouts
+from quiesce.protocol.controller._run_to_completion import RunToCompletion
 from quiesce.protocol.controller._state import (
     ControllerState,
     Fleet,
@@ -202,8 +202,7 @@ class _Run:
         self.now = now
         self.effects: list[ControllerEffect] = []
         self.intent_cleared = False
-        self._queue: deque[tuple[CheckpointInput, Any]] = deque()
-        self._draining = False
+        self._events = RunToCompletion[CheckpointInput](self._fire_one)
         # The attempt a row just finished (M1 data no longer holds it in idle).
         self._last: Attempt | None = state.attempt
         self.phases = PhaseRunner(self, AttemptCalls(self))
@@ -246,15 +245,7 @@ class _Run:
 
     def fire(self, event: CheckpointInput, arg: Any = None) -> None:
         """Feed M1; its named work runs in row order (queued if fired from inside work)."""
-        self._queue.append((event, arg))
-        if self._draining:
-            return
-        self._draining = True
-        try:
-            while self._queue:
-                self._fire_one(*self._queue.popleft())
-        finally:
-            self._draining = False
+        self._events.fire(event, arg)
 
     def _fire_one(self, event: CheckpointInput, arg: Any) -> None:
         before = self.state.checkpoint

@@ -49,7 +49,6 @@ are queued as new work, dispatched after every unfinished group.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from types import MappingProxyType
@@ -99,6 +98,7 @@ from quiesce.protocol.controller._restore_plan import (
     plan_redispatch,
     select_snapshot,
 )
+from quiesce.protocol.controller._run_to_completion import RunToCompletion
 from quiesce.protocol.controller._state import RestoreRun, restore_active
 from quiesce.protocol.machines import (
     CallData,
@@ -152,8 +152,7 @@ class RestoreFlow:
     def __init__(self, host: StepHost) -> None:
         self.h = host
         self.phases = PhaseRunner(host, self)
-        self._queue: deque[tuple[RestoreInput, Any]] = deque()
-        self._draining = False
+        self._events = RunToCompletion[RestoreInput](self._fire_one)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -180,15 +179,7 @@ class RestoreFlow:
 
     def fire(self, event: RestoreInput, arg: Any = None) -> None:
         """Feed M9; its named work runs in row order (queued if fired from inside work)."""
-        self._queue.append((event, arg))
-        if self._draining:
-            return
-        self._draining = True
-        try:
-            while self._queue:
-                self._fire_one(*self._queue.popleft())
-        finally:
-            self._draining = False
+        self._events.fire(event, arg)
 
     def _fire_one(self, event: RestoreInput, arg: Any) -> None:
         before = self.value
