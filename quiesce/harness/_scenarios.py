@@ -12,7 +12,7 @@ The kinds (`ScenarioFault`), each drawn from the seed (its own `random.Random`, 
 clock's draws, and every run without `--inject`, stay as they were):
 - `conflict` (S5): at the run's first checkpoint attempt, a prepare from a controller of an
   earlier epoch (an id below every id this controller mints, above every id the
-  participant retired) fences one participant; the controller's prepare meets
+  participant retired) fences one policy server; the controller's prepare meets
   `checkpoint_conflict` and must abort that id first;
 - `preparing-intent-crash` (S18): the controller crashes once a prepare of a checkpoint at
   or after the crash step was answered, its intent record saying `preparing`; the next
@@ -186,6 +186,11 @@ class ScenarioWatch(FenceLogSink):
         self.restarts = 0
         self._tamper_armed = False
         self.tampered: set[str] = set()
+        # Scenario faults played so far (faults, for the I9 rule "no fault, nothing
+        # untrained"); a tampered restore reply counts when it is sent.
+        self.injected = 0
+        # Snapshots found unverifiable right after their publication (I8).
+        self.unverified: list[str] = []
 
     def injects(self, fault: ScenarioFault) -> bool:
         return fault in self.faults
@@ -206,17 +211,19 @@ class ScenarioWatch(FenceLogSink):
             return False
         self._tamper_armed = False
         self.tampered.add(str(snapshot_id))
+        self.injected += 1
         return True
 
     def violations(self, restores: list[RestoreReport]) -> list[str]:
-        """The oracle's own S16 check: no restore ends on a snapshot whose restore reply
-        reported a digest other than the committed one."""
+        """The oracle's own checks: no restore ends on a snapshot whose restore reply
+        reported a digest other than the committed one (S16), and every snapshot verified
+        right after its publication (I8)."""
         return [
             f"restored from snapshot {r.snapshot_id} although a participant reported a digest "
             "that differs from the committed one (S16)"
             for r in restores
             if r.kind == "snapshot" and r.snapshot_id in self.tampered
-        ]
+        ] + [f"{finding} (I8)" for finding in self.unverified]
 
     # ------------------------------------------------------------------ detectors
 

@@ -127,6 +127,8 @@ from quiesce.protocol.controller import (
     GroupRecord,
     GroupTrained,
     Ledger,
+    LocalDone,
+    LocalOp,
     Metric,
     OptimizerStepBegin,
     OptimizerStepEnd,
@@ -861,6 +863,13 @@ class _Run(_World):
         if watch is None:
             return
         watch.observe(event, effects, state)
+        if isinstance(event, LocalDone) and event.op is LocalOp.PUBLISH:
+            # I8 at the moment of publication (a pruned snapshot is gone by the end).
+            name = str(event.checkpoint_id)
+            try:
+                self.store.verify(name)
+            except Exception as error:  # any failure to verify is the finding
+                watch.unverified.append(f"snapshot {name} published but does not verify: {error}")
         driver = self.driver
         if driver is None or not driver.alive:
             return
@@ -876,6 +885,7 @@ class _Run(_World):
                     staging = self.store.staging_dir / str(effect.checkpoint_id)
                     if corrupt_one_staged_artifact(staging, watch.rng) is not None:
                         self.corruption_pending = False
+                        watch.injected += 1
         if (
             self.intent_crash_pending
             and self.crash_step is not None
@@ -887,6 +897,7 @@ class _Run(_World):
             # A participant is fenced to the attempt's id, and the intent record says
             # `preparing`: the controller dies here (S18).
             self.intent_crash_pending = False
+            watch.injected += 1
             self.crash_now()
 
     def defer_crash(self) -> bool:
@@ -894,14 +905,20 @@ class _Run(_World):
             return False
         # One more snapshot at the same trainer step first: a periodic trigger now.
         self.duplicate_pending = False
+        if self.watch is not None:
+            self.watch.injected += 1
         self.driver.submit(PeriodElapsed())
         return True
 
     def _fence_by_a_ghost(self, state: ControllerState) -> None:
-        """`conflict`: a prepare from a controller of an earlier epoch fences one
-        participant (resources first: prepared last, so the ghost is there first)."""
-        targets = self.fleet.names(Role.RESOURCES) or self.fleet.names(Role.AGENT)
+        """`conflict`: a prepare from a controller of an earlier epoch fences one policy
+        server, the role prepared first. (A resources server fenced so holds the agents'
+        tool calls: the agents are never ready, the attempt fails before it asks resources,
+        and the conflict is never seen -- a stall beyond §7 S5, whose fenced participant was
+        one the controller had attempted.)"""
+        targets = self.fleet.names(Role.POLICY)
         assert self.watch is not None
+        self.watch.injected += 1
         name = targets[self.watch.rng.randrange(len(targets))]
         ghost = OpId(state.epoch - 1, 1_000_000, state.trainer_step)
         request = ControlRequest(op_id=ghost, deadline_at=self.clock.now() + 3600.0)
@@ -989,7 +1006,10 @@ class _Run(_World):
             held=held,
             ended_early=self._ended_early(),
         )
-        violations.extend(progress_violations(untrained, faults=faults_injected > 0))
+        scenario_faults = 0 if self.watch is None else self.watch.injected
+        violations.extend(
+            progress_violations(untrained, faults=faults_injected + scenario_faults > 0)
+        )
         if self.watch is not None:
             violations.extend(self.watch.violations(self.tally.restores))
         refinement = self._refinement()
