@@ -5,6 +5,9 @@ progress bar per training step (stderr) and a summary table (stdout), then why t
 controller stopped and which prompt groups ended untrained, if any; `--json` prints the one
 result document instead (`verdict`, `stop`, `untrained` included). `--report FILE` also
 writes the run as one self-contained HTML page (`quiesce.harness.render_report`).
+`--inject KIND` (repeatable) plays an opt-in scenario fault (`ScenarioFault`); `--coverage`
+adds which §7 scenarios the run reached and which controller table rows fired (a
+`coverage` key in the JSON; without `--coverage` the document is as it always was).
 
 Exit codes (`EXIT_CODES`):
 - 0: the run finished and every invariant held;
@@ -36,8 +39,11 @@ from quiesce.cli._signals import Stopped, stop_requested, stopped_in
 from quiesce.cli._values import FiniteFloatRange
 from quiesce.fsm import QuiesceError
 from quiesce.harness import (
+    FAILURE_SCENARIOS,
     LATENCY_PROFILES,
+    NOT_SIMULATED,
     RunRecorder,
+    ScenarioFault,
     SimulationConfig,
     SimulationResult,
     write_report,
@@ -151,6 +157,26 @@ def _explanations(result: SimulationResult, steps: int, crash_at_step: int | Non
         lines.append(f"untrained {group.group} ({group.kind}): {group.reason}")
     if result.untrained.count > _LISTED:
         lines.append(f"... and {result.untrained.count - _LISTED} more untrained groups (--json)")
+    return lines
+
+
+def _coverage_lines(result: SimulationResult) -> list[str]:
+    """What `--coverage` prints: each §7 scenario reached (with what happened), the rest,
+    and the rows fired per controller table."""
+    coverage = result.coverage
+    if coverage is None:
+        return []
+    lines = [f"scenario {s}: {coverage.evidence[s]}" for s in coverage.scenarios]
+    missed = [s for s in FAILURE_SCENARIOS if s not in coverage.evidence]
+    lines.append(
+        f"scenarios reached: {len(coverage.scenarios)} of {len(FAILURE_SCENARIOS)}"
+        + (f"; not reached: {' '.join(missed)}" if missed else "")
+    )
+    never = [s for s in missed if s in NOT_SIMULATED]
+    if never:
+        lines.append(f"never simulated: {' '.join(never)} (see quiesce.harness.NOT_SIMULATED)")
+    for table, rows in coverage.rows.items():
+        lines.append(f"rows fired in {table}: {len(rows)} ({' '.join(map(str, rows))})")
     return lines
 
 
@@ -291,6 +317,22 @@ def _one_line(error: ValidationError) -> str:
     show_default=True,
     help="--no-checkpointing: the same training with no checkpoint trigger at all.",
 )
+@click.option(
+    "--inject",
+    type=click.Choice([kind.value for kind in ScenarioFault]),
+    multiple=True,
+    help="Play an opt-in scenario fault, once, deterministically from the seed (repeatable): "
+    "conflict (S5), preparing-intent-crash (S18), restore-digest-mismatch (S16), "
+    "duplicate-snapshot (two snapshots match the anchor), staging-corruption (a staged "
+    "artifact corrupted before publication). The last three restart the controller at "
+    "mid-run unless --crash-at-step says when.",
+)
+@click.option(
+    "--coverage",
+    is_flag=True,
+    help="Report which PROTOCOL.md §7 scenarios the run reached (with what happened) and "
+    "which controller table rows fired; --json gets a coverage key.",
+)
 @log_level_option("error")
 @json_option
 def simulate(
@@ -313,6 +355,8 @@ def simulate(
     report: Path | None,
     latency: str,
     checkpointing: bool,
+    inject: tuple[str, ...],
+    coverage: bool,
     log_level: str,
     as_json: bool,
 ) -> None:
@@ -360,6 +404,8 @@ def simulate(
             fence_log=fence_log,
             latency=latency,
             checkpointing=checkpointing,
+            inject=tuple(dict.fromkeys(inject)),
+            coverage=coverage,
         )
     except ValidationError as error:
         fail(_one_line(error))
@@ -428,11 +474,14 @@ def simulate(
             fail(f"--report {report}: cannot be written ({error.strerror})")
         click.echo(f"report: {report}", err=True)
     if as_json:
-        print_json(result.model_dump(mode="json"))
+        # Without --coverage the document is exactly what it always was.
+        print_json(result.model_dump(mode="json", exclude=None if coverage else {"coverage"}))
     else:
         Console().print(_summary(result, crash_at_step))
         for explanation in _explanations(result, steps, crash_at_step):
             click.echo(explanation)
+        for line in _coverage_lines(result):
+            click.echo(line)
         for violation in result.violations:
             click.echo(f"violation: {violation}", err=True)
     raise SystemExit(EXIT_CODES[result.verdict])

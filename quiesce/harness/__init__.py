@@ -10,6 +10,10 @@ and SIGKILLs them. Both are thin: every protocol decision is the coordinator's, 
 the adapters'. `RunRecorder` records a simulated run's timeline, `ChaosRecorder` a chaos run's (from
 its processes' event lines and fence logs), and `render_report` draws either as one
 self-contained HTML page (`quiesce simulate --report`, `quiesce chaos --report`).
+`ScenarioFault` names the opt-in faults that put a simulated run into a §7 scenario the
+random call faults never produce (`inject=`); `coverage=True` reports the §7 scenarios a
+run reached and the controller table rows that fired (`RunCoverage`; `FAILURE_SCENARIOS`, and
+`NOT_SIMULATED` for the ones a simulated world cannot produce, with why).
 """
 
 import importlib
@@ -19,6 +23,7 @@ from quiesce.harness._latency import LATENCY_PROFILES, LatencyProfile, UnknownLa
 from quiesce.harness._progress import Untrained, UntrainedGroup
 from quiesce.harness._recorder import EVENT_KINDS, ChaosRecorder, RunRecorder
 from quiesce.harness._report import render_report, write_report
+from quiesce.harness._scenarios import FAILURE_SCENARIOS, NOT_SIMULATED, RunCoverage, ScenarioFault
 from quiesce.harness._simulate import (
     CheckpointCounts,
     CoordinatorFactory,
@@ -81,7 +86,9 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "EVENT_KINDS",
+    "FAILURE_SCENARIOS",
     "LATENCY_PROFILES",
+    "NOT_SIMULATED",
     "AttemptFailure",
     "ChaosConfig",
     "ChaosError",
@@ -94,7 +101,9 @@ __all__ = [
     "LatencyProfile",
     "LoggedDataPlane",
     "RolloutCounts",
+    "RunCoverage",
     "RunRecorder",
+    "ScenarioFault",
     "SimulationConfig",
     "SimulationResult",
     "StopCause",

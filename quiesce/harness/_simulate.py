@@ -83,6 +83,7 @@ from quiesce.adapters import (
     Faults,
     FileFenceLog,
     FinishedGroup,
+    HostStopped,
     InMemoryDataPlane,
     InMemoryFleet,
     InMemoryTrainer,
@@ -95,6 +96,7 @@ from quiesce.adapters import (
     VirtualClock,
     WorkConfig,
 )
+from quiesce.fsm import RowLog, recording
 from quiesce.harness._latency import LATENCY_PROFILES, LatencyProfile
 from quiesce.harness._progress import (
     HeldExecution,
@@ -105,9 +107,16 @@ from quiesce.harness._progress import (
     untrained_groups,
 )
 from quiesce.harness._recorder import RunRecorder
+from quiesce.harness._scenarios import (
+    RunCoverage,
+    ScenarioFault,
+    ScenarioWatch,
+    TamperingParticipant,
+    corrupt_one_staged_artifact,
+)
 from quiesce.harness._stop_cause import StopCause, StopWitness
 from quiesce.models import JudgingFenceLog, LogVerdict
-from quiesce.protocol import QuiesceConfig, RecoveryLevel
+from quiesce.protocol import OpId, QuiesceConfig, RecoveryLevel
 from quiesce.protocol.controller import (
     ControllerEffect,
     ControllerInput,
@@ -118,18 +127,23 @@ from quiesce.protocol.controller import (
     GroupRecord,
     GroupTrained,
     Ledger,
+    LocalDone,
+    LocalOp,
     Metric,
     OptimizerStepBegin,
     OptimizerStepEnd,
     Outcome,
     PeriodElapsed,
     Redispatch,
+    Reply,
     RestoreOutcome,
     RolloutCompleted,
     TrainerBoundary,
+    Validate,
 )
 from quiesce.protocol.machines import CheckpointState, GateState, GroupState
 from quiesce.protocol.participant import AgentRole, ParticipantOp
+from quiesce.protocol.wire import ControlRequest, PrepareReply, Role
 
 __all__ = [
     "CheckpointCounts",
@@ -206,6 +220,25 @@ class SimulationConfig(BaseModel):
     """False: no trigger ever reaches the controller (no trainer boundary, no periodic
     attempt), so it never checkpoints: the baseline `benchmarks/bench_overhead.py` measures
     checkpointing against."""
+    inject: tuple[ScenarioFault, ...] = ()
+    """Opt-in scenario faults (`ScenarioFault`, or their names: `conflict`,
+    `duplicate-snapshot`, `restore-digest-mismatch`, `preparing-intent-crash`,
+    `staging-corruption`), each played once, deterministically from the seed."""
+    coverage: bool = False
+    """Report which §7 scenarios the run reached and which controller table rows fired
+    (`SimulationResult.coverage`)."""
+
+    @property
+    def restarts(self) -> bool:
+        """Does the run restart its controller (a crash asked for, or needed by a fault)?"""
+        return self.crash_at_step is not None or bool(
+            {
+                ScenarioFault.PREPARING_INTENT_CRASH,
+                ScenarioFault.RESTORE_DIGEST_MISMATCH,
+                ScenarioFault.DUPLICATE_SNAPSHOT,
+            }
+            & set(self.inject)
+        )
 
     @property
     def time_limit(self) -> float:
@@ -229,6 +262,11 @@ class SimulationConfig(BaseModel):
             raise ValueError(
                 "crash_at_step needs checkpointing: the controller crashes right after a "
                 "published snapshot, and with checkpointing off none is ever taken"
+            )
+        if self.inject and not self.checkpointing:
+            raise ValueError(
+                "inject needs checkpointing: every scenario fault strikes a checkpoint or "
+                "the restore of one, and with checkpointing off none is ever taken"
             )
         return self
 
@@ -301,6 +339,9 @@ class SimulationResult(BaseModel):
     verdict: Literal["ok", "violated", "stopped"]
     """`violated` if an invariant was, else `stopped` if the controller stopped before the
     data was used up, else `ok`."""
+    coverage: RunCoverage | None = None
+    """The §7 scenarios reached and the controller table rows fired (None unless
+    `SimulationConfig.coverage`)."""
 
 
 @dataclass
@@ -378,6 +419,7 @@ class _World:
         self.driver: Driver | None = None
         self.witness = StopWitness()  # the current controller's
         self.crashed_at: int | None = None
+        self.crash_step = config.crash_at_step
         self.crash_pending = config.crash_at_step is not None
         self.stop_reason: str | None = None
         self.deadline_at: float | None = None
@@ -621,7 +663,7 @@ class _World:
     def _maybe_crash(self, effects: tuple[ControllerEffect, ...], state: ControllerState) -> None:
         """Crash right after a completed checkpoint at or after `crash_at_step` whose
         snapshot matches the trainer anchor while rollouts are in flight."""
-        target = self.cfg.crash_at_step
+        target = self.crash_step
         if not self.crash_pending or target is None:
             return
         for effect in effects:
@@ -631,12 +673,40 @@ class _World:
             anchor = self.trainer.anchor()
             in_flight = bool(state.ledger.unfinished_groups())
             if step >= target and step == anchor.step and in_flight:
+                if self.defer_crash():
+                    return
                 self.crash_pending = False
-                self.crashed_at = self.trainer.step
-                assert self.driver is not None
-                self.driver.crash()
-                self.crashed()
+                self.crash_now()
                 return
+
+    def defer_crash(self) -> bool:
+        """Hook, asked when the crash is due: True puts it off to the next checkpoint that
+        qualifies. Nothing here; a subclass may take one more snapshot first."""
+        return False
+
+    def crash_now(self) -> None:
+        """The controller process dies now (the first crash's step is `crashed_at`)."""
+        if self.crashed_at is None:
+            self.crashed_at = self.trainer.step
+        assert self.driver is not None
+        self.driver.crash()
+        self.crashed()
+
+
+def _recording(factory: CoordinatorFactory, rows: RowLog) -> CoordinatorFactory:
+    """`factory`, with every table of the coordinators it builds noting into `rows` the
+    rows that fire (the same steps: a recording table re-selects the row it fires)."""
+
+    def build(config: QuiesceConfig) -> Coordinator:
+        coordinator = factory(config)
+        coordinator.checkpoint = recording(coordinator.checkpoint, rows)
+        coordinator.gate = recording(coordinator.gate, rows)
+        coordinator.deadlines = recording(coordinator.deadlines, rows)
+        coordinator.restore = recording(coordinator.restore, rows)
+        coordinator.call = recording(coordinator.call, rows)
+        return coordinator
+
+    return build
 
 
 def _faults(config: SimulationConfig) -> Faults:
@@ -665,7 +735,18 @@ class _Run(_World):
         where = "fence log" if config.fence_log is None else str(config.fence_log)
         self.judging = JudgingFenceLog(where) if config.validate_fences else None
         self.recorder = recorder
-        sinks = tuple(sink for sink in (fence_file, self.judging, recorder) if sink is not None)
+        # Scenario faults and coverage: nothing of them exists in a run that asks for
+        # neither, so such a run draws and does exactly what it always did.
+        self.rows = RowLog() if config.coverage else None
+        self.watch = (
+            ScenarioWatch(frozenset(config.inject), config.seed, clock.now, self.rows)
+            if config.inject or config.coverage
+            else None
+        )
+        watching = self.watch if config.coverage else None
+        sinks = tuple(
+            sink for sink in (fence_file, self.judging, recorder, watching) if sink is not None
+        )
         latency = config.latency
         self.fleet = InMemoryFleet(
             clock,
@@ -694,6 +775,24 @@ class _Run(_World):
         if recorder is not None:
             recorder.attach(clock, self.fleet, config.group_size)
             observers = (*observers, recorder.observe)
+        participants: Mapping[str, Participant] = self.fleet.participants
+        watch = self.watch
+        if watch is not None:
+            heard = self.fleet.on_fault
+
+            def on_fault(participant: str, op: str, kind: Any) -> None:
+                if heard is not None:
+                    heard(participant, op, kind)
+                watch.fault(participant, op, kind)
+
+            self.fleet.on_fault = on_fault
+            if watch.injects(ScenarioFault.RESTORE_DIGEST_MISMATCH):
+                participants = {
+                    name: TamperingParticipant(client, watch)
+                    for name, client in participants.items()
+                }
+            if self.rows is not None:
+                coordinator_factory = _recording(coordinator_factory, self.rows)
         super().__init__(
             config,
             clock,
@@ -705,7 +804,7 @@ class _Run(_World):
                 keep_latest_k=2,
                 rollout_recovery={"target_level": config.target_level},
             ),
-            participants=self.fleet.participants,
+            participants=participants,
             depends_on=self.fleet.depends_on(),
             trainer=trainer,
             plane=InMemoryDataPlane(trainer),
@@ -718,6 +817,17 @@ class _Run(_World):
         # checkpoints to flush an ACK a fault lost.
         protocol = self.protocol
         self.settle_s = protocol.rollout_timeout_s + 2 * protocol.snapshot_attempt_interval_s
+        if config.restarts and self.crash_step is None:
+            # A fault that needs a restart and no crash asked for: crash at mid-run, as
+            # `crash_at_step` would.
+            self.crash_step = max(1, config.steps // 2)
+            self.crash_pending = True
+        self.conflict_pending = ScenarioFault.CONFLICT in config.inject
+        self.intent_crash_pending = ScenarioFault.PREPARING_INTENT_CRASH in config.inject
+        self.duplicate_pending = ScenarioFault.DUPLICATE_SNAPSHOT in config.inject
+        self.corruption_pending = ScenarioFault.STAGING_CORRUPTION in config.inject
+        # staging-corruption strikes the first or the second validated attempt (the seed's).
+        self.corrupt_after = 0 if watch is None else watch.rng.randrange(2)
 
     async def main(self) -> None:
         """Run the fleet and controllers until the run is done: a crashed controller's
@@ -734,7 +844,89 @@ class _Run(_World):
         self.fleet.on_completed = driver.completed
         if self.recorder is not None:
             self.recorder.controller_started()
+        if self.watch is not None and self.crashed_at is not None:
+            self.watch.arm_restore_tamper()
         return driver
+
+    def restored(self, report: RestoreReport) -> None:
+        if self.watch is not None:
+            self.watch.restored(report)
+
+    # ------------------------------------------------------------------ scenario faults
+
+    def _observe(
+        self, event: ControllerInput, effects: tuple[ControllerEffect, ...], state: ControllerState
+    ) -> None:
+        before = self.phase
+        super()._observe(event, effects, state)
+        watch = self.watch
+        if watch is None:
+            return
+        watch.observe(event, effects, state)
+        if isinstance(event, LocalDone) and event.op is LocalOp.PUBLISH:
+            # I8 at the moment of publication (a pruned snapshot is gone by the end).
+            name = str(event.checkpoint_id)
+            try:
+                self.store.verify(name)
+            except Exception as error:  # any failure to verify is the finding
+                watch.unverified.append(f"snapshot {name} published but does not verify: {error}")
+        driver = self.driver
+        if driver is None or not driver.alive:
+            return
+        if self.conflict_pending and before is _S.IDLE and state.phase is _S.CLOSING_ADMISSION:
+            self.conflict_pending = False
+            self._fence_by_a_ghost(state)
+        if self.corruption_pending:
+            for effect in effects:
+                if isinstance(effect, Validate):
+                    if self.corrupt_after:
+                        self.corrupt_after -= 1
+                        continue
+                    staging = self.store.staging_dir / str(effect.checkpoint_id)
+                    if corrupt_one_staged_artifact(staging, watch.rng) is not None:
+                        self.corruption_pending = False
+                        watch.injected += 1
+        if (
+            self.intent_crash_pending
+            and self.crash_step is not None
+            and state.phase is _S.PREPARING
+            and isinstance(event, Reply)
+            and isinstance(event.result, PrepareReply)
+            and state.trainer_step >= self.crash_step
+        ):
+            # A participant is fenced to the attempt's id, and the intent record says
+            # `preparing`: the controller dies here (S18).
+            self.intent_crash_pending = False
+            watch.injected += 1
+            self.crash_now()
+
+    def defer_crash(self) -> bool:
+        if not self.duplicate_pending or self.driver is None:
+            return False
+        # One more snapshot at the same trainer step first: a periodic trigger now.
+        self.duplicate_pending = False
+        if self.watch is not None:
+            self.watch.injected += 1
+        self.driver.submit(PeriodElapsed())
+        return True
+
+    def _fence_by_a_ghost(self, state: ControllerState) -> None:
+        """`conflict`: a prepare from a controller of an earlier epoch fences one policy
+        server, the role prepared first. (A resources server fenced so holds the agents'
+        tool calls: the agents are never ready, the attempt fails before it asks resources,
+        and the conflict is never seen -- a stall beyond §7 S5, whose fenced participant was
+        one the controller had attempted.)"""
+        targets = self.fleet.names(Role.POLICY)
+        assert self.watch is not None
+        self.watch.injected += 1
+        name = targets[self.watch.rng.randrange(len(targets))]
+        ghost = OpId(state.epoch - 1, 1_000_000, state.trainer_step)
+        request = ControlRequest(op_id=ghost, deadline_at=self.clock.now() + 3600.0)
+        self.fleet.later(0.0, self._ghost_prepare, name, request)
+
+    async def _ghost_prepare(self, name: str, request: ControlRequest) -> None:
+        with contextlib.suppress(HostStopped, OSError):
+            await self.fleet.hosts[name].handle(ParticipantOp.PREPARE, request)
 
     def crashed(self) -> None:
         if self.recorder is not None:
@@ -814,7 +1006,12 @@ class _Run(_World):
             held=held,
             ended_early=self._ended_early(),
         )
-        violations.extend(progress_violations(untrained, faults=faults_injected > 0))
+        scenario_faults = 0 if self.watch is None else self.watch.injected
+        violations.extend(
+            progress_violations(untrained, faults=faults_injected + scenario_faults > 0)
+        )
+        if self.watch is not None:
+            violations.extend(self.watch.violations(self.tally.restores))
         refinement = self._refinement()
         if refinement is not None and refinement.unmapped is not None:
             violations.append(f"refinement: {refinement.unmapped.explain()}")
@@ -873,6 +1070,7 @@ class _Run(_World):
             stop=self.witness.cause if stopped else None,
             refinement=None if refinement is None else refinement.describe(),
             verdict="violated" if violations else "stopped" if stopped else "ok",
+            coverage=None if self.watch is None or not self.cfg.coverage else self.watch.coverage(),
         )
 
     def _refinement(self) -> LogVerdict | None:

@@ -204,3 +204,16 @@ def test_a_crash_on_time_shows_only_its_step() -> None:
     ran = CliRunner().invoke(main, ["simulate", "--crash-at-step", "4"])
     assert re.search(r"controller crash at step\s+│\s+4 │", ran.stdout), ran.stdout
     assert "asked" not in ran.stdout and "restore: from snapshot ck-" in ran.stdout
+
+
+def test_inject_and_coverage_report_the_scenarios_reached() -> None:
+    args = ["simulate", "--steps", "4", "--groups-per-step", "2", "--group-size", "2"]
+    result = CliRunner().invoke(main, [*args, "--inject", "conflict", "--coverage"])
+    assert result.exit_code == 0, result.output
+    assert "scenario S5:" in result.stdout and "scenarios reached:" in result.stdout
+    plain = CliRunner().invoke(main, [*args, "--json"])
+    assert "coverage" not in json.loads(plain.stdout)  # the document is as it always was
+    covered = CliRunner().invoke(main, [*args, "--json", "--coverage", "--inject", "conflict"])
+    assert "S5" in json.loads(covered.stdout)["coverage"]["scenarios"]
+    refused = CliRunner().invoke(main, [*args, "--inject", "conflict", "--no-checkpointing"])
+    assert refused.exit_code == 2 and "Traceback" not in refused.output

@@ -1,0 +1,191 @@
+"""Scenario faults of `simulate` (issue 28, part 2): every §7 scenario a simulated world can
+produce is reached by the CI seeds, and each opt-in fault kind catches a planted bug that
+the run without it lets through."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from quiesce.adapters import SnapshotStore
+from quiesce.harness import (
+    FAILURE_SCENARIOS,
+    NOT_SIMULATED,
+    ScenarioFault,
+    SimulationResult,
+    simulate,
+)
+from quiesce.protocol import QuiesceConfig
+from quiesce.protocol.controller import (
+    ControllerEffect,
+    ControllerInput,
+    ControllerState,
+    Coordinator,
+    CoordinatorPolicy,
+    Recovered,
+    Reply,
+)
+from quiesce.protocol.wire import ErrorReply
+
+SMALL: dict[str, Any] = {"steps": 4, "groups_per_step": 2, "group_size": 2}
+EVERY_FAULT = tuple(kind.value for kind in ScenarioFault)
+
+# The CI seeds: a handful of small runs whose union reaches every scenario below.
+CI_RUNS: list[tuple[dict[str, Any], int]] = [
+    *(({"inject": EVERY_FAULT, "fault_rate": 0.1, **SMALL}, seed) for seed in (1, 3, 5)),
+    ({"crash_at_step": 2, "resources_mode": "restart_only", **SMALL}, 0),
+    (
+        {"fault_rate": 0.15, "group_scored": True, "target_level": "prompt_group", **SMALL},
+        1,
+    ),
+    ({"inject": ("duplicate-snapshot",), "steps": 4}, 1),
+]
+
+# Reachable in a simulated world, but not by these seeds yet (left for a later fault kind).
+NOT_YET: dict[str, str] = {
+    "S1": "a park outlasting a group's remaining deadline needs a long prepare (a slow "
+    "participant or a timed-out prepare) that the small CI runs do not draw",
+    "S4": "a failed resume is retried inside its call (`call_retries`) first; only a failure "
+    "that outlasts every retry leaves `abort_pending` or `release_pending`, and the CI runs' "
+    "fault rates do not draw one",
+    "S9": "the trainer waits for the snapshot of its boundary; only a periodic trigger "
+    "racing an optimizer step lands one between commit and capture",
+}
+
+
+def test_the_ci_seeds_reach_every_simulated_scenario() -> None:
+    reached: dict[str, str] = {}
+    for options, seed in CI_RUNS:
+        result = simulate(seed=seed, coverage=True, **options)
+        assert result.verdict == "ok", (options, seed, result.violations)
+        assert result.coverage is not None
+        for scenario, evidence in result.coverage.evidence.items():
+            reached.setdefault(scenario, evidence)
+    expected = set(FAILURE_SCENARIOS) - set(NOT_SIMULATED) - set(NOT_YET)
+    assert expected <= set(reached), sorted(expected - set(reached))
+    # Nothing listed as out of reach is reached: each list says why, and must stay true.
+    assert not set(NOT_SIMULATED) & set(reached)
+
+
+def test_a_run_without_the_new_options_reports_no_coverage() -> None:
+    result = simulate(seed=3, **SMALL)
+    assert result.coverage is None
+    assert "coverage" in result.model_dump()  # present, None: the CLI leaves it out
+
+
+def test_each_fault_kind_reaches_its_scenario_and_keeps_the_invariants() -> None:
+    scenario = {
+        "conflict": "S5",
+        "preparing-intent-crash": "S18",
+        "restore-digest-mismatch": "S16",
+    }
+    for kind, expected in scenario.items():
+        result = simulate(seed=1, coverage=True, inject=(kind,), **SMALL)
+        assert result.verdict == "ok", (kind, result.violations)
+        assert result.coverage is not None
+        assert expected in result.coverage.scenarios, (kind, result.coverage.scenarios)
+
+
+def test_duplicate_snapshot_makes_two_snapshots_match_and_the_newest_is_taken() -> None:
+    result = simulate(seed=0, inject=("duplicate-snapshot",), **SMALL)
+    assert result.verdict == "ok", result.violations
+    [restore] = result.restores
+    assert restore["kind"] == "snapshot"
+    assert any(why == "older_than_selected" for _, why in restore["rejected"])
+
+
+def test_staging_corruption_aborts_the_attempt_and_publishes_nothing_corrupt() -> None:
+    plain = simulate(seed=0, **SMALL)
+    result = simulate(seed=0, inject=("staging-corruption",), **SMALL)
+    assert result.verdict == "ok", result.violations
+    assert result.checkpoints.aborted == plain.checkpoints.aborted + 1
+
+
+def test_inject_needs_checkpointing() -> None:
+    with pytest.raises(ValueError, match="inject needs checkpointing"):
+        simulate(checkpointing=False, inject=("conflict",), **SMALL)
+
+
+# ------------------------------------------------------------------ planted bugs
+
+
+class ConflictIsARefusal(Coordinator):
+    """Planted: a `checkpoint_conflict` is read as a plain refusal (the active id dropped),
+    so the id another controller left is never aborted (S5)."""
+
+    def step(
+        self, state: ControllerState, now: float, input: ControllerInput
+    ) -> tuple[ControllerState, tuple[ControllerEffect, ...]]:
+        if isinstance(input, Reply) and isinstance(input.result, ErrorReply):
+            input = replace(input, result=input.result.model_copy(update={"active_id": None}))
+        return super().step(state, now, input)
+
+
+class IgnoresTheIntent(ConflictIsARefusal):
+    """Planted: a restarting controller does not read its intent record (S18). The restore's
+    conflict handling would abort the id the dead controller left all the same (a second
+    defence, S5), so the planted controller has lost that too."""
+
+    def step(
+        self, state: ControllerState, now: float, input: ControllerInput
+    ) -> tuple[ControllerState, tuple[ControllerEffect, ...]]:
+        if isinstance(input, Recovered):
+            input = replace(input, intent=None)
+        return super().step(state, now, input)
+
+
+def trusts_restore_digests(config: QuiesceConfig) -> Coordinator:
+    """Planted: the restore takes every reported digest for the committed one (S16)."""
+    judge = CoordinatorPolicy().judge_restore
+
+    def judge_without_digests(expected: Any, replies: Any, *args: Any, **kwargs: Any) -> Any:
+        trusted = {name: getattr(replies.get(name), "digest", d) for name, d in expected.items()}
+        return judge(trusted, replies, *args, **kwargs)
+
+    return Coordinator(config, policy=CoordinatorPolicy(judge_restore=judge_without_digests))
+
+
+def _verdicts(kind: str, seed: int, **planted: Any) -> tuple[SimulationResult, SimulationResult]:
+    """The planted bug's run without the fault kind, and with it."""
+    return (
+        simulate(seed=seed, **planted, **SMALL),
+        simulate(seed=seed, inject=(kind,), **planted, **SMALL),
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "factory"),
+    [
+        ("conflict", ConflictIsARefusal),
+        ("preparing-intent-crash", IgnoresTheIntent),
+        ("restore-digest-mismatch", trusts_restore_digests),
+    ],
+)
+def test_a_planted_controller_bug_is_caught_only_with_its_fault_kind(
+    kind: str, factory: Any
+) -> None:
+    without, with_fault = _verdicts(kind, 1, coordinator_factory=factory)
+    assert without.verdict == "ok", without.violations
+    assert with_fault.verdict != "ok", kind
+
+
+def test_publishing_unverified_staging_is_caught_only_with_staging_corruption(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    publish = SnapshotStore.publish
+
+    def publish_unverified(self: SnapshotStore, checkpoint_id: str) -> Any:
+        # Planted: publication trusts the staged files (no re-hash before the rename).
+        self._verify_dir = self._read_manifest  # type: ignore[method-assign]
+        try:
+            return publish(self, checkpoint_id)
+        finally:
+            del self._verify_dir
+
+    monkeypatch.setattr(SnapshotStore, "publish", publish_unverified)
+    without, with_fault = _verdicts("staging-corruption", 0)
+    assert without.verdict == "ok", without.violations
+    assert with_fault.verdict == "violated"
+    assert any("does not verify" in v for v in with_fault.violations)
