@@ -17,7 +17,7 @@ from pathlib import Path
 
 from quiesce.fsm import QuiesceError
 from quiesce.testing._results import ConformanceViolation
-from quiesce.testing._rules import RACE_RULE, RULE_IDS
+from quiesce.testing._rules import DUPLICATE_RULE, RACE_RULE, RULE_IDS
 
 __all__ = [
     "Deviation",
@@ -46,17 +46,19 @@ class Deviation:
     `rule id`), where `shape` says (None: anywhere) are tolerated. `shape` matches a
     failure's `shape` (its operation, or a race's operations in send order joined by `|`)
     exactly, or any part of one of its `rows` (`prepare_not_ready`, `restoring + ...`); a
-    deviation with a shape also covers a failure met in a race where such a row fired."""
+    deviation with a shape also covers a failure met in a race, or among concurrent
+    duplicates, where such a row fired."""
 
     rule: str
     shape: str | None = None
 
     def covers(self, violation: ConformanceViolation) -> bool:
         """True iff `violation` is this deviation: its rule, where `shape` says; or a failure
-        met in a race in which a row `shape` names fired (a deviating request inside a race
-        leaves no order to judge the others by)."""
+        met in a race or among concurrent duplicates in which a row `shape` names fired (a
+        deviating request leaves no reference state to judge the requests beside it by)."""
         in_rows = self.shape is not None and any(self.shape in row for row in violation.rows)
-        if violation.raced and in_rows and self.rule != RACE_RULE.id:
+        concurrent = violation.raced or violation.rule_id == DUPLICATE_RULE.id
+        if concurrent and in_rows and self.rule not in (RACE_RULE.id, DUPLICATE_RULE.id):
             return True
         if violation.rule_id != self.rule:
             return False

@@ -37,7 +37,7 @@ class TwoDeviationsAndABugHost(ReplayAfterPhaseMovedHost):
     idle too. One real bug: a recorded prepare or commit replayed after the phase moved on
     is refused."""
 
-    poll_s = 0.2
+    poll_s = 0.05
     _EVENTS = frozenset({"boundary", "finish", "retire", "ack"})
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -67,16 +67,17 @@ class TwoDeviationsAndABugHost(ReplayAfterPhaseMovedHost):
         return reply
 
 
-def _check(**options: Any) -> ConformanceResult:
+def _check(examples: int, **options: Any) -> ConformanceResult:
     config = {"name": "agent-d", "role": "agent"}
     with LocalServer.start(config, token=TOKEN, host_class=TwoDeviationsAndABugHost) as server:
         return check_conformance(
-            server.url, "agent", TOKEN, reset=server.reset, examples=100, seed=2, **options
+            server.url, "agent", TOKEN, reset=server.reset, examples=examples, seed=2, **options
         )
 
 
 def test_undeclared_the_two_deviations_and_the_bug_are_distinct_failures() -> None:
-    result = _check()
+    # The search stops at the third distinct failure (the default, 5, would search on).
+    result = _check(examples=100, max_failures=3)
     assert not result.ok
     ids = [v.rule_id for v in result.failures]
     assert {"prepare", "restore", "replay"} <= set(ids), result.report()
@@ -89,12 +90,11 @@ def test_undeclared_the_two_deviations_and_the_bug_are_distinct_failures() -> No
 
 
 def test_declared_only_the_real_bug_is_reported_and_the_deviations_are_counted() -> None:
-    result = _check(deviations=DEVIATIONS)
+    result = _check(examples=40, deviations=DEVIATIONS)
     assert not result.ok
-    ids = [v.rule_id for v in result.failures]
-    # the real bug first, neither deviation; (a concurrent-duplicate difference of this test
-    # host's long poll may follow: see the issue 25 report)
-    assert ids[0] == "replay" and not {"prepare", "restore"} & set(ids), result.report()
+    # Exactly the real bug: the deviations are tolerated also where met among concurrent
+    # duplicates (the not-ready prepare sent twice at once) and in races.
+    assert [v.rule_id for v in result.failures] == ["replay"], result.report()
     tolerated = dict(result.tolerated)
     assert set(tolerated) == set(DEVIATIONS) and all(n > 0 for n in tolerated.values())
     assert "tolerated (declared deviations" in result.report()
