@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Mapping
-from typing import Literal, TypeAlias
+from typing import TypeAlias
 
 import structlog
 from pydantic import ValidationError
@@ -54,7 +54,7 @@ from quiesce.protocol.controller import (
     WriteIntent,
     WriteStaging,
 )
-from quiesce.protocol.machines import GroupState
+from quiesce.protocol.machines import GroupState, PublishedState
 
 __all__ = ["CUT_ARTIFACT", "StoreEffect", "StoreEffects", "artifact_name"]
 
@@ -76,10 +76,10 @@ StoreEffect: TypeAlias = (
 """The coordinator's effects `StoreEffects.execute` carries out."""
 
 _INTENT_PHASES = {"preparing": IntentPhase.PREPARING, "published": IntentPhase.RELEASING}
-_VERDICTS: dict[Inspection, Literal["verified", "unverifiable", "absent"]] = {
-    Inspection.PUBLISHED_VERIFIED: "verified",
-    Inspection.PUBLISHED_UNVERIFIABLE: "unverifiable",
-    Inspection.ABSENT: "absent",
+_VERDICTS: dict[Inspection, PublishedState] = {
+    Inspection.PUBLISHED_VERIFIED: PublishedState.VERIFIED,
+    Inspection.PUBLISHED_UNVERIFIABLE: PublishedState.UNVERIFIABLE,
+    Inspection.ABSENT: PublishedState.ABSENT,
 }
 
 

@@ -44,6 +44,7 @@ from quiesce.protocol.controller import (
     WriteIntent,
     WriteStaging,
 )
+from quiesce.protocol.machines import PublishedState
 
 CK = OpId.parse("ck-1-1-step3")
 NEWER = OpId.parse("ck-1-2-step3")
@@ -118,7 +119,7 @@ def test_a_checkpoint_is_staged_validated_published_and_inspected(effects: Store
     assert manifest.participant_digests == {"agent-0": DIGEST}
     assert store.load(str(CK)).artifacts[artifact_name("agent-0")] == STATE
     inspected = effects.execute(InspectPublished(CK), now=0.0)
-    assert inspected == PublishInspected(CK, "verified")
+    assert inspected == PublishInspected(CK, PublishedState.VERIFIED)
 
 
 def test_a_digest_other_than_the_staged_one_fails_validation(effects: StoreEffects) -> None:
@@ -149,10 +150,14 @@ def test_publishing_what_was_never_staged_fails_with_io_error(effects: StoreEffe
 def test_an_unverifiable_publication_is_quarantined(effects: StoreEffects) -> None:
     _checkpoint(effects, CK)
     (effects.store.published_dir / str(CK) / CUT_ARTIFACT).write_bytes(b"tampered")
-    assert effects.execute(InspectPublished(CK), now=0.0) == PublishInspected(CK, "unverifiable")
+    assert effects.execute(InspectPublished(CK), now=0.0) == PublishInspected(
+        CK, PublishedState.UNVERIFIABLE
+    )
     assert effects.execute(Quarantine(CK), now=0.0) is None
     assert effects.store.published() == ()
-    assert effects.execute(InspectPublished(CK), now=0.0) == PublishInspected(CK, "absent")
+    assert effects.execute(InspectPublished(CK), now=0.0) == PublishInspected(
+        CK, PublishedState.ABSENT
+    )
     assert effects.execute(Quarantine(CK), now=0.0) is None  # nothing left: logged, not raised
 
 

@@ -53,7 +53,7 @@ from quiesce.protocol.controller import (
     prepare_retry_timer,
     retry_timer,
 )
-from quiesce.protocol.machines import CheckpointState, deadline_timer
+from quiesce.protocol.machines import CheckpointState, PublishedState, deadline_timer
 
 S = CheckpointState
 ROLES = {"pol": "policy", "ag": "agent", "res": "resources"}
@@ -531,7 +531,7 @@ def test_ambiguous_publish_three_ways(verdict: str, phase: S, quarantined: bool)
     x = h.x
     effects = h.step(LocalFailed(LocalOp.PUBLISH, x, Cause.IO_ERROR))
     assert effects == [InspectPublished(x)] and h.s.phase is S.PUBLISHING
-    effects = h.step(PublishInspected(x, verdict))  # type: ignore[arg-type]
+    effects = h.step(PublishInspected(x, PublishedState(verdict)))
     assert h.s.phase is phase
     assert (Quarantine(x) in effects) is quarantined
     assert all(c.op is Op.RESUME and c.op_id == x for c in of(effects, Call))
@@ -542,7 +542,7 @@ def test_restart_with_an_intent_record_finishes_that_id_on_every_participant() -
     left = OpId(0, 4, 0)
     effects = h.step(Recovered(left, 0))
     assert effects[-1] == InspectPublished(left)
-    effects = h.step(PublishInspected(left, "absent"))
+    effects = h.step(PublishInspected(left, PublishedState.ABSENT))
     calls = of(effects, Call)
     assert [(c.participant, c.op_id) for c in calls] == [("res", left)]
     _, effects = h.answer_all(Op.RESUME)

@@ -56,7 +56,7 @@ from quiesce.protocol.controller import (
     prepare_retry_timer,
     restore_retry_timer,
 )
-from quiesce.protocol.machines import CheckpointState, RestoreState
+from quiesce.protocol.machines import CheckpointState, PublishedState, RestoreState
 
 ROLES = {"pol": "policy", "ag": "agent", "res": "resources"}
 ANCHOR = TrainerAnchor(0, "v0", dataloader_position=7)
@@ -564,7 +564,7 @@ def test_an_intent_record_is_finished_first_then_the_restore_selects() -> None:
     left = OpId(1, 4, 0)
     effects = h.step(Recovered(left, 0))
     assert effects[-1] == InspectPublished(left)
-    effects = h.step(PublishInspected(left, "verified"))
+    effects = h.step(PublishInspected(left, PublishedState.VERIFIED))
     assert h.s.phase is CheckpointState.RELEASING
     assert {(c.op, c.op_id) for c in of(effects, Call)} == {(Op.RESUME, left)}
     effects = []

@@ -123,6 +123,7 @@ from quiesce.protocol.machines import (
     GateInput,
     GateState,
     Holder,
+    PublishedState,
     RegistryInput,
     RegistryState,
     Restart,
@@ -614,11 +615,13 @@ _LOCAL_DONE: Mapping[tuple[CheckpointState, LocalOp], CheckpointInput] = Mapping
 # and retires.
 _BACKGROUND_OPS = (Op.ACK, Op.RETIRE)
 
-_VERDICTS = {
-    "verified": CheckpointInput.INSPECTED_VERIFIED,
-    "unverifiable": CheckpointInput.INSPECTED_UNVERIFIABLE,
-    "absent": CheckpointInput.INSPECTED_ABSENT,
-}
+_VERDICTS: Mapping[PublishedState, CheckpointInput] = MappingProxyType(
+    {
+        PublishedState.VERIFIED: CheckpointInput.INSPECTED_VERIFIED,
+        PublishedState.UNVERIFIABLE: CheckpointInput.INSPECTED_UNVERIFIABLE,
+        PublishedState.ABSENT: CheckpointInput.INSPECTED_ABSENT,
+    }
+)
 
 _HANDLERS: Mapping[type, Callable[[_Run, Any], None]] = MappingProxyType(
     {

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 from quiesce.fsm import QuiesceError
 from quiesce.protocol._causes import Cause
@@ -29,6 +29,7 @@ from quiesce.protocol.controller._restore_plan import (
     SourceUnreadable,
     TrainerAnchor,
 )
+from quiesce.protocol.machines import PublishedState
 
 __all__ = [
     "CallFailed",
@@ -162,7 +163,7 @@ class PublishInspected:
     """What `InspectPublished(checkpoint_id)` found at the published path."""
 
     checkpoint_id: OpId
-    verdict: Literal["verified", "unverifiable", "absent"]
+    verdict: PublishedState
 
 
 @dataclass(frozen=True, slots=True)

@@ -233,11 +233,11 @@ class RestoreFlow:
             and self.run.intent == checkpoint_id
         )
 
-    def on_inspected(self, verdict: str) -> None:
+    def on_inspected(self, verdict: PublishedState) -> None:
         """The published path of the in-flight id was inspected: decide and finish it."""
         assert self.run.intent is not None
         record = IntentRecord(self.run.intent, "recorded")
-        decision = decide_intent(record, PublishedState(verdict))
+        decision = decide_intent(record, verdict)
         self.update(decision=decision)
         self.fire(RestoreInput.INTENT_READ, decision)
 
