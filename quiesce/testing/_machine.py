@@ -205,11 +205,15 @@ class ConformanceMachine(JudgedExample):
 
     @recorded_rule()
     def checkpoint(self) -> None:
-        """Two requests: prepare a fresh id and commit it. Random single steps rarely name
-        the same id twice in a row, and a fence past `prepared` is where replays (and the
-        phases after commit) are judged."""
+        """Three requests: prepare a fresh id, commit it, and send the prepare again (a
+        controller's retry of a prepare whose reply was lost, arriving after the commit: it
+        is answered from the record). Random single steps rarely name the same id twice in
+        a row, and a fence past `prepared` is where replays (and the phases after commit)
+        are judged."""
         self.prepare("next")
         self.commit("active")
+        op, body, oracle_body = self.sent[-2]
+        self._op(op, body, oracle_body=oracle_body)
 
     @precondition(lambda self: bool(self.sent))
     @recorded_rule(index=st.integers(0, 7))
