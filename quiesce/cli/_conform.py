@@ -28,6 +28,7 @@ search goes on. One run reports every distinct failing rule it finds, up to
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -35,7 +36,7 @@ from quiesce.cli._output import fail, heartbeat, json_option, print_json
 from quiesce.cli._paths import InputFile
 from quiesce.cli._serve import read_token
 from quiesce.cli._signals import stop_requested, stopped_in
-from quiesce.cli._values import FiniteFloatRange, HttpUrl, ShellCommand
+from quiesce.cli._values import FiniteFloatRange, HttpUrl, Name, ShellCommand
 from quiesce.protocol.wire import Role
 from quiesce.testing import (
     ConformanceSetupError,
@@ -47,6 +48,21 @@ from quiesce.testing import (
 )
 
 __all__ = ["conform"]
+
+
+class DeviationText(Name):
+    """A `--deviation`: `RULE[:SHAPE]` with RULE a rule id the kit reports, refused as a
+    usage error (naming the valid rules) before any request is sent."""
+
+    name = "deviation"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = super().convert(value, param, ctx)
+        try:
+            parse_deviation(text)
+        except UnknownDeviation as error:
+            self.fail(str(error), param, ctx)
+        return text
 
 
 @click.command()
@@ -120,6 +136,7 @@ __all__ = ["conform"]
 @click.option(
     "--deviation",
     "deviations",
+    type=DeviationText(),
     multiple=True,
     metavar="RULE[:SHAPE]",
     help="A difference the server knowingly has (a rule id of the report, optionally where: "
@@ -163,9 +180,17 @@ def conform(
     try:
         declared = tuple(parse_deviation(d) for d in deviations)
         if deviations_file is not None:
-            declared += read_deviations(deviations_file)
+            from_file = read_deviations(deviations_file)
+            if not from_file:
+                fail(
+                    f"--deviations-file {deviations_file} declares no deviation; write one "
+                    "RULE[:SHAPE] a line, or drop the option"
+                )
+            declared += from_file
     except UnknownDeviation as error:
         fail(error)
+    except UnicodeDecodeError:
+        fail(f"--deviations-file {deviations_file} is not UTF-8 text")
     except OSError as error:
         fail(f"cannot read --deviations-file {deviations_file}: {error.strerror}")
     try:

@@ -85,9 +85,10 @@ def parse_deviation(text: str | Deviation) -> Deviation:
 def read_deviations(path: str | Path) -> tuple[Deviation, ...]:
     """The deviations of a file: one `RULE[:SHAPE]` a line; blank lines and `#` comments
     are skipped. Raises `UnknownDeviation` (naming the line) for a rule the kit never
-    reports, and `OSError` if the file cannot be read."""
+    reports, `UnicodeDecodeError` if it is not UTF-8 text, and `OSError` if the file cannot
+    be read."""
     found = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         text = line.split("#", 1)[0].strip()
         if not text:
             continue
