@@ -95,6 +95,7 @@ from quiesce.adapters import (
     TeeFenceLog,
     VirtualClock,
     WorkConfig,
+    parse_checkpoint_id,
 )
 from quiesce.fsm import RowLog, recording
 from quiesce.harness._latency import LATENCY_PROFILES, LatencyProfile
@@ -116,6 +117,7 @@ from quiesce.harness._scenarios import (
 )
 from quiesce.harness._stop_cause import StopCause, StopWitness
 from quiesce.models import JudgingFenceLog, LogVerdict
+from quiesce.models.oracles import Candidate
 from quiesce.protocol import OpId, QuiesceConfig, RecoveryLevel
 from quiesce.protocol.controller import (
     ControllerEffect,
@@ -828,6 +830,9 @@ class _Run(_World):
         self.corruption_pending = ScenarioFault.STAGING_CORRUPTION in config.inject
         # staging-corruption strikes the first or the second validated attempt (the seed's).
         self.corrupt_after = 0 if watch is None else watch.rng.randrange(2)
+        if watch is not None:
+            watch.published = self._published
+            watch.anchor = self._anchor
 
     async def main(self) -> None:
         """Run the fleet and controllers until the run is done: a crashed controller's
@@ -844,13 +849,39 @@ class _Run(_World):
         self.fleet.on_completed = driver.completed
         if self.recorder is not None:
             self.recorder.controller_started()
-        if self.watch is not None and self.crashed_at is not None:
-            self.watch.arm_restore_tamper()
+        if self.watch is not None:
+            self.watch.starting()
+            if self.crashed_at is not None:
+                self.watch.arm_restore_tamper()
         return driver
 
     def restored(self, report: RestoreReport) -> None:
         if self.watch is not None:
-            self.watch.restored(report)
+            fleet = None if self.driver is None else self.driver.state.fleet
+            self.watch.restored(report, "" if fleet is None else fleet.fingerprint)
+
+    def _published(self) -> list[Candidate]:
+        """The store's published snapshots as M9 matches them, read from their manifests
+        (a snapshot that does not verify is no candidate)."""
+        candidates: list[Candidate] = []
+        for name in self.store.published():
+            try:
+                manifest = self.store.verify(name)
+            except Exception:  # unverifiable or unparsable: never a candidate
+                continue
+            candidates.append(
+                Candidate(
+                    parse_checkpoint_id(name),
+                    manifest.trainer_step,
+                    str(manifest.trainer_version),
+                    manifest.topology_fingerprint,
+                )
+            )
+        return candidates
+
+    def _anchor(self) -> tuple[int, str]:
+        anchor = self.trainer.anchor()
+        return anchor.step, str(anchor.version)
 
     # ------------------------------------------------------------------ scenario faults
 

@@ -4,6 +4,7 @@ the run without it lets through."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import replace
 from typing import Any
 
@@ -189,3 +190,36 @@ def test_publishing_unverified_staging_is_caught_only_with_staging_corruption(
     assert without.verdict == "ok", without.violations
     assert with_fault.verdict == "violated"
     assert any("does not verify" in v for v in with_fault.violations)
+
+
+# The planted bugs inside the controller are reached by name, as a bug would be.
+_restore_flow = importlib.import_module("quiesce.protocol.controller._restore_flow")
+_SELECT = _restore_flow.select_snapshot
+
+
+def _older_match(anchor: Any, candidates: Any, **kwargs: Any) -> Any:
+    """`select_snapshot` with the bug: the second-newest match when there are two."""
+    newest = _SELECT(anchor, candidates, **kwargs)
+    if newest.snapshot is None:
+        return newest
+    skip = (*kwargs.pop("rejected", ()), (str(newest.snapshot.snapshot_id), "planted"))
+    older = _SELECT(anchor, candidates, rejected=skip, **kwargs)
+    return newest if older.snapshot is None else older
+
+
+def test_restoring_the_older_of_two_matches_is_caught_only_with_duplicate_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with monkeypatch.context() as planted:
+        planted.setattr(_restore_flow, "select_snapshot", _older_match)
+        # A crash and a restore without the fault kind: one snapshot matches, nothing to
+        # get wrong; restoring the older of two is consistent and loses nothing, so the
+        # lineage oracle lets it through even when two match.
+        crashed = simulate(seed=0, crash_at_step=2, **SMALL)
+        without, with_fault = _verdicts("duplicate-snapshot", 0)
+    assert crashed.verdict == "ok", crashed.violations
+    assert without.verdict == "ok", without.violations
+    assert with_fault.verdict == "violated"
+    assert any("not the newest matching snapshot" in v for v in with_fault.violations)
+    # The same run without the bug takes the newest and passes.
+    assert simulate(seed=0, inject=("duplicate-snapshot",), **SMALL).verdict == "ok"
