@@ -26,7 +26,11 @@ clock's draws, and every run without `--inject`, stay as they were):
   crash waits for the second; the restore must take the newest (and, with
   `restore-digest-mismatch`, fall back to the older one);
 - `staging-corruption`: once a checkpoint's artifacts are validated, the world flips a byte
-  of one staged artifact; publication must verify the staged set and refuse it (I8).
+  of one staged artifact; publication must verify the staged set and refuse it (I8);
+- `forged-receipt` (M3, S17's rule "only an ACK releases"): right after an agent announces
+  a completion, the world sends that agent an ACK quoting the execution's key with a
+  receipt one character off; the agent must keep the result (the receipt is `unknown`)
+  until the controller's ACK quotes the exact one.
 
 The oracle keeps facts of its own here, independent of the coordinator: a restore that
 ended on a snapshot whose restore reply the world had tampered with is a violation (S16:
@@ -35,7 +39,12 @@ install must be the one `quiesce.models.oracles.newest_match` names from the sto
 published snapshots and the trainer's anchor, skipping only those this restore already
 sent restore calls for (M9: the newest match; a restore that took the older of two
 matching snapshots is consistent and loses nothing, so only this check sees it). A restore
-that starts fresh although a snapshot it never tried matches is a violation too.
+that starts fresh although a snapshot it never tried matches is a violation too. With
+`forged-receipt`, an agent that no longer holds the result right after the forged ACK (the
+only ACK that can have reached it by then) released it on a receipt that was not its own
+(`quiesce.models.oracles.released_by_ack`): a violation, checked on the release itself,
+because end to end an early release costs nothing here (the controller sealed the result
+when the completion was announced), so no lineage count would show it.
 """
 
 from __future__ import annotations
@@ -57,7 +66,7 @@ from quiesce.adapters import (
     Participant,
     RestoreReport,
 )
-from quiesce.models.oracles import Candidate, newest_match
+from quiesce.models.oracles import Candidate, newest_match, released_by_ack
 from quiesce.protocol import Cause, OpId
 from quiesce.protocol.controller import (
     Call,
@@ -98,6 +107,7 @@ class ScenarioFault(Enum):
     RESTORE_DIGEST_MISMATCH = "restore-digest-mismatch"
     PREPARING_INTENT_CRASH = "preparing-intent-crash"
     STAGING_CORRUPTION = "staging-corruption"
+    FORGED_RECEIPT = "forged-receipt"
 
 
 FAILURE_SCENARIOS: tuple[str, ...] = tuple(f"S{n}" for n in range(1, 20))
@@ -205,6 +215,8 @@ class ScenarioWatch(FenceLogSink):
         self.anchor: Callable[[], tuple[int, str]] | None = None
         self._tried: set[object] = set()
         self.misselected: list[str] = []
+        # forged-receipt: every result an agent released on a receipt that was not its own.
+        self.wrongly_released: list[str] = []
 
     def injects(self, fault: ScenarioFault) -> bool:
         return fault in self.faults
@@ -231,10 +243,12 @@ class ScenarioWatch(FenceLogSink):
     def violations(self, restores: list[RestoreReport]) -> list[str]:
         """The oracle's own checks: no restore ends on a snapshot whose restore reply
         reported a digest other than the committed one (S16), every snapshot verified
-        right after its publication (I8), and (with `duplicate-snapshot`) every restore
-        took the newest matching snapshot (M9)."""
+        right after its publication (I8), (with `duplicate-snapshot`) every restore took
+        the newest matching snapshot (M9), and (with `forged-receipt`) no agent released a
+        result on a receipt that was not its own (M3)."""
         return (
             self.misselected
+            + self.wrongly_released
             + [
                 f"restored from snapshot {r.snapshot_id} although a participant reported a digest "
                 "that differs from the committed one (S16)"
@@ -242,6 +256,22 @@ class ScenarioWatch(FenceLogSink):
                 if r.kind == "snapshot" and r.snapshot_id in self.tampered
             ]
             + [f"{finding} (I8)" for finding in self.unverified]
+        )
+
+    # ------------------------------------------------------------------ M3 receipts
+
+    def forged_ack_answered(
+        self, participant: str, receipt: tuple[str, int, str], forged: str, held: bool
+    ) -> None:
+        """`participant` handled an ACK quoting `receipt`'s key with the `forged` text (the
+        only ACK that reached it since the completion), and `held` says whether it still
+        holds the completed result afterwards."""
+        self.injected += 1
+        if held or released_by_ack(receipt, {(*receipt[:2], forged)}):
+            return
+        self.wrongly_released.append(
+            f"{participant} released {receipt[0]}#{receipt[1]} on an ACK quoting the forged "
+            f"receipt {forged!r}, not its own (M3: only the exact receipt releases a result)"
         )
 
     # ------------------------------------------------------------------ M9 selection

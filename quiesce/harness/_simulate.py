@@ -143,9 +143,9 @@ from quiesce.protocol.controller import (
     TrainerBoundary,
     Validate,
 )
-from quiesce.protocol.machines import CheckpointState, GateState, GroupState
+from quiesce.protocol.machines import CheckpointState, ExecState, GateState, GroupState
 from quiesce.protocol.participant import AgentRole, ParticipantOp
-from quiesce.protocol.wire import ControlRequest, PrepareReply, Role
+from quiesce.protocol.wire import AckRequest, ControlRequest, PrepareReply, Receipt, Role
 
 __all__ = [
     "CheckpointCounts",
@@ -225,7 +225,7 @@ class SimulationConfig(BaseModel):
     inject: tuple[ScenarioFault, ...] = ()
     """Opt-in scenario faults (`ScenarioFault`, or their names: `conflict`,
     `duplicate-snapshot`, `restore-digest-mismatch`, `preparing-intent-crash`,
-    `staging-corruption`), each played once, deterministically from the seed."""
+    `staging-corruption`, `forged-receipt`), each played once, deterministically from the seed."""
     coverage: bool = False
     """Report which §7 scenarios the run reached and which controller table rows fired
     (`SimulationResult.coverage`)."""
@@ -828,6 +828,7 @@ class _Run(_World):
         self.intent_crash_pending = ScenarioFault.PREPARING_INTENT_CRASH in config.inject
         self.duplicate_pending = ScenarioFault.DUPLICATE_SNAPSHOT in config.inject
         self.corruption_pending = ScenarioFault.STAGING_CORRUPTION in config.inject
+        self.forge_pending = ScenarioFault.FORGED_RECEIPT in config.inject
         # staging-corruption strikes the first or the second validated attempt (the seed's).
         self.corrupt_after = 0 if watch is None else watch.rng.randrange(2)
         if watch is not None:
@@ -847,6 +848,8 @@ class _Run(_World):
     def _new_driver(self) -> Driver:
         driver = super()._new_driver()
         self.fleet.on_completed = driver.completed
+        if self.forge_pending:
+            self.fleet.on_completed = functools.partial(self._completed_then_forge, driver)
         if self.recorder is not None:
             self.recorder.controller_started()
         if self.watch is not None:
@@ -940,6 +943,43 @@ class _Run(_World):
             self.watch.injected += 1
         self.driver.submit(PeriodElapsed())
         return True
+
+    def _completed_then_forge(self, driver: Driver, participant: str, receipt: Receipt) -> None:
+        """`forged-receipt`: the completion goes to the controller, and a forged ACK of it
+        to its agent at the same instant (the controller's own ACK takes a call's latency
+        to get there)."""
+        driver.completed(participant, receipt)
+        if self.forge_pending:
+            self.fleet.later(0.0, self._forged_ack, participant, receipt, self.clock.now())
+
+    async def _forged_ack(self, participant: str, receipt: Receipt, at: float) -> None:
+        """Send the forged ACK; judge the agent's answer only if it came at the instant of
+        the completion, when the forged ACK is the only one that can have reached it (a
+        later answer is no evidence: the next completion gets the forgery)."""
+        key = (receipt.rollout_id, receipt.attempt)
+        if not self.forge_pending or self.clock.now() != at or not self._holds(participant, key):
+            return
+        # One character off: the execution's key, a receipt that is not its own.
+        text = receipt.receipt
+        forged = text[:-1] + ("0" if text[-1:] != "0" else "1")
+        request = AckRequest(receipts=(receipt.model_copy(update={"receipt": forged}),))
+        try:
+            await self.fleet.hosts[participant].handle(ParticipantOp.ACK, request)
+        except (HostStopped, OSError):
+            return  # the agent restarted meanwhile
+        if self.clock.now() != at:
+            return
+        self.forge_pending = False
+        assert self.watch is not None
+        self.watch.forged_ack_answered(
+            participant, (*key, text), forged, held=self._holds(participant, key)
+        )
+
+    def _holds(self, participant: str, key: tuple[str, int]) -> bool:
+        """Does `participant` hold `key`'s completed, un-ACKed result?"""
+        role = self.fleet.hosts[participant].state.role
+        execution = role.find(key) if isinstance(role, AgentRole) else None
+        return execution is not None and execution.state is ExecState.COMPLETED
 
     def _fence_by_a_ghost(self, state: ControllerState) -> None:
         """`conflict`: a prepare from a controller of an earlier epoch fences one policy

@@ -28,6 +28,7 @@ from quiesce.protocol.controller import (
     Recovered,
     Reply,
 )
+from quiesce.protocol.participant import AgentRole
 from quiesce.protocol.wire import ErrorReply
 
 SMALL: dict[str, Any] = {"steps": 4, "groups_per_step": 2, "group_size": 2}
@@ -223,3 +224,34 @@ def test_restoring_the_older_of_two_matches_is_caught_only_with_duplicate_snapsh
     assert any("not the newest matching snapshot" in v for v in with_fault.violations)
     # The same run without the bug takes the newest and passes.
     assert simulate(seed=0, inject=("duplicate-snapshot",), **SMALL).verdict == "ok"
+
+
+_ACK = AgentRole.ack
+
+
+def _any_receipt(self: AgentRole, rules: Any, receipts: Any) -> Any:
+    """`AgentRole.ack` with the bug: a receipt naming a held execution's key releases it,
+    whatever its text (the exact-receipt match of M3 is gone)."""
+    held = {(r.rollout_id, r.attempt): self.find((r.rollout_id, r.attempt)) for r in receipts}
+    quoted = [
+        r.model_copy(update={"receipt": e.data.receipt})
+        if (e := held[(r.rollout_id, r.attempt)]) is not None and e.data.receipt
+        else r
+        for r in receipts
+    ]
+    return _ACK(self, rules, quoted)
+
+
+def test_an_agent_taking_any_receipt_is_caught_only_with_forged_receipt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with monkeypatch.context() as planted:
+        planted.setattr(AgentRole, "ack", _any_receipt)
+        # The controller quotes every receipt exactly: without a forged one, the bug is
+        # never exercised; and an early release loses nothing the lineage would count.
+        without, with_fault = _verdicts("forged-receipt", 1)
+    assert without.verdict == "ok", without.violations
+    assert with_fault.verdict == "violated"
+    assert any("forged receipt" in v for v in with_fault.violations), with_fault.violations
+    # Without the bug the agent keeps the result until the controller's exact ACK.
+    assert simulate(seed=1, inject=("forged-receipt",), **SMALL).verdict == "ok"
