@@ -30,7 +30,12 @@ clock's draws, and every run without `--inject`, stay as they were):
 - `forged-receipt` (M3, S17's rule "only an ACK releases"): right after an agent announces
   a completion, the world sends that agent an ACK quoting the execution's key with a
   receipt one character off; the agent must keep the result (the receipt is `unknown`)
-  until the controller's ACK quotes the exact one.
+  until the controller's ACK quotes the exact one;
+- `optimizer-race` (S9): once a checkpoint's commit calls go out, the trainer begins its
+  next optimizer step (if it has groups to train) instead of waiting for the snapshot, as
+  a periodic trigger racing a step would let it; the controller must see the trainer moved
+  at capture, skip `trainer_state_changed` and abort the same id. The world knows it
+  moved the trainer during that checkpoint: its publication is a violation (I8).
 
 The oracle keeps facts of its own here, independent of the coordinator: a restore that
 ended on a snapshot whose restore reply the world had tampered with is a violation (S16:
@@ -108,6 +113,7 @@ class ScenarioFault(Enum):
     PREPARING_INTENT_CRASH = "preparing-intent-crash"
     STAGING_CORRUPTION = "staging-corruption"
     FORGED_RECEIPT = "forged-receipt"
+    OPTIMIZER_RACE = "optimizer-race"
 
 
 FAILURE_SCENARIOS: tuple[str, ...] = tuple(f"S{n}" for n in range(1, 20))
@@ -215,6 +221,9 @@ class ScenarioWatch(FenceLogSink):
         self.anchor: Callable[[], tuple[int, str]] | None = None
         self._tried: set[object] = set()
         self.misselected: list[str] = []
+        # optimizer-race: the checkpoint during whose commit the trainer stepped (the world
+        # moved it, so that snapshot may never be published: S9, I8).
+        self.raced: str | None = None
         # forged-receipt: every result an agent released on a receipt that was not its own.
         self.wrongly_released: list[str] = []
 

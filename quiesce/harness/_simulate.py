@@ -225,7 +225,8 @@ class SimulationConfig(BaseModel):
     inject: tuple[ScenarioFault, ...] = ()
     """Opt-in scenario faults (`ScenarioFault`, or their names: `conflict`,
     `duplicate-snapshot`, `restore-digest-mismatch`, `preparing-intent-crash`,
-    `staging-corruption`, `forged-receipt`), each played once, deterministically from the seed."""
+    `staging-corruption`, `forged-receipt`, `optimizer-race`), each played once,
+    deterministically from the seed."""
     coverage: bool = False
     """Report which §7 scenarios the run reached and which controller table rows fired
     (`SimulationResult.coverage`)."""
@@ -622,13 +623,19 @@ class _World:
                 self.wake_trainer = self.clock.event()
                 await self.wake_trainer.wait()
                 continue
-            if self.phase in _BUSY or self.boundaries:
+            if (self.phase in _BUSY or self.boundaries) and not self.races(self.phase):
                 # The trainer checkpoints at its boundary: the next optimizer step waits
                 # for the snapshot of this one (a periodic one may still race it: S9).
                 await driver.wait_for(
-                    lambda s: (s.phase not in _BUSY and not self.boundaries) or not driver.alive
+                    lambda s: (
+                        (s.phase not in _BUSY and not self.boundaries)
+                        or self.races(s.phase)
+                        or not driver.alive
+                    )
                 )
                 continue
+            if self.phase in _BUSY:
+                self.raced()
             groups = self.plane.take_finished(self.cfg.groups_per_step)
             self.training = True
             # A step that moves the trainer's anchor ends with its own checkpoint write
@@ -680,6 +687,14 @@ class _World:
                 self.crash_pending = False
                 self.crash_now()
                 return
+
+    def races(self, phase: CheckpointState) -> bool:
+        """Hook, asked while a checkpoint is in `phase`: True lets the trainer begin an
+        optimizer step now rather than wait for the checkpoint to end. Never, here."""
+        return False
+
+    def raced(self) -> None:
+        """Hook, called when the trainer begins an optimizer step during a checkpoint."""
 
     def defer_crash(self) -> bool:
         """Hook, asked when the crash is due: True puts it off to the next checkpoint that
@@ -829,6 +844,7 @@ class _Run(_World):
         self.duplicate_pending = ScenarioFault.DUPLICATE_SNAPSHOT in config.inject
         self.corruption_pending = ScenarioFault.STAGING_CORRUPTION in config.inject
         self.forge_pending = ScenarioFault.FORGED_RECEIPT in config.inject
+        self.race_pending = ScenarioFault.OPTIMIZER_RACE in config.inject
         # staging-corruption strikes the first or the second validated attempt (the seed's).
         self.corrupt_after = 0 if watch is None else watch.rng.randrange(2)
         if watch is not None:
@@ -904,6 +920,11 @@ class _Run(_World):
                 self.store.verify(name)
             except Exception as error:  # any failure to verify is the finding
                 watch.unverified.append(f"snapshot {name} published but does not verify: {error}")
+            if name == watch.raced:
+                watch.unverified.append(
+                    f"snapshot {name} published although the trainer began an optimizer step "
+                    "between its commit and its capture: S9"
+                )
         driver = self.driver
         if driver is None or not driver.alive:
             return
@@ -933,6 +954,17 @@ class _Run(_World):
             self.intent_crash_pending = False
             watch.injected += 1
             self.crash_now()
+
+    def races(self, phase: CheckpointState) -> bool:
+        # optimizer-race: once a checkpoint commits, the trainer's next step goes ahead.
+        return self.race_pending and phase is _S.COMMITTING
+
+    def raced(self) -> None:
+        self.race_pending = False
+        attempt = None if self.driver is None else self.driver.state.attempt
+        if self.watch is not None and attempt is not None:
+            self.watch.injected += 1
+            self.watch.raced = str(attempt.op_id)
 
     def defer_crash(self) -> bool:
         if not self.duplicate_pending or self.driver is None:
