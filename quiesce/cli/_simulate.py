@@ -323,9 +323,12 @@ def _one_line(error: ValidationError) -> str:
     multiple=True,
     help="Play an opt-in scenario fault, once, deterministically from the seed (repeatable): "
     "conflict (S5), preparing-intent-crash (S18), restore-digest-mismatch (S16), "
-    "duplicate-snapshot (two snapshots match the anchor), staging-corruption (a staged "
-    "artifact corrupted before publication). The last three restart the controller at "
-    "mid-run unless --crash-at-step says when.",
+    "duplicate-snapshot (two snapshots match the anchor; the restore must take the newest), "
+    "staging-corruption (a staged artifact corrupted before publication), forged-receipt (an "
+    "ACK quoting a completion's key with a wrong receipt; the agent must keep the result), "
+    "optimizer-race (S9: the trainer steps between a checkpoint's commit and its capture). "
+    "restore-digest-mismatch and duplicate-snapshot restart the controller at mid-run unless "
+    "--crash-at-step says when.",
 )
 @click.option(
     "--coverage",

@@ -26,11 +26,30 @@ clock's draws, and every run without `--inject`, stay as they were):
   crash waits for the second; the restore must take the newest (and, with
   `restore-digest-mismatch`, fall back to the older one);
 - `staging-corruption`: once a checkpoint's artifacts are validated, the world flips a byte
-  of one staged artifact; publication must verify the staged set and refuse it (I8).
+  of one staged artifact; publication must verify the staged set and refuse it (I8);
+- `forged-receipt` (M3, S17's rule "only an ACK releases"): right after an agent announces
+  a completion, the world sends that agent an ACK quoting the execution's key with a
+  receipt one character off; the agent must keep the result (the receipt is `unknown`)
+  until the controller's ACK quotes the exact one;
+- `optimizer-race` (S9): once a checkpoint's commit calls go out, the trainer begins its
+  next optimizer step (if it has groups to train) instead of waiting for the snapshot, as
+  a periodic trigger racing a step would let it; the controller must see the trainer moved
+  at capture, skip `trainer_state_changed` and abort the same id. The world knows it
+  moved the trainer during that checkpoint: its publication is a violation (I8).
 
-The oracle keeps one fact of its own here, independent of the coordinator: a restore that
+The oracle keeps facts of its own here, independent of the coordinator: a restore that
 ended on a snapshot whose restore reply the world had tampered with is a violation (S16:
-silent divergence).
+silent divergence); and, with `duplicate-snapshot`, every snapshot a restore starts to
+install must be the one `quiesce.models.oracles.newest_match` names from the store's
+published snapshots and the trainer's anchor, skipping only those this restore already
+sent restore calls for (M9: the newest match; a restore that took the older of two
+matching snapshots is consistent and loses nothing, so only this check sees it). A restore
+that starts fresh although a snapshot it never tried matches is a violation too. With
+`forged-receipt`, an agent that no longer holds the result right after the forged ACK (the
+only ACK that can have reached it by then) released it on a receipt that was not its own
+(`quiesce.models.oracles.released_by_ack`): a violation, checked on the release itself,
+because end to end an early release costs nothing here (the controller sealed the result
+when the completion was announced), so no lineage count would show it.
 """
 
 from __future__ import annotations
@@ -52,6 +71,7 @@ from quiesce.adapters import (
     Participant,
     RestoreReport,
 )
+from quiesce.models.oracles import Candidate, newest_match, released_by_ack
 from quiesce.protocol import Cause, OpId
 from quiesce.protocol.controller import (
     Call,
@@ -64,6 +84,7 @@ from quiesce.protocol.controller import (
     Redispatch,
     Reply,
     RestoreOutcome,
+    RestoreTarget,
 )
 from quiesce.protocol.machines import CheckpointState, RegistryState
 from quiesce.protocol.participant import ParticipantOp
@@ -91,6 +112,8 @@ class ScenarioFault(Enum):
     RESTORE_DIGEST_MISMATCH = "restore-digest-mismatch"
     PREPARING_INTENT_CRASH = "preparing-intent-crash"
     STAGING_CORRUPTION = "staging-corruption"
+    FORGED_RECEIPT = "forged-receipt"
+    OPTIMIZER_RACE = "optimizer-race"
 
 
 FAILURE_SCENARIOS: tuple[str, ...] = tuple(f"S{n}" for n in range(1, 20))
@@ -191,6 +214,18 @@ class ScenarioWatch(FenceLogSink):
         self.injected = 0
         # Snapshots found unverifiable right after their publication (I8).
         self.unverified: list[str] = []
+        # duplicate-snapshot: the world's view of the store and the trainer (`_Run` sets
+        # it), the snapshots this controller start sent restore calls for, and every
+        # selection that was not the newest match (M9).
+        self.published: Callable[[], list[Candidate]] | None = None
+        self.anchor: Callable[[], tuple[int, str]] | None = None
+        self._tried: set[object] = set()
+        self.misselected: list[str] = []
+        # optimizer-race: the checkpoint during whose commit the trainer stepped (the world
+        # moved it, so that snapshot may never be published: S9, I8).
+        self.raced: str | None = None
+        # forged-receipt: every result an agent released on a receipt that was not its own.
+        self.wrongly_released: list[str] = []
 
     def injects(self, fault: ScenarioFault) -> bool:
         return fault in self.faults
@@ -216,14 +251,77 @@ class ScenarioWatch(FenceLogSink):
 
     def violations(self, restores: list[RestoreReport]) -> list[str]:
         """The oracle's own checks: no restore ends on a snapshot whose restore reply
-        reported a digest other than the committed one (S16), and every snapshot verified
-        right after its publication (I8)."""
-        return [
-            f"restored from snapshot {r.snapshot_id} although a participant reported a digest "
-            "that differs from the committed one (S16)"
-            for r in restores
-            if r.kind == "snapshot" and r.snapshot_id in self.tampered
-        ] + [f"{finding} (I8)" for finding in self.unverified]
+        reported a digest other than the committed one (S16), every snapshot verified
+        right after its publication (I8), (with `duplicate-snapshot`) every restore took
+        the newest matching snapshot (M9), and (with `forged-receipt`) no agent released a
+        result on a receipt that was not its own (M3)."""
+        return (
+            self.misselected
+            + self.wrongly_released
+            + [
+                f"restored from snapshot {r.snapshot_id} although a participant reported a digest "
+                "that differs from the committed one (S16)"
+                for r in restores
+                if r.kind == "snapshot" and r.snapshot_id in self.tampered
+            ]
+            + [f"{finding} (I8)" for finding in self.unverified]
+        )
+
+    # ------------------------------------------------------------------ M3 receipts
+
+    def forged_ack_answered(
+        self, participant: str, receipt: tuple[str, int, str], forged: str, held: bool
+    ) -> None:
+        """`participant` handled an ACK quoting `receipt`'s key with the `forged` text (the
+        only ACK that reached it since the completion), and `held` says whether it still
+        holds the completed result afterwards."""
+        self.injected += 1
+        if held or released_by_ack(receipt, {(*receipt[:2], forged)}):
+            return
+        self.wrongly_released.append(
+            f"{participant} released {receipt[0]}#{receipt[1]} on an ACK quoting the forged "
+            f"receipt {forged!r}, not its own (M3: only the exact receipt releases a result)"
+        )
+
+    # ------------------------------------------------------------------ M9 selection
+
+    def starting(self) -> None:
+        """A controller process starts: its restore has tried no snapshot yet."""
+        self._tried = set()
+
+    def _judges_selection(self) -> bool:
+        return (
+            self.injects(ScenarioFault.DUPLICATE_SNAPSHOT)
+            and self.published is not None
+            and self.anchor is not None
+        )
+
+    def _newest_untried(self, fingerprint: str) -> object | None:
+        """The snapshot M9 says this restore must take next (`newest_match`), from the
+        world's own view of the store and the trainer anchor."""
+        assert self.published is not None and self.anchor is not None
+        step, version = self.anchor()
+        return newest_match(
+            self.published(),
+            step=step,
+            version=version,
+            fingerprint=fingerprint,
+            tried=self._tried,
+        )
+
+    def _restore_called(self, target: RestoreTarget, fingerprint: str) -> None:
+        """A restore call of `target`'s snapshot: the first one of a snapshot must name
+        the newest match not tried yet."""
+        snapshot = target.snapshot_id
+        if snapshot in self._tried:
+            return
+        expected = self._newest_untried(fingerprint)
+        if expected != snapshot:
+            self.misselected.append(
+                f"restore installs snapshot {snapshot}, not the newest matching snapshot "
+                f"{expected} (M9)"
+            )
+        self._tried.add(snapshot)
 
     # ------------------------------------------------------------------ detectors
 
@@ -240,6 +338,13 @@ class ScenarioWatch(FenceLogSink):
         for effect in effects:
             if isinstance(effect, Call):
                 self._call(effect, phase)
+                if (
+                    effect.op is Op.RESTORE
+                    and isinstance(effect.payload, RestoreTarget)
+                    and self._judges_selection()
+                ):
+                    fleet = state.fleet
+                    self._restore_called(effect.payload, "" if fleet is None else fleet.fingerprint)
             elif isinstance(effect, Outcome) and effect.result == "skipped":
                 if effect.reason == "trainer_state_changed":
                     self.reach("S9", f"{effect.checkpoint_id} skipped: trainer_state_changed")
@@ -329,8 +434,14 @@ class ScenarioWatch(FenceLogSink):
         if kind is FaultKind.CRASH_RESTART and op in ("prepare", "commit", "resume"):
             self.reach("S19", f"{participant} restarted on {op}, mid-checkpoint")
 
-    def restored(self, report: RestoreReport) -> None:
-        """A controller start ended its restore."""
+    def restored(self, report: RestoreReport, fingerprint: str = "") -> None:
+        """A controller start ended its restore (`fingerprint`: the fleet's topology)."""
+        if report.kind in ("fresh_start", "bootstrap") and self._judges_selection():
+            left = self._newest_untried(fingerprint)
+            if left is not None:
+                self.misselected.append(
+                    f"restore started fresh although snapshot {left} matches the anchor (M9)"
+                )
         if report.intent is not None:
             self.reach(
                 "S18",

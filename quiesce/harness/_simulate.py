@@ -95,6 +95,7 @@ from quiesce.adapters import (
     TeeFenceLog,
     VirtualClock,
     WorkConfig,
+    parse_checkpoint_id,
 )
 from quiesce.fsm import RowLog, recording
 from quiesce.harness._latency import LATENCY_PROFILES, LatencyProfile
@@ -116,6 +117,7 @@ from quiesce.harness._scenarios import (
 )
 from quiesce.harness._stop_cause import StopCause, StopWitness
 from quiesce.models import JudgingFenceLog, LogVerdict
+from quiesce.models.oracles import Candidate
 from quiesce.protocol import OpId, QuiesceConfig, RecoveryLevel
 from quiesce.protocol.controller import (
     ControllerEffect,
@@ -141,9 +143,9 @@ from quiesce.protocol.controller import (
     TrainerBoundary,
     Validate,
 )
-from quiesce.protocol.machines import CheckpointState, GateState, GroupState
+from quiesce.protocol.machines import CheckpointState, ExecState, GateState, GroupState
 from quiesce.protocol.participant import AgentRole, ParticipantOp
-from quiesce.protocol.wire import ControlRequest, PrepareReply, Role
+from quiesce.protocol.wire import AckRequest, ControlRequest, PrepareReply, Receipt, Role
 
 __all__ = [
     "CheckpointCounts",
@@ -223,7 +225,8 @@ class SimulationConfig(BaseModel):
     inject: tuple[ScenarioFault, ...] = ()
     """Opt-in scenario faults (`ScenarioFault`, or their names: `conflict`,
     `duplicate-snapshot`, `restore-digest-mismatch`, `preparing-intent-crash`,
-    `staging-corruption`), each played once, deterministically from the seed."""
+    `staging-corruption`, `forged-receipt`, `optimizer-race`), each played once,
+    deterministically from the seed."""
     coverage: bool = False
     """Report which §7 scenarios the run reached and which controller table rows fired
     (`SimulationResult.coverage`)."""
@@ -620,13 +623,19 @@ class _World:
                 self.wake_trainer = self.clock.event()
                 await self.wake_trainer.wait()
                 continue
-            if self.phase in _BUSY or self.boundaries:
+            if (self.phase in _BUSY or self.boundaries) and not self.races(self.phase):
                 # The trainer checkpoints at its boundary: the next optimizer step waits
                 # for the snapshot of this one (a periodic one may still race it: S9).
                 await driver.wait_for(
-                    lambda s: (s.phase not in _BUSY and not self.boundaries) or not driver.alive
+                    lambda s: (
+                        (s.phase not in _BUSY and not self.boundaries)
+                        or self.races(s.phase)
+                        or not driver.alive
+                    )
                 )
                 continue
+            if self.phase in _BUSY:
+                self.raced()
             groups = self.plane.take_finished(self.cfg.groups_per_step)
             self.training = True
             # A step that moves the trainer's anchor ends with its own checkpoint write
@@ -678,6 +687,14 @@ class _World:
                 self.crash_pending = False
                 self.crash_now()
                 return
+
+    def races(self, phase: CheckpointState) -> bool:
+        """Hook, asked while a checkpoint is in `phase`: True lets the trainer begin an
+        optimizer step now rather than wait for the checkpoint to end. Never, here."""
+        return False
+
+    def raced(self) -> None:
+        """Hook, called when the trainer begins an optimizer step during a checkpoint."""
 
     def defer_crash(self) -> bool:
         """Hook, asked when the crash is due: True puts it off to the next checkpoint that
@@ -826,8 +843,13 @@ class _Run(_World):
         self.intent_crash_pending = ScenarioFault.PREPARING_INTENT_CRASH in config.inject
         self.duplicate_pending = ScenarioFault.DUPLICATE_SNAPSHOT in config.inject
         self.corruption_pending = ScenarioFault.STAGING_CORRUPTION in config.inject
+        self.forge_pending = ScenarioFault.FORGED_RECEIPT in config.inject
+        self.race_pending = ScenarioFault.OPTIMIZER_RACE in config.inject
         # staging-corruption strikes the first or the second validated attempt (the seed's).
         self.corrupt_after = 0 if watch is None else watch.rng.randrange(2)
+        if watch is not None:
+            watch.published = self._published
+            watch.anchor = self._anchor
 
     async def main(self) -> None:
         """Run the fleet and controllers until the run is done: a crashed controller's
@@ -842,15 +864,43 @@ class _Run(_World):
     def _new_driver(self) -> Driver:
         driver = super()._new_driver()
         self.fleet.on_completed = driver.completed
+        if self.forge_pending:
+            self.fleet.on_completed = functools.partial(self._completed_then_forge, driver)
         if self.recorder is not None:
             self.recorder.controller_started()
-        if self.watch is not None and self.crashed_at is not None:
-            self.watch.arm_restore_tamper()
+        if self.watch is not None:
+            self.watch.starting()
+            if self.crashed_at is not None:
+                self.watch.arm_restore_tamper()
         return driver
 
     def restored(self, report: RestoreReport) -> None:
         if self.watch is not None:
-            self.watch.restored(report)
+            fleet = None if self.driver is None else self.driver.state.fleet
+            self.watch.restored(report, "" if fleet is None else fleet.fingerprint)
+
+    def _published(self) -> list[Candidate]:
+        """The store's published snapshots as M9 matches them, read from their manifests
+        (a snapshot that does not verify is no candidate)."""
+        candidates: list[Candidate] = []
+        for name in self.store.published():
+            try:
+                manifest = self.store.verify(name)
+            except Exception:  # unverifiable or unparsable: never a candidate
+                continue
+            candidates.append(
+                Candidate(
+                    parse_checkpoint_id(name),
+                    manifest.trainer_step,
+                    str(manifest.trainer_version),
+                    manifest.topology_fingerprint,
+                )
+            )
+        return candidates
+
+    def _anchor(self) -> tuple[int, str]:
+        anchor = self.trainer.anchor()
+        return anchor.step, str(anchor.version)
 
     # ------------------------------------------------------------------ scenario faults
 
@@ -870,6 +920,11 @@ class _Run(_World):
                 self.store.verify(name)
             except Exception as error:  # any failure to verify is the finding
                 watch.unverified.append(f"snapshot {name} published but does not verify: {error}")
+            if name == watch.raced:
+                watch.unverified.append(
+                    f"snapshot {name} published although the trainer began an optimizer step "
+                    "between its commit and its capture: S9"
+                )
         driver = self.driver
         if driver is None or not driver.alive:
             return
@@ -900,6 +955,17 @@ class _Run(_World):
             watch.injected += 1
             self.crash_now()
 
+    def races(self, phase: CheckpointState) -> bool:
+        # optimizer-race: once a checkpoint commits, the trainer's next step goes ahead.
+        return self.race_pending and phase is _S.COMMITTING
+
+    def raced(self) -> None:
+        self.race_pending = False
+        attempt = None if self.driver is None else self.driver.state.attempt
+        if self.watch is not None and attempt is not None:
+            self.watch.injected += 1
+            self.watch.raced = str(attempt.op_id)
+
     def defer_crash(self) -> bool:
         if not self.duplicate_pending or self.driver is None:
             return False
@@ -909,6 +975,43 @@ class _Run(_World):
             self.watch.injected += 1
         self.driver.submit(PeriodElapsed())
         return True
+
+    def _completed_then_forge(self, driver: Driver, participant: str, receipt: Receipt) -> None:
+        """`forged-receipt`: the completion goes to the controller, and a forged ACK of it
+        to its agent at the same instant (the controller's own ACK takes a call's latency
+        to get there)."""
+        driver.completed(participant, receipt)
+        if self.forge_pending:
+            self.fleet.later(0.0, self._forged_ack, participant, receipt, self.clock.now())
+
+    async def _forged_ack(self, participant: str, receipt: Receipt, at: float) -> None:
+        """Send the forged ACK; judge the agent's answer only if it came at the instant of
+        the completion, when the forged ACK is the only one that can have reached it (a
+        later answer is no evidence: the next completion gets the forgery)."""
+        key = (receipt.rollout_id, receipt.attempt)
+        if not self.forge_pending or self.clock.now() != at or not self._holds(participant, key):
+            return
+        # One character off: the execution's key, a receipt that is not its own.
+        text = receipt.receipt
+        forged = text[:-1] + ("0" if text[-1:] != "0" else "1")
+        request = AckRequest(receipts=(receipt.model_copy(update={"receipt": forged}),))
+        try:
+            await self.fleet.hosts[participant].handle(ParticipantOp.ACK, request)
+        except (HostStopped, OSError):
+            return  # the agent restarted meanwhile
+        if self.clock.now() != at:
+            return
+        self.forge_pending = False
+        assert self.watch is not None
+        self.watch.forged_ack_answered(
+            participant, (*key, text), forged, held=self._holds(participant, key)
+        )
+
+    def _holds(self, participant: str, key: tuple[str, int]) -> bool:
+        """Does `participant` hold `key`'s completed, un-ACKed result?"""
+        role = self.fleet.hosts[participant].state.role
+        execution = role.find(key) if isinstance(role, AgentRole) else None
+        return execution is not None and execution.state is ExecState.COMPLETED
 
     def _fence_by_a_ghost(self, state: ControllerState) -> None:
         """`conflict`: a prepare from a controller of an earlier epoch fences one policy

@@ -1,9 +1,10 @@
 """Scenario faults of `simulate` (issue 28, part 2): every §7 scenario a simulated world can
-produce is reached by the CI seeds, and each opt-in fault kind catches a planted bug that
-the run without it lets through."""
+produce is reached by the CI seeds (`NOT_SIMULATED` lists the others, each with why), and
+each opt-in fault kind catches a planted bug that the run without it lets through."""
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import replace
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from quiesce.adapters import SnapshotStore
 from quiesce.harness import (
     FAILURE_SCENARIOS,
+    LATENCY_PROFILES,
     NOT_SIMULATED,
     ScenarioFault,
     SimulationResult,
@@ -19,6 +21,7 @@ from quiesce.harness import (
 )
 from quiesce.protocol import QuiesceConfig
 from quiesce.protocol.controller import (
+    CaptureFacts,
     ControllerEffect,
     ControllerInput,
     ControllerState,
@@ -26,11 +29,29 @@ from quiesce.protocol.controller import (
     CoordinatorPolicy,
     Recovered,
     Reply,
+    judge_capture,
 )
+from quiesce.protocol.participant import AgentRole
 from quiesce.protocol.wire import ErrorReply
 
 SMALL: dict[str, Any] = {"steps": 4, "groups_per_step": 2, "group_size": 2}
-EVERY_FAULT = tuple(kind.value for kind in ScenarioFault)
+# Every kind but `optimizer-race`, which spends the run's first checkpoint (skipped and
+# aborted) and so moves the every-fault runs away from the capture that meets pending ACKs
+# (S7); a run of its own reaches S9.
+EVERY_FAULT = tuple(
+    kind.value for kind in ScenarioFault if kind is not ScenarioFault.OPTIMIZER_RACE
+)
+
+# A fleet whose participants write their snapshot artifact for 0.5-1.5 s at commit, with
+# rollout deadlines of 1.5 s: a park outlasts a group's remaining deadline (S1).
+SLOW_WRITES = replace(
+    LATENCY_PROFILES["fast"],
+    name="slow-writes",
+    snapshot_write_s=(0.5, 1.5),
+    rollout_timeout_s=1.5,
+    call_try_timeout_s=None,
+    control_timeout_s=5.0,
+)
 
 # The CI seeds: a handful of small runs whose union reaches every scenario below.
 CI_RUNS: list[tuple[dict[str, Any], int]] = [
@@ -41,18 +62,13 @@ CI_RUNS: list[tuple[dict[str, Any], int]] = [
         1,
     ),
     ({"inject": ("duplicate-snapshot",), "steps": 4}, 1),
+    # A resume or abort failing past its in-call retries (S4): half the calls fault.
+    ({"fault_rate": 0.5, **SMALL}, 0),
+    # A park longer than a group's remaining deadline (S1).
+    ({"latency": SLOW_WRITES, **SMALL}, 0),
+    # An optimizer step between commit and capture (S9).
+    ({"inject": ("optimizer-race",), **SMALL}, 0),
 ]
-
-# Reachable in a simulated world, but not by these seeds yet (left for a later fault kind).
-NOT_YET: dict[str, str] = {
-    "S1": "a park outlasting a group's remaining deadline needs a long prepare (a slow "
-    "participant or a timed-out prepare) that the small CI runs do not draw",
-    "S4": "a failed resume is retried inside its call (`call_retries`) first; only a failure "
-    "that outlasts every retry leaves `abort_pending` or `release_pending`, and the CI runs' "
-    "fault rates do not draw one",
-    "S9": "the trainer waits for the snapshot of its boundary; only a periodic trigger "
-    "racing an optimizer step lands one between commit and capture",
-}
 
 
 def test_the_ci_seeds_reach_every_simulated_scenario() -> None:
@@ -63,7 +79,7 @@ def test_the_ci_seeds_reach_every_simulated_scenario() -> None:
         assert result.coverage is not None
         for scenario, evidence in result.coverage.evidence.items():
             reached.setdefault(scenario, evidence)
-    expected = set(FAILURE_SCENARIOS) - set(NOT_SIMULATED) - set(NOT_YET)
+    expected = set(FAILURE_SCENARIOS) - set(NOT_SIMULATED)
     assert expected <= set(reached), sorted(expected - set(reached))
     # Nothing listed as out of reach is reached: each list says why, and must stay true.
     assert not set(NOT_SIMULATED) & set(reached)
@@ -80,6 +96,7 @@ def test_each_fault_kind_reaches_its_scenario_and_keeps_the_invariants() -> None
         "conflict": "S5",
         "preparing-intent-crash": "S18",
         "restore-digest-mismatch": "S16",
+        "optimizer-race": "S9",
     }
     for kind, expected in scenario.items():
         result = simulate(seed=1, coverage=True, inject=(kind,), **SMALL)
@@ -147,6 +164,16 @@ def trusts_restore_digests(config: QuiesceConfig) -> Coordinator:
     return Coordinator(config, policy=CoordinatorPolicy(judge_restore=judge_without_digests))
 
 
+def blind_to_the_trainer(config: QuiesceConfig) -> Coordinator:
+    """Planted: the capture does not look at the trainer (an optimizer step that landed
+    between commit and capture goes into the cut, S9)."""
+
+    def judge(facts: CaptureFacts) -> Any:
+        return judge_capture(replace(facts, trainer_moved=False))
+
+    return Coordinator(config, policy=CoordinatorPolicy(judge_capture=judge))
+
+
 def _verdicts(kind: str, seed: int, **planted: Any) -> tuple[SimulationResult, SimulationResult]:
     """The planted bug's run without the fault kind, and with it."""
     return (
@@ -161,6 +188,7 @@ def _verdicts(kind: str, seed: int, **planted: Any) -> tuple[SimulationResult, S
         ("conflict", ConflictIsARefusal),
         ("preparing-intent-crash", IgnoresTheIntent),
         ("restore-digest-mismatch", trusts_restore_digests),
+        ("optimizer-race", blind_to_the_trainer),
     ],
 )
 def test_a_planted_controller_bug_is_caught_only_with_its_fault_kind(
@@ -189,3 +217,67 @@ def test_publishing_unverified_staging_is_caught_only_with_staging_corruption(
     assert without.verdict == "ok", without.violations
     assert with_fault.verdict == "violated"
     assert any("does not verify" in v for v in with_fault.violations)
+
+
+# The planted bugs inside the controller are reached by name, as a bug would be.
+_restore_flow = importlib.import_module("quiesce.protocol.controller._restore_flow")
+_SELECT = _restore_flow.select_snapshot
+
+
+def _older_match(anchor: Any, candidates: Any, **kwargs: Any) -> Any:
+    """`select_snapshot` with the bug: the second-newest match when there are two."""
+    newest = _SELECT(anchor, candidates, **kwargs)
+    if newest.snapshot is None:
+        return newest
+    skip = (*kwargs.pop("rejected", ()), (str(newest.snapshot.snapshot_id), "planted"))
+    older = _SELECT(anchor, candidates, rejected=skip, **kwargs)
+    return newest if older.snapshot is None else older
+
+
+def test_restoring_the_older_of_two_matches_is_caught_only_with_duplicate_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with monkeypatch.context() as planted:
+        planted.setattr(_restore_flow, "select_snapshot", _older_match)
+        # A crash and a restore without the fault kind: one snapshot matches, nothing to
+        # get wrong; restoring the older of two is consistent and loses nothing, so the
+        # lineage oracle lets it through even when two match.
+        crashed = simulate(seed=0, crash_at_step=2, **SMALL)
+        without, with_fault = _verdicts("duplicate-snapshot", 0)
+    assert crashed.verdict == "ok", crashed.violations
+    assert without.verdict == "ok", without.violations
+    assert with_fault.verdict == "violated"
+    assert any("not the newest matching snapshot" in v for v in with_fault.violations)
+    # The same run without the bug takes the newest and passes.
+    assert simulate(seed=0, inject=("duplicate-snapshot",), **SMALL).verdict == "ok"
+
+
+_ACK = AgentRole.ack
+
+
+def _any_receipt(self: AgentRole, rules: Any, receipts: Any) -> Any:
+    """`AgentRole.ack` with the bug: a receipt naming a held execution's key releases it,
+    whatever its text (the exact-receipt match of M3 is gone)."""
+    held = {(r.rollout_id, r.attempt): self.find((r.rollout_id, r.attempt)) for r in receipts}
+    quoted = [
+        r.model_copy(update={"receipt": e.data.receipt})
+        if (e := held[(r.rollout_id, r.attempt)]) is not None and e.data.receipt
+        else r
+        for r in receipts
+    ]
+    return _ACK(self, rules, quoted)
+
+
+def test_an_agent_taking_any_receipt_is_caught_only_with_forged_receipt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with monkeypatch.context() as planted:
+        planted.setattr(AgentRole, "ack", _any_receipt)
+        # The controller quotes every receipt exactly: without a forged one, the bug is
+        # never exercised; and an early release loses nothing the lineage would count.
+        without, with_fault = _verdicts("forged-receipt", 1)
+    assert without.verdict == "ok", without.violations
+    assert with_fault.verdict == "violated"
+    assert any("forged receipt" in v for v in with_fault.violations), with_fault.violations
+    # Without the bug the agent keeps the result until the controller's exact ACK.
+    assert simulate(seed=1, inject=("forged-receipt",), **SMALL).verdict == "ok"

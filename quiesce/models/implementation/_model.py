@@ -234,7 +234,9 @@ class ProtocolModel(Model[PState]):
 
     def _init_states(self) -> Iterable[PState]:
         state, _ = self.system.start(self._participants())
-        env = Env(triggers=self.p.triggers, faults=self.p.faults)
+        env = Env(
+            triggers=self.p.triggers, faults=self.p.faults, digest_faults=self.p.digest_faults
+        )
         opened = GroupOpened(GROUP, self.p.siblings, self.cast.agents[0])
         try:
             with self._watchdog():
@@ -351,15 +353,16 @@ class ProtocolModel(Model[PState]):
                 enabled.extend(moves.faults)
                 if moves.delay is not None and env.delayed is None:
                     enabled.append(moves.delay)
+        if env.faults > 0 or env.digest_faults > 0:
             for index in self.system.restore_replies(sys):
                 text = describe_message(sys.messages[index])
                 enabled.append(
                     act(f"wrong digest at restore: {text}", ("wrong_digest", index), True)
                 )
-            if p.crashes:
-                enabled.append(act("controller crashes", ("crash_controller",), True))
-                for who in self.cast.names:
-                    enabled.append(act(f"{who} crashes", ("crash_participant", who), True))
+        if env.faults > 0 and p.crashes:
+            enabled.append(act("controller crashes", ("crash_controller",), True))
+            for who in self.cast.names:
+                enabled.append(act(f"{who} crashes", ("crash_participant", who), True))
         return enabled
 
     def _message_moves(self, index: int, message: InFlight) -> _MessageMoves:
@@ -552,6 +555,8 @@ class ProtocolModel(Model[PState]):
             return replace(env, trained=env.trained | keys)
         elif kind == "redeliver":
             return replace(env, delayed=None)
+        elif kind == "wrong_digest" and env.digest_faults > 0:
+            return replace(env, digest_faults=env.digest_faults - 1)
         elif kind in ("drop", "fail", "wrong_digest"):
             return replace(env, faults=env.faults - 1)
         elif kind == "delay":

@@ -78,8 +78,8 @@ CONFLICT_FIRST = "conflict_abort_first"
 """§4, S5: a participant that reported a conflict naming X gets no other control call
 before X is aborted there (`_oracles.conflict_settled`)."""
 RESUME_KEPT = "resume_kept_continuation"
-"""M9, S12: nothing resumes from a discarded (or already claimed) continuation
-(`_oracles.may_resume_from`)."""
+"""M9, S12: nothing resumes from a discarded (or already claimed) continuation: only from
+one its agent still keeps (`_oracles.may_resume_from`)."""
 
 # I5 judges against §3 as the spec states it (`oracles.SPEC_PHASE_ORDER`), never the table the
 # coordinator walks (`machines.PHASE_ORDER`) nor its injectable `policy.phase_order`: a
@@ -207,6 +207,13 @@ class Judge:
         for receipt in move.released:
             if not released_by_ack(receipt, _delivered_acks(delivered)):
                 notes.flag("I1", f"{receipt[0]}#{receipt[1]} released by its agent without an ACK")
+        for receipt in move.acked:
+            # Left with its acked refusal key: only an ACK quoting its exact receipt, in
+            # the batch this step delivered, may have released it (M3).
+            if not released_by_ack(receipt, _delivered_acks(delivered)):
+                notes.flag(
+                    "I1", f"{receipt[0]}#{receipt[1]} acked by its agent on a receipt no ACK quoted"
+                )
         op_id = move.committed_to
         if op_id is not None and op_id not in notes.committed:
             notes.committed |= {op_id}
@@ -229,9 +236,14 @@ class Judge:
             for receipt in then.completed
             if receipt[:2] not in held.states and receipt not in held.refusal_keys
         )
-        if not completed and not released and held.committed_to is None:
+        acked = tuple(
+            receipt
+            for receipt in then.completed
+            if receipt[:2] not in held.states and receipt in held.refusal_keys
+        )
+        if not completed and not released and not acked and held.committed_to is None:
             return None
-        return _Move(completed, released, held.committed_to)
+        return _Move(completed, released, held.committed_to, acked)
 
     def _check_redispatch(
         self, after: SystemState, key: tuple[str, int], notes: _Notes, effects: Sequence[Any]
@@ -730,12 +742,14 @@ class _Holding:
 class _Move:
     """What one participant's move shows the ledger: the keys of the agent executions
     that became completed (`completed`), the receipts of completed ones that left the
-    agent without an acked refusal key behind (`released`), and the id its fence is
-    committed to after it (`committed_to`)."""
+    agent without an acked refusal key behind (`released`), the id its fence is
+    committed to after it (`committed_to`), and the receipts of completed ones that left
+    with their acked refusal key (`acked`: an ACK must have quoted them exactly)."""
 
     completed: tuple[tuple[str, int], ...]
     released: tuple[tuple[str, int, str], ...]
     committed_to: OpId | None
+    acked: tuple[tuple[str, int, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ _DOCS = {
     "group_scored": "the agent's environment is group-scored",
     "recovery_mode": "the resources server's recovery mode",
     "crashes": "controller and participant crashes are faults",
+    "digest_faults": "wrong digests at restore (S16), a budget beside faults",
 }
 
 

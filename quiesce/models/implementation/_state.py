@@ -62,6 +62,10 @@ class ProtocolParams:
     group_scored: bool = False
     recovery_mode: str = "restart_only"
     crashes: bool = True
+    digest_faults: int = 0
+    """A budget of wrong digests at restore (S16) of its own, beside `faults` (which may
+    spend itself on one too): a configuration with one controller crash and one wrong
+    digest stays small, where two faults of every kind would not."""
 
     def describe(self) -> dict[str, Any]:
         """The parameters as a JSON-ready mapping."""
@@ -81,6 +85,9 @@ class ProtocolParams:
             "group_scored": self.group_scored,
             "recovery_mode": self.recovery_mode,
             "crashes": self.crashes,
+            # Only when set: the configurations that never use it describe themselves
+            # as they always did.
+            **({"digest_faults": self.digest_faults} if self.digest_faults else {}),
         }
 
 
@@ -90,7 +97,8 @@ class ProtocolParams:
 class Env:
     """The environment's own state and its independent ledger (all small, all hashable).
 
-    Budgets: `triggers`, `faults`, `optimizer` (0 not begun, 1 busy, 2 done),
+    Budgets: `triggers`, `faults`, `digest_faults` (wrong digests at restore only),
+    `optimizer` (0 not begun, 1 busy, 2 done),
     `weight_sync`/`train_switch` (same encoding), `retries` (prepare retries left for the
     attempt `retry_for`). Ledger: `completed` (attempt keys the agent completed, with
     whether the controller kept it and the rerun count then), `trained`, `rolled_back`,
@@ -104,6 +112,7 @@ class Env:
 
     triggers: int
     faults: int
+    digest_faults: int = 0
     optimizer: int = 0
     weight_sync: int = 0
     train_switch: int = 0

@@ -17,7 +17,8 @@ design model, the system run) read their states and ask these.
 - `conflict_settled` (§4, S5): what a controller may send a participant that reported a
   conflict naming another id.
 - `released_by_ack` (M3, S17): the only way a completed result leaves its agent.
-- `may_resume_from` (M9, S12): whether a redispatch may resume a continuation.
+- `may_resume_from` (M9, S12; M8): whether a redispatch may resume a continuation (only one
+  its agent still keeps).
 
 >>> SPEC_PHASE_ORDER["commit"]
 ('agent', 'policy', 'resources')
@@ -205,12 +206,14 @@ def released_by_ack(receipt: tuple[str, int, str], acked: Collection[tuple[str, 
 # ============================================================================ M9 discards
 
 
-def may_resume_from(continuation: tuple[str, int], discarded: Collection[tuple[str, int]]) -> bool:
-    """M9 (S12): a continuation discarded in `restored_paused` (it depends on lost
-    `restart_only` state) is never resumed: its rollout restarts from scratch. May a
-    redispatch resume `continuation` `(rollout_id, attempt)`?
+def may_resume_from(continuation: tuple[str, int], kept: Collection[tuple[str, int]]) -> bool:
+    """M9 (S12) and M8: a continuation discarded in `restored_paused` (it depends on lost
+    `restart_only` state) is never resumed, its rollout restarts from scratch; and a
+    continuation is claimed once. So a redispatch may resume `continuation`
+    `(rollout_id, attempt)` only while its agent still keeps it restored (`kept`: restored,
+    not discarded, not claimed).
 
-    >>> may_resume_from(("r", 0), {("r", 0)})
-    False
+    >>> may_resume_from(("r", 0), {("r", 0)}), may_resume_from(("r", 0), set())
+    (True, False)
     """
-    return continuation not in discarded
+    return continuation in kept

@@ -19,10 +19,16 @@ from quiesce.check import NO_STALL, check
 from quiesce.models import ProtocolModel, ProtocolParams
 from quiesce.models.implementation import Hooks
 from quiesce.models.implementation import _properties as properties
-from quiesce.models.implementation._properties import CONFLICT_FIRST, NEWEST_SNAPSHOT
+from quiesce.models.implementation._properties import (
+    CONFLICT_FIRST,
+    NEWEST_SNAPSHOT,
+    RESUME_KEPT,
+)
 from quiesce.models.scenarios import small_params
 from quiesce.protocol.controller import PHASE_OPS
 from quiesce.protocol.machines import CHECKPOINT, PHASE_ORDER, CallInput, CheckpointState, Phase
+from quiesce.protocol.participant import AgentRole
+from quiesce.protocol.wire import Receipt
 
 # The planted bugs live inside the controller: reached by name, as a bug would be.
 _phase_runner = importlib.import_module("quiesce.protocol.controller._phase_runner")
@@ -220,3 +226,113 @@ def test_a_conflict_naming_x_is_followed_by_the_abort_of_x(monkeypatch: pytest.M
     # also, later, an I3 violation and a stall (this bug is not invisible to the rest).
     assert CONFLICT_FIRST in outcomes[0]
     assert outcomes[1] == set()
+
+
+# ============================================================================ M9 resumes
+
+
+_DISCARD_PLAN = _restore_flow.RestoreFlow.discard_plan
+
+
+def _forgets_the_discards(flow: Any) -> None:
+    """`RestoreFlow.discard_plan` with the bug: the discards are sent, but the list the
+    redispatch keeps continuations by forgets them."""
+    _DISCARD_PLAN(flow)
+    flow.update(discards=())
+
+
+# A rollout of two turns parked at the end of its first, a checkpoint published, and the
+# controller crashing before the rollout ends.
+_PARKED_AT_TURN_ONE = (
+    "periodic trigger",
+    "deliver prepare(ck-1-1-step0) -> policy",
+    "deliver prepare(ck-1-1-step0) <- policy: ready",
+    "deliver prepare(ck-1-1-step0) -> agent",
+    "deliver prepare(ck-1-1-step0) <- agent: not_ready",
+    "turn g0/0#0 ends turn 1",
+)
+_PUBLISHED_THEN_CRASH = (
+    "timer prepare_retry:ck-1-1-step0",
+    "deliver prepare(ck-1-1-step0) -> agent",
+    "deliver prepare(ck-1-1-step0) <- agent: ready",
+    "deliver prepare(ck-1-1-step0) -> resources",
+    "deliver prepare(ck-1-1-step0) <- resources: ready",
+    *(
+        f"deliver commit(ck-1-1-step0) {way} {who}{answer}"
+        for who in ("agent", "policy", "resources")
+        for way, answer in (("->", ""), ("<-", ": committed"))
+    ),
+    *(
+        f"deliver resume(ck-1-1-step0) {way} {who}{answer}"
+        for who in ("resources", "policy", "agent")
+        for way, answer in (("->", ""), ("<-", ": ResumeReply"))
+    ),
+    "controller crashes",
+)
+
+
+def _depending_on_restart_only(model: ProtocolModel, state: Any) -> Any:
+    """`state` with every agent execution marked as depending on a `restart_only` resource
+    (the model's turns never mark one: its continuations are never discarded)."""
+    participants = []
+    for participant in state.system.participants:
+        role = participant.role
+        for execution in getattr(role, "executions", ()):
+            data = replace(execution.data, restart_only_dependency=True)
+            role = role._with(replace(execution, data=data))
+        participants.append(replace(participant, role=role))
+    return model._make(replace(state.system, participants=tuple(participants)), state.env)
+
+
+def test_nothing_resumes_from_a_discarded_continuation(monkeypatch: pytest.MonkeyPatch) -> None:
+    # export_restore keeps the restore level at `turn`, so a kept continuation would resume.
+    params = ProtocolParams(
+        **small_params(turns=2, faults=1, crashes=True, recovery_mode="export_restore")
+    )
+
+    def violated() -> set[str]:
+        model = ProtocolModel(params)
+        parked = _depending_on_restart_only(model, _replay(model, _PARKED_AT_TURN_ONE))
+        return _violated_from(_replay(model, _PUBLISHED_THEN_CRASH, parked), params)
+
+    with monkeypatch.context() as planted:
+        planted.setattr(_restore_flow.RestoreFlow, "discard_plan", _forgets_the_discards)
+        outcomes = [violated()]
+        # The agent refuses a begin that claims a continuation it no longer holds, and the
+        # rollout is retried: nothing is lost, so without the oracle the bug passes.
+        planted.setattr(properties, "may_resume_from", lambda *_: True)
+        outcomes.append(violated())
+    outcomes.append(violated())
+    assert outcomes == [{RESUME_KEPT}, set(), set()]
+
+
+# ============================================================================ M3 receipts
+
+
+_ACK = AgentRole.ack
+
+
+def _acks_every_held_result(role: AgentRole, rules: Any, receipts: Any) -> Any:
+    """`AgentRole.ack` with the bug: a batch releases every completed result the agent
+    holds, the ones it quotes and the ones it does not."""
+    held = [
+        Receipt(rollout_id=e.data.rollout_id, attempt=e.data.attempt, receipt=e.data.receipt)
+        for e in role.completed()
+    ]
+    return _ACK(role, rules, [*receipts, *held])
+
+
+def test_only_an_ack_quoting_the_exact_receipt_releases_a_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two siblings: the second completes while the first one's ACK batch is in flight.
+    params = small_params(siblings=2, triggers=0)
+    with monkeypatch.context() as planted:
+        planted.setattr(AgentRole, "ack", _acks_every_held_result)
+        outcomes = [_violated(params)]
+        # Released results leave an acked refusal key and the controller seals every
+        # completion it hears of: without the exact-receipt rule nothing else objects.
+        planted.setattr(properties, "released_by_ack", lambda *_: True)
+        outcomes.append(_violated(params))
+    outcomes.append(_violated(params))
+    assert outcomes == [{"I1"}, set(), set()]

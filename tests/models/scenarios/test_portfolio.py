@@ -19,7 +19,7 @@ from quiesce.models.scenarios._portfolio import distinct_configurations
 from quiesce.mutants import MUTANTS
 
 # The configurations' state counts, in order of first use (S1, S2, S3, S4, S5, S9, S11,
-# S12/S18, S17, S19). A change to the protocol or the model that moves one must say why.
+# S12/S18, S16, S17, S19). A change to the protocol or the model that moves one must say why.
 # 31 CPU seconds in all (`/usr/bin/time` user time, under load).
 # The fault configurations moved (12,086 -> 11,672, 10,568 -> 10,210, 37,138 -> 35,474) when
 # a failed attempt began to count once however often its abort fails (§4): states that
@@ -30,7 +30,9 @@ from quiesce.mutants import MUTANTS
 # participant restarted while preparing began to be prepared again instead of failing the
 # attempt (issue 23): 16,386 -> 18,063, 11,672 -> 12,402, 35,474 -> 38,527 (the
 # configurations with faults and retries or crashes reach more interleavings; none violates).
-PINNED = (1655, 4965, 18063, 12402, 10210, 7194, 7012, 38527, 122, 46)
+# S16's (2,158) joined when the model got a budget of wrong digests of its own
+# (`digest_faults`): a crash and a wrong digest at its restore, with no rollout (issue 28).
+PINNED = (1655, 4965, 18063, 12402, 10210, 7194, 7012, 38527, 2158, 122, 46)
 
 
 def test_one_entry_per_scenario_in_order() -> None:
