@@ -85,7 +85,7 @@ def test_a_server_that_does_not_come_back_after_the_kits_restart_is_a_violation(
 
         result = check_conformance(
             server.url, "policy", "dead-tok-4a7e", examples=10, seed=1,
-            reset=server.reset, restart=restart_that_leaves_it_dead,
+            reset=server.reset, restart=restart_that_leaves_it_dead, max_failures=1,
         )  # fmt: skip
     assert result.violation is not None and result.shrunk and not result.flaky
     assert result.violation.rule.startswith("§6: a restarted participant serves again")

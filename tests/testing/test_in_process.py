@@ -101,7 +101,7 @@ def test_a_broken_participant_given_as_a_factory_is_caught_and_shrunk() -> None:
 
 def test_one_shared_participant_object_is_not_shrunk_and_says_why() -> None:
     shared = HostParticipant("policy", StalePrepareHost)
-    result = check_participant(shared, "policy", examples=30, seed=3)
+    result = check_participant(shared, "policy", examples=30, seed=3, max_failures=1)
     assert not result.ok and result.violation is not None
     assert not result.shrunk
     assert "pass a factory" in result.not_shrunk_because
@@ -109,7 +109,9 @@ def test_one_shared_participant_object_is_not_shrunk_and_says_why() -> None:
 
 
 def test_a_call_failed_error_is_judged_as_a_server_failure() -> None:
-    result = check_participant(lambda: Unavailable("resources"), "resources", examples=30, seed=2)
+    result = check_participant(
+        lambda: Unavailable("resources"), "resources", examples=30, seed=2, max_failures=1
+    )
     assert not result.ok and result.violation is not None
     last = result.violation.steps[-1]
     assert last.exchange.path.endswith("/commit") and last.exchange.status == 503
@@ -150,6 +152,7 @@ def test_an_in_process_restart_that_loses_the_journal_is_caught() -> None:
         examples=50,
         seed=1,
         restart=HostParticipant.amnesiac,
+        max_failures=1,
     )
     assert not result.ok and result.violation is not None
     assert result.violation.rule_id == "durability", result.report()
