@@ -29,10 +29,11 @@ _ENDS_AS_RELEASE = (
     " not discarded and the consecutive-failure count is reset; the calls (a resume with"
     " the same id) and the outcome (`failed`: nothing was published) are the protocol's."
     " I3 sees the staging left behind only for an attempt aborted after its commit whose"
-    " abort call then failed (two faults, or a trainer step and a fault), and I7's stop"
-    " rule sees the reset count only after `max_consecutive_failures` more failures: no"
-    " stage reaches either (the exhaustive stages with a fault have one, and no trainer"
-    " step; the walks rarely)"
+    " abort call then failed (two faults, or a trainer step and a fault): the design"
+    " stage with two faults kills this retarget of rows 23 and 25 (I3 and I6 fail there),"
+    " but this row needs a second trigger too, which it lacks (the two-trigger stage has"
+    " one fault). I7's stop rule sees the"
+    " reset count only after `max_consecutive_failures` more failures, which no stage makes"
 )
 _ENDS_AS_ABORT = (
     "blind spot (reach): a published attempt's release round ends through aborting's row:"
@@ -41,15 +42,15 @@ _ENDS_AS_ABORT = (
     " consecutive-failure count is kept instead of reset (and the row may stop over budget"
     " after a success). I7's stop rule sees that only after `max_consecutive_failures` more"
     " failed attempts, which no stage makes after a success (in the two-trigger stage, the"
-    " only one with a trigger after the release failed, that failure spent its one fault)"
+    " only one with a trigger after the release failed, that failure spent its one fault;"
+    " the two-agent stage spends both its faults on the one round). The design stage with"
+    " two faults kills this retarget of rows 24 and 27 (I3 and I6 fail there), but does not"
+    " reach these rows"
 )
 
 _CHECKPOINT: Mapping[str, str] = {
-    "checkpoint.retarget[23]->release_pending": _ENDS_AS_RELEASE,
-    "checkpoint.retarget[24]->abort_pending": _ENDS_AS_ABORT,
-    "checkpoint.retarget[25]->releasing": _ENDS_AS_RELEASE,
+    "checkpoint.retarget[16]->abort_pending": _ENDS_AS_ABORT,
     "checkpoint.retarget[26]->releasing": _ENDS_AS_RELEASE,
-    "checkpoint.retarget[27]->aborting": _ENDS_AS_ABORT,
     "checkpoint.retarget[28]->aborting": _ENDS_AS_ABORT,
     # Rows 29-31 (issue 23): what a participant restart costs the attempt (S19).
     "checkpoint.drop_guard[29]": "blind spot (reach): every restart seen while preparing"
@@ -85,12 +86,36 @@ _FENCE: Mapping[str, str] = {
     " design model's goals (I7, I9) are judged on the fault-free graph, while its safety"
     " properties see no lost or doubled work. Only the design stage reaches the row",
     **{
-        f"control_fence.retarget[37]->{target}": "equivalent (in the design model): a"
-        f" discard leaves the fence {target} instead of restored_paused; the restore walk's"
-        " next call to that participant is resume(R), which retires the fence to idle from"
-        " every state (row 23), so the state in between is met only by a second discard"
-        " of R (two continuations to discard: two siblings, while the design stage has one)."
-        " Only the design stage reaches the row (a restart_only continuation discarded)"
+        f"control_fence.retarget[18]->{target}": "equivalent (in the design model): a"
+        f" failed commit leaves the fence {target} instead of prepared; the controller"
+        " fails the attempt on that reply and its abort, a resume with the same id, retires"
+        " the fence to idle from every state (row 23), so the state in between is met only"
+        " by another call of that id meanwhile. Only the design stage with two faults"
+        " reaches the row (a commit failing on a participant that is not quiescent);"
+        " not analysed further"
+        for target in (
+            "idle",
+            "preparing",
+            "committing",
+            "committed_paused",
+            "restoring",
+            "restore_failed_paused",
+            "restored_paused",
+        )
+    },
+    "control_fence.drop_guard[26]": "blind spot (properties): a restore tried again with"
+    " its own id on a fence that is not idle (after a restore failure) is refused as a"
+    " conflict instead of restarting; the restore walk gives that snapshot up as it does"
+    " on a failure, and neither the design model's safety properties nor its goals (judged"
+    " on the fault-free graph) see a recovery that falls back. Only the design stage with"
+    " two faults reaches the row",
+    **{
+        f"control_fence.retarget[33]->{target}": "blind spot (reach): a failed restore"
+        f" leaves the fence {target} instead of restore_failed_paused; the next call of the"
+        " restore walk to that participant (a resume with the restore's id, which retires the"
+        " fence to idle from every state, row 23) does not tell the states apart, and no"
+        " stage makes a third fault there. Only the design stage with two faults reaches"
+        " the row (a crash, then a restore failing on the participant); not analysed further"
         for target in (
             "idle",
             "preparing",
@@ -98,7 +123,7 @@ _FENCE: Mapping[str, str] = {
             "committing",
             "committed_paused",
             "restoring",
-            "restore_failed_paused",
+            "restored_paused",
         )
     },
     "control_fence.retarget[8]->idle": "equivalent (in the model): a not-ready answer puts"

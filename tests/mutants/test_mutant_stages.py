@@ -148,6 +148,12 @@ def test_the_two_trigger_stage_runs_s5s_configuration_after_the_one_fault_one() 
     assert names.index("one fault") < names.index("two triggers") < names.index("walks")
 
 
+def test_the_stages_that_reach_rows_no_earlier_stage_fires_run_before_the_walks() -> None:
+    names = [stage.name for stage in STAGES]
+    added = ["two triggers", "no failure budget", "two agents", "design, two faults", "walks"]
+    assert names[-len(added) :] == added
+
+
 def test_a_trigger_meeting_a_pending_abort_is_reached_only_with_two_triggers() -> None:
     # M1's abort_pending -TRIGGER-> row sent to committing: the retried abort's resumes
     # carry the checkpoint on (tests/mutants/test_pending_abort_trigger.py). Only a second
@@ -187,3 +193,32 @@ def test_a_mutated_table_that_raises_in_the_design_model_is_a_kill() -> None:
     design = next(stage for stage in STAGES if isinstance(stage, DesignStage))
     with pytest.raises(StageRaised, match="AssertionError"):
         design.run(site, Hooks(), "checkpoint.drop_guard[0]", lambda _: None)
+
+
+@pytest.mark.parametrize(
+    ("name", "stage", "killed_by"),
+    [
+        # closing_admission -FAILED [exhausted]-> idle instead of stopped: only a failure
+        # over max_consecutive_failures takes the row, so only a failure budget of 0 does.
+        ("checkpoint.retarget[17]->idle", "no failure budget", "I4"),
+        # release_pending -FAILED-> idle: a second call of the round failing after the
+        # first sent M1 pending, which only two agents of one role make.
+        ("checkpoint.retarget[16]->idle", "two agents", "I3"),
+        # restored_paused -RECV_RESTORE [same_id]-> idle: a restore repeated after the
+        # participant restored (a crash, then a duplicated request: two faults).
+        ("control_fence.retarget[24]->idle", "design, two faults", "I5"),
+    ],
+)
+def test_a_row_only_one_stage_fires_is_killed_there(name: str, stage: str, killed_by: str) -> None:
+    site = MUTANTS[name].site
+    assert site is not None
+    assert [s.name for s in STAGES if site.reached(s.coverage())] == [stage]
+    verdict = verify(MUTANTS[name])
+    assert verdict.killed and verdict.stage == stage and verdict.killed_by == killed_by
+
+
+def test_the_unmutated_two_fault_design_stage_finds_no_violation() -> None:
+    [stage] = [s for s in STAGES if s.name == "design, two faults"]
+    assert isinstance(stage, DesignStage)
+    result = check(DesignModel(DesignParams(**small(**stage.params))))
+    assert result.ok and result.distinct_states == 9911
