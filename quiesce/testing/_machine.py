@@ -87,9 +87,9 @@ ENDINGS = (
 )
 """How `execution_lifecycle` ends an execution: ACKed with its exact receipt, then ACKed
 again (already acked) or with a wrong receipt (unknown), retired (already retired) or begun
-again (stale attempt); ACKed with a wrong receipt first (unknown, nothing released), then
-the exact one; retired once completed (held: only an ACK releases it), then ACKed; retired
-while it runs, then reported finished and at a
+again (stale attempt); ACKed while it runs and with a wrong receipt once completed (unknown
+both times, nothing released), then the exact one; retired once completed (held: only an
+ACK releases it), then ACKed; retired while it runs, then reported finished and at a
 boundary (late events, dropped); or never begun: attempt 1 retired, then attempt 0 begun
 (a key at or below a retired one is stale)."""
 
@@ -583,6 +583,8 @@ class ConformanceMachine(JudgedExample):
             return
         self.begin(-1, turns, 0)
         self.boundary(-1, 1)
+        if ending == "ack_unknown":  # no result yet: listed in `unknown`, the batch not refused
+            self.ack([(-1, False)])
         if ending == "retire_then_finish":
             self.retire(-1)
             self.finish(-1, 1)
