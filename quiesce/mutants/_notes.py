@@ -32,8 +32,8 @@ _ENDS_AS_RELEASE = (
     " abort call then failed (two faults, or a trainer step and a fault): the design"
     " stage with two faults kills this retarget of rows 23 and 25 (I3 and I6 fail there),"
     " but this row needs a second trigger too, which it lacks (the two-trigger stage has"
-    " one fault). I7's stop rule sees the"
-    " reset count only after `max_consecutive_failures` more failures, which no stage makes"
+    " one fault). I7's stop rule sees the reset count only after `max_consecutive_failures`"
+    " more failures, which no stage makes"
 )
 _ENDS_AS_ABORT = (
     "blind spot (reach): a published attempt's release round ends through aborting's row:"

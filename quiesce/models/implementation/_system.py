@@ -673,7 +673,9 @@ class System:
             queue.append(_load(store, effect.snapshot_id))
         elif isinstance(effect, InspectPublished):
             found = effect.checkpoint_id in store.published
-            queue.append(PublishInspected(effect.checkpoint_id, _FOUND[found]))
+            # The model's store publishes only verified snapshots: found is verified.
+            verdict = PublishedState.VERIFIED if found else PublishedState.ABSENT
+            queue.append(PublishInspected(effect.checkpoint_id, verdict))
         elif isinstance(effect, Quarantine):
             moved = store.published - {effect.checkpoint_id}
             quarantined = store.quarantined | {effect.checkpoint_id}
@@ -745,7 +747,3 @@ def _artifact(store: Store, snapshot_id: Any, participant: str) -> str:
     """A stored snapshot's artifact of `participant` ("" once the snapshot is gone)."""
     snapshot = store.contents(snapshot_id)
     return "" if snapshot is None else snapshot.artifact(participant)
-
-
-# The model's store publishes only verified snapshots: found is verified.
-_FOUND = {True: PublishedState.VERIFIED, False: PublishedState.ABSENT}
