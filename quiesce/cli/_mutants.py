@@ -1,8 +1,9 @@
 """`quiesce mutants`: list the mutant catalog, or verify that every check can fail.
 
 `quiesce mutants [--json]` lists the catalog: each scenario mutant with the check meant to
-kill it, the generated ones grouped by table and operator (`--all`: one line each). Nothing
-is run, so nothing is called killed. `quiesce mutants --verify` runs every scenario mutant
+kill it, the generated ones grouped by table and operator (`--all`: one line each, each
+named by its row and change, `quiesce/mutants/_names.py`). Nothing is run, so nothing is
+called killed. `quiesce mutants --verify` runs every scenario mutant
 and a seeded sample of generated ones against its killing check (stopping at the first
 violation); `--all` runs every generated one. A generated mutant is judged by row coverage
 first: `equivalent` and `dead_by_design` ones are reported apart, with the reason, and are
@@ -45,8 +46,12 @@ def _entry(mutant: Mutant) -> dict[str, Any]:
 
 
 def _family(mutant: Mutant) -> str:
-    """`<table>.<operator>` of a generated mutant (named `<table>.<operator>[<row>]...`)."""
-    return mutant.name.partition("[")[0]
+    """The table and operator of a generated mutant, as its name's pattern (a generated
+    mutant is named by its row, `TABLE:SOURCES:INPUT[:GUARD]`, and its change,
+    `.drop_guard` or `.retarget=STATE`: `quiesce/mutants/_names.py`)."""
+    assert mutant.site is not None  # every generated mutant names its site
+    change = "retarget=<state>" if mutant.site.operator == "retarget" else "drop_guard"
+    return f"{mutant.site.table.name}:<row>.{change}"
 
 
 @click.command()
@@ -96,6 +101,11 @@ def mutants(
     quiesce mutants --verify --json
     quiesce mutants --verify --all --jobs 2
     quiesce check --mutant S2_boolean_suspend --set train_switch=1
+    quiesce check --mutant checkpoint:abort_pending:trigger.retarget=committing --set triggers=2
+
+    A generated mutant is named by the row it changes, TABLE:SOURCES:INPUT[:GUARD], and
+    the change, .drop_guard or .retarget=STATE (SOURCES: one state, a+b, any, or any-a
+    for every state but a).
     """
     if model_name is not None:
         if run or everything:
@@ -176,7 +186,7 @@ def _list(everything: bool, as_json: bool) -> None:
         families = Counter((_family(m), m.killed_by) for m in catalog if m.kind == "generated")
         for (family, killer), count in families.items():
             many = f"{count} mutant{'s' if count > 1 else ''}"
-            click.echo(f"gen  {family + '[...]':45s} {many}, checked by {killer} (--all: each)")
+            click.echo(f"gen  {family:45s} {many}, checked by {killer} (--all: each)")
     click.echo(
         f"{counts['scenario']} scenario and {counts['generated']} generated mutants;"
         " none was run here: `quiesce mutants --verify` runs them"

@@ -3,11 +3,12 @@
 What lives here: `MUTANTS`, one *scenario* mutant per PROTOCOL.md §7 scenario (S1-S19),
 each naming its scenario, the check that kills it and the smallest configuration that
 does; *generated* mutants derived mechanically from the tables (drop each guard, send
-each row to another state), each judged by row coverage and then by the stages that reach
-its row (`_mutant_stages`); and `verify`, which runs a mutant against its killing check
-and stops at the first violation. A mutant that survives its check means the check can
-no longer fail for that bug: `quiesce mutants --verify` exits 1 if a scenario mutant
-survives.
+each row to another state), each named by its row's key (`_names`: never by the row's
+index, so the survivor notes keyed the same way follow their row) and judged by row
+coverage and then by the stages that reach its row (`_mutant_stages`); and `verify`,
+which runs a mutant against its killing check and stops at the first violation. A mutant
+that survives its check means the check can no longer fail for that bug: `quiesce mutants
+--verify` exits 1 if a scenario mutant survives.
 
 How a mutant is built. Where the bug lives in a table it is a derived table
 (`without_row`, `retarget`, `without_guard`, `derive`) run through the very same model
@@ -49,6 +50,8 @@ from quiesce.models.scenarios import (
     scenario_system,
     small_params,
 )
+from quiesce.mutants._names import mutant_name, row_index, row_keys
+from quiesce.mutants._notes import SURVIVOR_NOTES, check_notes
 from quiesce.mutants._stages import Site, describe_violation, judge
 from quiesce.protocol import (
     CAUSES,
@@ -179,11 +182,7 @@ class Verdict:
 
 def _row(table: Table[Any, Any], sources: Any, input: Enum, *, guard: str | None = None) -> int:
     """The index of the first row of `table` with `input`, a source in `sources`, `guard`."""
-    wanted = {sources} if isinstance(sources, Enum) else set(sources)
-    for index, row in enumerate(table.rows):
-        if row.input is input and wanted & set(row.sources) and row.guard == guard:
-            return index
-    raise LookupError(f"{table.name} has no row {sources} {input} [{guard}]")
+    return row_index(table, sources, input, guard)
 
 
 def _hooks(**fields: Any) -> Callable[[], Hooks]:
@@ -657,16 +656,16 @@ def _hooks_for(table: Table[Any, Any]) -> Hooks:
 def generated_mutants() -> list[Mutant]:
     """Drop each guard, and send each row to every other state, of every protocol table
     the model runs (`checkpoint`, `admission_gate`, `deadline_registry`,
-    `control_fence`, `agent_execution`); each is judged by `STAGES`."""
+    `control_fence`, `agent_execution`); each is judged by `STAGES`. Each is named by its
+    row's key (`_names`: table, sources, input, guard), never by the row's index; two rows
+    of one table with one key raise `ValueError`."""
     out: list[Mutant] = []
     for table in _GENERATED_TABLES:
-        for index, row in enumerate(table.rows):
-            sources = "/".join(label(s) for s in row.sources)
-            where = f"{table.name}[{index}] {sources} {label(row.input)}"
+        for index, (where, row) in enumerate(zip(row_keys(table), table.rows, strict=True)):
             if row.guard:
                 out.append(
                     _generated(
-                        f"{table.name}.drop_guard[{index}]",
+                        mutant_name(table, index, "drop_guard"),
                         f"{where}: guard [{row.guard}] dropped",
                         Site(table, index, "drop_guard"),
                     )
@@ -680,7 +679,7 @@ def generated_mutants() -> list[Mutant]:
                     continue
                 out.append(
                     _generated(
-                        f"{table.name}.retarget[{index}]->{label(state)}",
+                        mutant_name(table, index, "retarget", label(state)),
                         f"{where}: goes to {label(state)} instead of {was}",
                         Site(table, index, "retarget", state),
                     )
@@ -697,7 +696,12 @@ def _generated(name: str, doc: str, site: Site) -> Mutant:
 
 def _catalog() -> dict[str, Mutant]:
     mutants = [*scenario_mutants(), *generated_mutants()]
-    return {m.name: m for m in mutants}
+    catalog = {m.name: m for m in mutants}
+    if len(catalog) != len(mutants):
+        twice = sorted({m.name for m in mutants if sum(n.name == m.name for n in mutants) > 1})
+        raise ValueError(f"mutants named twice: {', '.join(twice)}")
+    check_notes(SURVIVOR_NOTES, {m.name for m in mutants if m.kind == "generated"})
+    return catalog
 
 
 MUTANTS: dict[str, Mutant] = _catalog()

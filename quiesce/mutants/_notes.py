@@ -7,6 +7,12 @@ is: *equivalent* in everything the model observes, or a *blind spot* (of the sta
 or of the implementation model's properties) with the check that would kill it. A survivor
 not listed here is new: `survivor_note` says so, and it deserves a look.
 
+Each note is keyed by its mutant's name (`_names`: the row's table, sources, input and
+guard, and the change), built here from the row a state, an input and a guard select
+(`_retarget`, `_drop_guard`), never typed with a row index: a row inserted elsewhere moves
+no note, a row no longer in its table raises `LookupError` at import, and `check_notes`
+(called as the catalog is built) refuses a key that names no generated mutant.
+
 Two facts most checkpoint notes rest on (`quiesce.protocol.controller._checkpoint_work`):
 the outcome an attempt reports is `completed` exactly when its snapshot was published,
 whichever path it ends by; and a release and an abort are both a resume with the attempt's
@@ -18,11 +24,66 @@ stop over budget.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
+from enum import Enum
+from typing import Any
 
-__all__ = ["SURVIVOR_NOTES", "survivor_note"]
+from quiesce.fsm import Table
+from quiesce.mutants._names import mutant_name, row_index, row_key
+from quiesce.protocol.machines import (
+    AGENT_EXECUTION,
+    CHECKPOINT,
+    CONTROL_FENCE,
+    AgentInput,
+    CheckpointInput,
+    CheckpointState,
+    ExecState,
+    FenceInput,
+    FenceState,
+)
+
+__all__ = ["SURVIVOR_NOTES", "check_notes", "survivor_note"]
+
+# ------------------------------------------------------------------ naming a row's mutants
+
+
+def _key(table: Table[Any, Any], source: Enum, input: Enum, guard: str | None = None) -> str:
+    """The key of the row `input` fires from `source` when `guard` holds (`_names`)."""
+    return row_key(table, row_index(table, source, input, guard))
+
+
+def _retarget(
+    table: Table[Any, Any], source: Enum, input: Enum, guard: str | None = None, *, to: str
+) -> str:
+    """The mutant sending the row `input` fires from `source` (when `guard` holds) to `to`."""
+    return mutant_name(table, row_index(table, source, input, guard), "retarget", to)
+
+
+def _drop_guard(table: Table[Any, Any], source: Enum, input: Enum, guard: str) -> str:
+    """The mutant dropping the guard `guard` of the row `input` fires from `source`."""
+    return mutant_name(table, row_index(table, source, input, guard), "drop_guard")
+
+
+def _retargets(
+    table: Table[Any, Any],
+    source: Enum,
+    input: Enum,
+    notes: Mapping[str, str],
+    targets: Iterable[str],
+    *,
+    guard: str | None = None,
+) -> dict[str, str]:
+    """The note of each retarget of the row `input` fires from `source` to one of
+    `targets` (each target's note in `notes`)."""
+    return {_retarget(table, source, input, guard, to=target): notes[target] for target in targets}
+
 
 # ------------------------------------------------------------------ checkpoint (M1)
+
+_ABORT_FAILED = _key(CHECKPOINT, CheckpointState.ABORTING, CheckpointInput.FAILED)
+_ABORT_RETRIED = _key(CHECKPOINT, CheckpointState.ABORT_PENDING, CheckpointInput.RETRY_DUE)
+_RELEASE_FAILED = _key(CHECKPOINT, CheckpointState.RELEASING, CheckpointInput.FAILED)
+_RELEASE_RETRIED = _key(CHECKPOINT, CheckpointState.RELEASE_PENDING, CheckpointInput.RETRY_DUE)
 
 _ENDS_AS_RELEASE = (
     "blind spot (reach): the abort round ends through releasing's row, so its staging is"
@@ -30,10 +91,10 @@ _ENDS_AS_RELEASE = (
     " the same id) and the outcome (`failed`: nothing was published) are the protocol's."
     " I3 sees the staging left behind only for an attempt aborted after its commit whose"
     " abort call then failed (two faults, or a trainer step and a fault): the design"
-    " stage with two faults kills this retarget of rows 23 and 25 (I3 and I6 fail there),"
-    " but this row needs a second trigger too, which it lacks (the two-trigger stage has"
-    " one fault). I7's stop rule sees the reset count only after `max_consecutive_failures`"
-    " more failures, which no stage makes"
+    f" stage with two faults kills this retarget of the rows {_ABORT_FAILED} and"
+    f" {_ABORT_RETRIED} (I3 and I6 fail there), but this row needs a second trigger too,"
+    " which it lacks (the two-trigger stage has one fault). I7's stop rule sees the reset"
+    " count only after `max_consecutive_failures` more failures, which no stage makes"
 )
 _ENDS_AS_ABORT = (
     "blind spot (reach): a published attempt's release round ends through aborting's row:"
@@ -44,16 +105,24 @@ _ENDS_AS_ABORT = (
     " failed attempts, which no stage makes after a success (in the two-trigger stage, the"
     " only one with a trigger after the release failed, that failure spent its one fault;"
     " the two-agent stage spends both its faults on the one round). The design stage with"
-    " two faults kills this retarget of rows 24 and 27 (I3 and I6 fail there), but does not"
-    " reach these rows"
+    f" two faults kills this retarget of the rows {_RELEASE_FAILED} and {_RELEASE_RETRIED}"
+    " (I3 and I6 fail there), but does not reach these rows"
 )
 
 _CHECKPOINT: Mapping[str, str] = {
-    "checkpoint.retarget[16]->abort_pending": _ENDS_AS_ABORT,
-    "checkpoint.retarget[26]->releasing": _ENDS_AS_RELEASE,
-    "checkpoint.retarget[28]->aborting": _ENDS_AS_ABORT,
-    # Rows 29-31 (issue 23): what a participant restart costs the attempt (S19).
-    "checkpoint.drop_guard[29]": "blind spot (reach): every restart seen while preparing"
+    _retarget(
+        CHECKPOINT, CheckpointState.RELEASE_PENDING, CheckpointInput.FAILED, to="abort_pending"
+    ): _ENDS_AS_ABORT,
+    _retarget(
+        CHECKPOINT, CheckpointState.ABORT_PENDING, CheckpointInput.TRIGGER, to="releasing"
+    ): _ENDS_AS_RELEASE,
+    _retarget(
+        CHECKPOINT, CheckpointState.RELEASE_PENDING, CheckpointInput.TRIGGER, to="aborting"
+    ): _ENDS_AS_ABORT,
+    # The RESTARTED rows (issue 23): what a participant restart costs the attempt (S19).
+    _drop_guard(
+        CHECKPOINT, CheckpointState.PREPARING, CheckpointInput.RESTARTED, "in_turn"
+    ): "blind spot (reach): every restart seen while preparing"
     " prepares that participant again instead of only one of the role being prepared: an"
     " untouched one sees nothing (the call again goes out only for a call already"
     " answered), and one of an earlier role is prepared again after a later role was"
@@ -63,7 +132,9 @@ _CHECKPOINT: Mapping[str, str] = {
     " flight). No stage makes a restart of an earlier role after a later role answered:"
     " the exhaustive stages' crash is seen on the next call to that participant, in its"
     " turn, and the walks rarely make it",
-    "checkpoint.drop_guard[30]": "equivalent (safety), a goodput loss: a restart of a"
+    _drop_guard(
+        CHECKPOINT, CheckpointState.PREPARING, CheckpointInput.RESTARTED, "touched"
+    ): "equivalent (safety), a goodput loss: a restart of a"
     " participant the attempt never called fails the attempt, as every restart did before"
     " S19 was refined; the abort goes out with the same id to whoever was attempted, so no"
     " invariant breaks. What it costs is an attempt per such restart, which the goodput"
@@ -72,24 +143,33 @@ _CHECKPOINT: Mapping[str, str] = {
 
 # ------------------------------------------------------------------ control fence (M2)
 
+_RETIRED = _key(CONTROL_FENCE, FenceState.IDLE, FenceInput.RECV_RESUME)
+"""The row of a resume with no guard: it retires the fence to idle from every state."""
+
 _FENCE: Mapping[str, str] = {
-    "control_fence.retarget[4]->prepared": "blind spot (reach): a prepare retried with the"
+    _retarget(
+        CONTROL_FENCE, FenceState.PREPARING, FenceInput.RECV_PREPARE, "same_id", to="prepared"
+    ): "blind spot (reach): a prepare retried with the"
     " same id while the fence is preparing moves it to `prepared` before any outcome; the"
     " participant's code then meets a fence state it cannot be in and crashes. Only a walk"
     " reaches it (no exhaustive stage retries a prepare on a still-preparing fence and then"
     " goes on); the stage's walks killed it (an `AttributeError`) until the background ACK"
     " and retire calls became calls retried on their backoff (issue 23), which moved where"
     " the seeded walks go",
-    "control_fence.drop_guard[25]": "blind spot (properties): every restore is refused as"
+    _drop_guard(
+        CONTROL_FENCE, FenceState.IDLE, FenceInput.RECV_RESTORE, "stale_id"
+    ): "blind spot (properties): every restore is refused as"
     " stale, so a recovery never installs its snapshot and the controller goes on from"
     " the state it restarted with; a restore happens only after a crash (a fault), and the"
     " design model's goals (I7, I9) are judged on the fault-free graph, while its safety"
     " properties see no lost or doubled work. Only the design stage reaches the row",
     **{
-        f"control_fence.retarget[18]->{target}": "equivalent (in the design model): a"
+        _retarget(
+            CONTROL_FENCE, FenceState.COMMITTING, FenceInput.COMMIT_FAILED, "same_id", to=target
+        ): "equivalent (in the design model): a"
         f" failed commit leaves the fence {target} instead of prepared; the controller"
         " fails the attempt on that reply and its abort, a resume with the same id, retires"
-        " the fence to idle from every state (row 23), so the state in between is met only"
+        f" the fence to idle from every state ({_RETIRED}), so the state in between is met only"
         " by another call of that id meanwhile. Only the design stage with two faults"
         " reaches the row (a commit failing on a participant that is not quiescent);"
         " not analysed further"
@@ -103,17 +183,21 @@ _FENCE: Mapping[str, str] = {
             "restored_paused",
         )
     },
-    "control_fence.drop_guard[26]": "blind spot (properties): a restore tried again with"
+    _drop_guard(
+        CONTROL_FENCE, FenceState.PREPARING, FenceInput.RECV_RESTORE, "other_id_active"
+    ): "blind spot (properties): a restore tried again with"
     " its own id on a fence that is not idle (after a restore failure) is refused as a"
     " conflict instead of restarting; the restore walk gives that snapshot up as it does"
     " on a failure, and neither the design model's safety properties nor its goals (judged"
     " on the fault-free graph) see a recovery that falls back. Only the design stage with"
     " two faults reaches the row",
     **{
-        f"control_fence.retarget[33]->{target}": "blind spot (reach): a failed restore"
+        _retarget(
+            CONTROL_FENCE, FenceState.RESTORING, FenceInput.RESTORE_FAILED, "same_id", to=target
+        ): "blind spot (reach): a failed restore"
         f" leaves the fence {target} instead of restore_failed_paused; the next call of the"
         " restore walk to that participant (a resume with the restore's id, which retires the"
-        " fence to idle from every state, row 23) does not tell the states apart, and no"
+        f" fence to idle from every state, {_RETIRED}) does not tell the states apart, and no"
         " stage makes a third fault there. Only the design stage with two faults reaches"
         " the row (a crash, then a restore failing on the participant); not analysed further"
         for target in (
@@ -126,7 +210,9 @@ _FENCE: Mapping[str, str] = {
             "restored_paused",
         )
     },
-    "control_fence.retarget[8]->idle": "equivalent (in the model): a not-ready answer puts"
+    _retarget(
+        CONTROL_FENCE, FenceState.PREPARING, FenceInput.PREPARE_NOT_READY, "same_id", to="idle"
+    ): "equivalent (in the model): a not-ready answer puts"
     " the fence back to idle instead of keeping it preparing; the retry starts the prepare"
     " again (idle: `start`, as preparing's own retry row does) and an abort's resume"
     " retires it from idle as from preparing. It differs only for a request of another id"
@@ -183,6 +269,9 @@ _RETIRE_IGNORED = (
     " meet this difference there (one sibling; not analysed further)"
 )
 
+_HELD_ROW = _key(AGENT_EXECUTION, ExecState.RUNNING, AgentInput.POLICY_CALL_HELD)
+"""The row of a turn's policy call held by the paused policy: the execution freezes."""
+
 _HELD = (
     " Only the design stage reaches the row (a turn's policy call held while the policy is"
     " paused for a checkpoint)"
@@ -223,11 +312,6 @@ _HELD_TARGETS: Mapping[str, str] = {
 }
 
 
-def _row(table: str, row: int, notes: Mapping[str, str], targets: Iterable[str]) -> dict[str, str]:
-    """The note of each retarget of `row` of `table` to one of `targets`."""
-    return {f"{table}.retarget[{row}]->{target}": notes[target] for target in targets}
-
-
 _AGENT_TARGETS: Mapping[str, str] = {
     "new": _NO_PROGRESS,
     "running": _IGNORES_PARK,
@@ -240,89 +324,132 @@ _AGENT_TARGETS: Mapping[str, str] = {
 }
 
 _AGENT: Mapping[str, str] = {
-    "agent_execution.drop_guard[0]": "blind spot (properties): every `begin` is refused as"
+    _drop_guard(
+        AGENT_EXECUTION, ExecState.NEW, AgentInput.BEGIN, "admission_closed"
+    ): "blind spot (properties): every `begin` is refused as"
     " if admission were closed, so no rollout ever runs," + _NO_PROGRESS_SEEN,
-    "agent_execution.drop_guard[1]": "blind spot (properties): every `begin` is refused as"
+    _drop_guard(
+        AGENT_EXECUTION, ExecState.NEW, AgentInput.BEGIN, "retired_key"
+    ): "blind spot (properties): every `begin` is refused as"
     " a stale attempt, so no rollout ever runs," + _NO_PROGRESS_SEEN,
-    **_row(
-        "agent_execution",
-        2,
+    **_retargets(
+        AGENT_EXECUTION,
+        ExecState.NEW,
+        AgentInput.BEGIN,
         {**_AGENT_TARGETS, "park_requested": _NO_PROGRESS, "parked": _NO_PROGRESS},
         ("new", "park_requested", "parked", "frozen", "completed"),
     ),
-    **_row(
-        "agent_execution",
-        5,
+    **_retargets(
+        AGENT_EXECUTION,
+        ExecState.RUNNING,
+        AgentInput.FENCE_PREPARE,
         _AGENT_TARGETS,
         ("new", "running", "parked", "frozen", "completed", "acked", "tombstoned"),
     ),
-    # Row 6: a repeated `fence_prepare` (a prepare retried after a not-ready answer) meets
-    # an execution that already answered the first; the target decides as in row 5.
-    "agent_execution.retarget[6]->completed": _DONE_EARLY,
-    # Row 7: a running execution ends a turn (the protocol stays running).
-    **_row(
-        "agent_execution",
-        7,
+    # A repeated `fence_prepare` (a prepare retried after a not-ready answer) meets an
+    # execution that already answered the first; the target decides as for a running one.
+    _retarget(
+        AGENT_EXECUTION, ExecState.PARK_REQUESTED, AgentInput.FENCE_PREPARE, to="completed"
+    ): _DONE_EARLY,
+    # A running execution ends a turn (the protocol stays running).
+    **_retargets(
+        AGENT_EXECUTION,
+        ExecState.RUNNING,
+        AgentInput.TURN_BOUNDARY,
         {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
         ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
     ),
-    # Row 8: a park-requested execution reaches its turn boundary and parks.
-    **_row(
-        "agent_execution",
-        8,
+    # A park-requested execution reaches its turn boundary and parks.
+    **_retargets(
+        AGENT_EXECUTION,
+        ExecState.PARK_REQUESTED,
+        AgentInput.TURN_BOUNDARY,
         {**_AGENT_TARGETS, "park_requested": _IGNORES_PARK},
         ("new", "running", "park_requested", "frozen", "completed", "acked", "tombstoned"),
     ),
-    # Rows 15 and 16: a resume wakes a parked execution, and leaves any other as it is.
-    **_row(
-        "agent_execution",
-        15,
+    # A resume wakes a parked execution, and leaves any other as it is.
+    **_retargets(
+        AGENT_EXECUTION,
+        ExecState.PARKED,
+        AgentInput.FENCE_RESUME,
         {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
         ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
     ),
-    "agent_execution.retarget[16]->completed": _DONE_EARLY,
-    # Row 19: the exact ACK releases a completed execution's result.
-    "agent_execution.retarget[19]->tombstoned": _ACK_NOT_KEPT,
-    # Row 23: a retire tombstones an execution the coordinator gave up on.
-    **_row(
-        "agent_execution",
-        23,
+    _retarget(
+        AGENT_EXECUTION, ExecState.RUNNING, AgentInput.FENCE_RESUME, to="completed"
+    ): _DONE_EARLY,
+    # The exact ACK releases a completed execution's result.
+    _retarget(
+        AGENT_EXECUTION,
+        ExecState.COMPLETED,
+        AgentInput.RECV_ACK,
+        "exact_receipt",
+        to="tombstoned",
+    ): _ACK_NOT_KEPT,
+    # A retire tombstones an execution the coordinator gave up on.
+    **_retargets(
+        AGENT_EXECUTION,
+        ExecState.NEW,
+        AgentInput.RETIRE,
         {target: _RETIRE_IGNORED for target in _AGENT_TARGETS},
         ("new", "acked"),
     ),
-    # Row 10: a turn's policy call is held by the paused policy: the execution freezes.
-    **_row(
-        "agent_execution",
-        10,
+    # A turn's policy call is held by the paused policy: the execution freezes.
+    **_retargets(
+        AGENT_EXECUTION,
+        ExecState.RUNNING,
+        AgentInput.POLICY_CALL_HELD,
         _HELD_TARGETS,
         ("new", "running", "park_requested", "parked", "completed", "acked", "tombstoned"),
     ),
-    # Rows 12 and 13: the policy resumes and releases the frozen execution (to
-    # park_requested while the agent's fence is still closed, else to running).
-    "agent_execution.drop_guard[12]": "blind spot (properties): a released execution is"
+    # The policy resumes and releases the frozen execution (to park_requested while the
+    # agent's fence is still closed, else to running).
+    _drop_guard(
+        AGENT_EXECUTION, ExecState.FROZEN, AgentInput.POLICY_RESUMED, "fence_closed"
+    ): "blind spot (properties): a released execution is"
     " asked to park even when the agent's fence is open, so it parks at its next turn"
     " boundary with no checkpoint to resume it; the group's deadline abandons the group,"
-    " which I9 accepts (see row 10's retargets)." + _HELD,
-    **_row(
-        "agent_execution",
-        12,
+    f" which I9 accepts (see the retargets of {_HELD_ROW})." + _HELD,
+    **_retargets(
+        AGENT_EXECUTION,
+        ExecState.FROZEN,
+        AgentInput.POLICY_RESUMED,
         _HELD_TARGETS,
         ("new", "running", "parked", "frozen", "completed", "acked", "tombstoned"),
+        guard="fence_closed",
     ),
-    **_row(
-        "agent_execution",
-        13,
+    **_retargets(
+        AGENT_EXECUTION,
+        ExecState.FROZEN,
+        AgentInput.POLICY_RESUMED,
         _HELD_TARGETS,
         ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
     ),
-    "agent_execution.retarget[19]->new": "blind spot (reach): an ACKed execution goes back to"
+    _retarget(
+        AGENT_EXECUTION, ExecState.COMPLETED, AgentInput.RECV_ACK, "exact_receipt", to="new"
+    ): "blind spot (reach): an ACKed execution goes back to"
     " `new` instead of leaving an acked refusal key; only a duplicated or late `begin` for"
     " that key would then run it again, an input only the design stage makes, which does"
     " not meet it there (one sibling; not analysed further)",
 }
 
 SURVIVOR_NOTES: Mapping[str, str] = {**_CHECKPOINT, **_FENCE, **_AGENT}
-"""Surviving reached generated mutant -> why no stage kills it, and what kind it is."""
+"""Surviving reached generated mutant -> why no stage kills it, and what kind it is. Each
+key is built from its row (`_retarget`, `_drop_guard`: a row no longer in its table raises
+`LookupError` here), and `check_notes` refuses one that names no generated mutant."""
+
+
+def check_notes(notes: Mapping[str, str], generated: Collection[str]) -> None:
+    """Raise `LookupError` if a key of `notes` names none of the `generated` mutants (a row
+    changed, or a retarget to the row's own target): its note would silently annotate
+    nothing while its mutant, if it survives, goes unreviewed. `_catalog` calls it on
+    `SURVIVOR_NOTES` when the catalog is built."""
+    stale = sorted(name for name in notes if name not in generated)
+    if stale:
+        raise LookupError(
+            "survivor notes for no generated mutant (quiesce/mutants/_notes.py): "
+            + ", ".join(stale)
+        )
 
 
 def survivor_note(name: str) -> str:

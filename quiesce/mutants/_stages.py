@@ -43,6 +43,7 @@ from quiesce.models.implementation import UNREACHED_INPUTS, Hooks, ProtocolParam
 from quiesce.models.scenarios import small_params
 from quiesce.mutants._design import small as small_design
 from quiesce.mutants._memo import RecordingModel, SharingModel, StepMemo
+from quiesce.mutants._names import row_key
 
 __all__ = [
     "EQUIVALENT_EFFECTS",
@@ -355,8 +356,7 @@ def _equivalent(site: Site) -> str | None:
 
 def _unreached(site: Site) -> str:
     row = site.table.rows[site.row]
-    sources = "/".join(label(s) for s in row.sources)
-    where = f"{site.table.name}[{site.row}] {sources} {label(row.input)}"
+    where = row_key(site.table, site.row)
     known = UNREACHED_INPUTS.get((site.table.name, label(row.input)))
     what = "finds its guard false" if site.operator == "drop_guard" else "fires it"
     stages = ", ".join(stage.name for stage in STAGES)

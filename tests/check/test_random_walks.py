@@ -145,9 +145,10 @@ def test_a_generated_mutant_the_small_exhaustive_stages_miss_dies_on_a_walk() ->
     # sees a restart only in the reply of the call it makes, in that participant's turn).
     # On a walk at the reference size a crash lands before the attempt calls the crashed
     # participant, and the mutant moves M1 to idle with the checkpoint's holds still on.
-    # (Until background calls became calls, `control_fence.retarget[4]->prepared` was the
-    # example; the walks no longer reach its crash: it survives, with its note.)
-    name = "checkpoint.retarget[31]->idle"
+    # (Until background calls became calls,
+    # `control_fence:preparing:recv_prepare:same_id.retarget=prepared` was the example; the
+    # walks no longer reach its crash: it survives, with its note.)
+    name = "checkpoint:preparing+committing+capturing+validating:restarted.retarget=idle"
     mutant: Mutant = MUTANTS[name]
     verdict = verify(mutant)
     assert verdict.killed, verdict.detail

@@ -26,7 +26,9 @@ def refusal(kind: click.ParamType, value: str) -> str:
 
 def test_name() -> None:
     assert Name().convert("agent-0", None, None) == "agent-0"
-    assert Name().convert("checkpoint.retarget[3]->idle", None, None).endswith("idle")
+    assert (
+        Name().convert("checkpoint:idle:trigger.retarget=stopped", None, None).endswith("stopped")
+    )
     assert refusal(Name(), "") == "an empty name"
     assert "longer than 200 characters" in refusal(Name(), "x" * 201)
     assert "spaces or control characters" in refusal(Name(), "a\x00b")

@@ -59,13 +59,13 @@ def test_a_retarget_to_the_source_of_a_holding_row_is_not_a_reach() -> None:
 
 
 def test_a_refusal_retarget_is_equivalent_with_its_reason() -> None:
-    verdict = verify(MUTANTS["control_fence.retarget[1]->idle"])
+    verdict = verify(MUTANTS["control_fence:any:recv_prepare:stale_id.retarget=idle"])
     assert verdict.status == "equivalent" and not verdict.killed
     assert "keeps its fence" in verdict.detail and verdict.states == 0
 
 
 def test_an_unreached_row_is_dead_by_design_with_its_reason() -> None:
-    verdict = verify(MUTANTS["checkpoint.retarget[11]->idle"])
+    verdict = verify(MUTANTS["checkpoint:publishing:publish_failed.retarget=idle"])
     assert verdict.status == "dead_by_design" and verdict.states == 0
     assert "never fails to publish" in verdict.detail
 
@@ -73,7 +73,7 @@ def test_an_unreached_row_is_dead_by_design_with_its_reason() -> None:
 def test_a_reached_mutant_runs_only_the_stages_that_reach_it() -> None:
     # Row 1 of the checkpoint table (a trigger starts an attempt) fires in every stage:
     # the first one kills it.
-    verdict = verify(MUTANTS["checkpoint.retarget[1]->stopped"])
+    verdict = verify(MUTANTS["checkpoint:idle:trigger.retarget=stopped"])
     assert verdict.killed and verdict.stage == "fault-free"
     assert verdict.detail.startswith("fault-free: ")
 
@@ -81,9 +81,9 @@ def test_a_reached_mutant_runs_only_the_stages_that_reach_it() -> None:
 def test_two_processes_give_the_verdicts_of_one() -> None:
     names = [
         "S1_deadline_runs_while_parked",
-        "checkpoint.retarget[1]->stopped",
-        "control_fence.retarget[1]->idle",
-        "checkpoint.retarget[11]->idle",
+        "checkpoint:idle:trigger.retarget=stopped",
+        "control_fence:any:recv_prepare:stale_id.retarget=idle",
+        "checkpoint:publishing:publish_failed.retarget=idle",
     ]
     chosen = [MUTANTS[name] for name in names]
     alone = [(v.mutant.name, v.status, v.killed_by) for v in verify_many(chosen, 1)]
@@ -108,7 +108,10 @@ def test_a_stage_reusing_the_unmutated_steps_searches_the_mutants_own_graph() ->
     one_fault = ONE_FAULT
     params = ProtocolParams(**one_fault.params)
     # Killed late (a stall cycle, after the whole graph), and killed early (I4).
-    for name in ("checkpoint.retarget[23]->capturing", "checkpoint.retarget[4]->idle"):
+    for name in (
+        "checkpoint:aborting:failed.retarget=capturing",
+        "checkpoint:flushing_acks:acks_flushed.retarget=idle",
+    ):
         mutant = MUTANTS[name]
         assert mutant.site is not None
         own = ProtocolModel(params, hooks=mutant.hooks())
@@ -121,7 +124,7 @@ def test_a_step_that_fires_the_mutated_row_is_computed_again() -> None:
     fault_free = FAULT_FREE
     memo = stage_memo(fault_free)
     site = Site(CHECKPOINT, 1, "retarget", CheckpointState.STOPPED)
-    mutant = MUTANTS["checkpoint.retarget[1]->stopped"]
+    mutant = MUTANTS["checkpoint:idle:trigger.retarget=stopped"]
     sharing = fault_free.model(site, mutant.hooks(), mutant.name)
     recorded = [
         (state, moves)
@@ -158,7 +161,7 @@ def test_a_trigger_meeting_a_pending_abort_is_reached_only_with_two_triggers() -
     # M1's abort_pending -TRIGGER-> row sent to committing: the retried abort's resumes
     # carry the checkpoint on (tests/mutants/test_pending_abort_trigger.py). Only a second
     # trigger meets a pending abort: of the exhaustive stages, only this one has one.
-    mutant = MUTANTS["checkpoint.retarget[26]->committing"]
+    mutant = MUTANTS["checkpoint:abort_pending:trigger.retarget=committing"]
     assert mutant.site is not None
     exhaustive = [s for s in STAGES if isinstance(s, ProtocolStage) and s.name != "walks"]
     assert [s.name for s in exhaustive if mutant.site.reached(s.coverage())] == ["two triggers"]
@@ -178,21 +181,21 @@ def test_a_row_only_the_design_model_fires_is_killed_there() -> None:
     # A repeated commit(X) to a participant already committed to X (a duplicated request,
     # a reply lost and answered again from the record): no protocol-model stage makes one.
     # Leaving the fence idle there breaks the phase order (I5).
-    site = MUTANTS["control_fence.retarget[10]->idle"].site
+    site = MUTANTS["control_fence:committed_paused:recv_commit:same_id.retarget=idle"].site
     assert site is not None
     assert not any(site.reached(s.coverage()) for s in STAGES if isinstance(s, ProtocolStage))
-    verdict = verify(MUTANTS["control_fence.retarget[10]->idle"])
+    verdict = verify(MUTANTS["control_fence:committed_paused:recv_commit:same_id.retarget=idle"])
     assert verdict.killed and verdict.stage == "design" and verdict.killed_by == "I5"
     assert verdict.detail.startswith("design: I5 fails after ")
 
 
 def test_a_mutated_table_that_raises_in_the_design_model_is_a_kill() -> None:
     # Row 0 of the checkpoint table (a trigger skipped) reads the skip its guard checks for.
-    site = MUTANTS["checkpoint.drop_guard[0]"].site
+    site = MUTANTS["checkpoint:idle:trigger:skip.drop_guard"].site
     assert site is not None
     design = next(stage for stage in STAGES if isinstance(stage, DesignStage))
     with pytest.raises(StageRaised, match="AssertionError"):
-        design.run(site, Hooks(), "checkpoint.drop_guard[0]", lambda _: None)
+        design.run(site, Hooks(), "checkpoint:idle:trigger:skip.drop_guard", lambda _: None)
 
 
 @pytest.mark.parametrize(
@@ -200,13 +203,21 @@ def test_a_mutated_table_that_raises_in_the_design_model_is_a_kill() -> None:
     [
         # closing_admission -FAILED [exhausted]-> idle instead of stopped: only a failure
         # over max_consecutive_failures takes the row, so only a failure budget of 0 does.
-        ("checkpoint.retarget[17]->idle", "no failure budget", "I4"),
+        (
+            "checkpoint:closing_admission+flushing_acks:failed:exhausted.retarget=idle",
+            "no failure budget",
+            "I4",
+        ),
         # release_pending -FAILED-> idle: a second call of the round failing after the
         # first sent M1 pending, which only two agents of one role make.
-        ("checkpoint.retarget[16]->idle", "two agents", "I3"),
+        ("checkpoint:abort_pending+release_pending:failed.retarget=idle", "two agents", "I3"),
         # restored_paused -RECV_RESTORE [same_id]-> idle: a restore repeated after the
         # participant restored (a crash, then a duplicated request: two faults).
-        ("control_fence.retarget[24]->idle", "design, two faults", "I5"),
+        (
+            "control_fence:restored_paused:recv_restore:same_id.retarget=idle",
+            "design, two faults",
+            "I5",
+        ),
     ],
 )
 def test_a_row_only_one_stage_fires_is_killed_there(name: str, stage: str, killed_by: str) -> None:

@@ -72,7 +72,7 @@ def test_mutants_cli_lists_and_verifies() -> None:
 
 
 def test_every_survivor_note_names_a_generated_mutant() -> None:
-    # A note keyed by a stale name (a row renumbered) would leave its survivor unreviewed.
+    # A note keyed by a stale name (its row changed) would leave its survivor unreviewed.
     stale = [name for name in SURVIVOR_NOTES if name not in MUTANTS]
     assert stale == []
     assert all(MUTANTS[name].kind == "generated" for name in SURVIVOR_NOTES)

@@ -1,8 +1,8 @@
 """A trigger that meets a pending abort retries that abort, and the attempt then ends as an
 abort (M1 row `abort_pending -TRIGGER-> aborting`, PROTOCOL.md M1 "publish-or-abort").
 
-The generated mutant `checkpoint.retarget[N]->committing` (N: that row) sends the row to
-`committing` instead: the abort's resumes still go out with the same id, but their
+The generated mutant `checkpoint:abort_pending:trigger.retarget=committing` sends that row
+to `committing` instead: the abort's resumes still go out with the same id, but their
 `roles_done` then continues the checkpoint (capture, validate, publish). These tests kill
 it, and so does the mutant stage "two triggers" (`quiesce/mutants/_stages.py`, S5's
 configuration: the only exhaustive stage with a second trigger); before that stage only
@@ -36,17 +36,12 @@ from quiesce.protocol.controller import (
     Publish,
     Stopped,
 )
-from quiesce.protocol.machines import CHECKPOINT, CheckpointInput, CheckpointState
+from quiesce.protocol.machines import CHECKPOINT, CheckpointState
 from tests.protocol.test_coordinator import NO_RETRIES, ROLES, Harness, of
 
 S = CheckpointState
 
-ROW = next(
-    index
-    for index, row in enumerate(CHECKPOINT.rows)
-    if row.sources == (S.ABORT_PENDING,) and row.input is CheckpointInput.TRIGGER
-)
-MUTANT = MUTANTS[f"checkpoint.retarget[{ROW}]->committing"]
+MUTANT = MUTANTS["checkpoint:abort_pending:trigger.retarget=committing"]
 
 # Where the attempt fails, and the reason its outcome must report: before every participant
 # committed (a prepare's transport error), or after (the staged digests do not match).
