@@ -562,10 +562,14 @@ class ConformanceMachine(JudgedExample):
     @precondition(_drives_executions)
     @recorded_rule(turns=st.integers(1, 3), reward=st.integers(0, 2))
     def begin_and_finish(self, turns: int, reward: int) -> None:
-        """Two requests: begin a new execution and finish it at once. Random single steps
-        rarely complete an execution while the fence stays idle, and a completed, un-ACKed
-        result is where the ACK/retire rules (S17) bite."""
+        """Three requests: begin a new execution, ACK it while it runs (it has no result
+        yet: listed in `unknown`, nothing released, the batch not refused) and finish it.
+        Random single steps rarely complete an execution while the fence stays idle, and a
+        completed, un-ACKed result is where the ACK/retire rules (S17) bite; they rarely
+        ACK a running one either, which is what an agent refusing a whole batch gets
+        wrong."""
         self.begin(-1, turns, 0)
+        self.ack([(-1, False)])
         self.finish(-1, reward)
 
     def execution_lifecycle(self, turns: int, ending: str) -> None:
