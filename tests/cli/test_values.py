@@ -16,6 +16,7 @@ from quiesce.cli._values import (
     ShellCommand,
     unknown_name,
 )
+from quiesce.mutants import MUTANTS
 
 
 def refusal(kind: click.ParamType, value: str) -> str:
@@ -29,6 +30,8 @@ def test_name() -> None:
     assert (
         Name().convert("checkpoint:idle:trigger.retarget=stopped", None, None).endswith("stopped")
     )
+    for mutant in MUTANTS.values():  # every mutant name is taken as typed (`--mutant NAME`)
+        assert Name().convert(mutant.name, None, None) == mutant.name
     assert refusal(Name(), "") == "an empty name"
     assert "longer than 200 characters" in refusal(Name(), "x" * 201)
     assert "spaces or control characters" in refusal(Name(), "a\x00b")
