@@ -47,7 +47,8 @@ from quiesce.adapters import (
     configure_logging,
 )
 from quiesce.protocol import Coordinator, OpId, QuiesceConfig
-from quiesce.protocol.controller import Metric, Outcome, TrainerBoundary
+from quiesce.protocol.controller import Outcome, TrainerBoundary
+from quiesce.protocol.controller.lowlevel import Metric
 from quiesce.protocol.participant import ParticipantOp
 from quiesce.protocol.wire import Message
 

@@ -64,9 +64,9 @@ from quiesce.protocol.controller import (
     ControllerInput,
     ControllerState,
     Coordinator,
-    Metric,
     Outcome,
 )
+from quiesce.protocol.controller.lowlevel import Metric
 from quiesce.protocol.machines import CheckpointState
 
 RATES = (0.01, 0.05, 0.10)

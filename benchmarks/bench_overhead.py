@@ -71,10 +71,10 @@ from quiesce.protocol.controller import (
     ControllerEffect,
     ControllerInput,
     ControllerState,
-    Metric,
     Outcome,
     TrainerBoundary,
 )
+from quiesce.protocol.controller.lowlevel import Metric
 
 PROFILES = ("fast", "review")
 MODES = ("on", "off")

@@ -48,7 +48,8 @@ from quiesce.adapters import (
 )
 from quiesce.fsm import Value
 from quiesce.protocol import Coordinator, QuiesceConfig
-from quiesce.protocol.controller import AttemptRecord, GroupRecord, Ledger, TrainerBoundary
+from quiesce.protocol.controller import Ledger, TrainerBoundary
+from quiesce.protocol.controller.lowlevel import AttemptRecord, GroupRecord
 from quiesce.protocol.machines import AttemptData, AttemptState, GroupData, GroupState
 from quiesce.protocol.participant import ParticipantOp, canonical_json
 from quiesce.protocol.wire import (

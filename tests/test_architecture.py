@@ -6,7 +6,9 @@
   a cycle hidden there is still a cycle in the design);
 - no upward tie: a layer imports only the layers below it, and the controller and the
   participant never import each other;
-- one meaning per public name: a name exported by two faces is the same object in both.
+- one meaning per public name: a name exported by two faces is the same object in both;
+- a small face for the embedder: `quiesce.protocol.controller` keeps what one needs, and
+  what drivers, checkers and mutants need is in `quiesce.protocol.controller.lowlevel`.
 """
 
 from __future__ import annotations
@@ -234,3 +236,21 @@ def test_lower_layers_import_nothing_of_the_layers_above(name: str) -> None:
     for source, targets in _graph().items():
         if _inside(source, name):
             assert all(_layer(target)[0] <= rank for target in targets), source
+
+
+# The most names the controller's face may have: an embedder's handful, never the driver's.
+CONTROLLER_FACE_LIMIT = 30
+
+
+def test_the_controller_face_is_small_and_the_rest_is_low_level() -> None:
+    face = importlib.import_module("quiesce.protocol.controller")
+    lowlevel = importlib.import_module("quiesce.protocol.controller.lowlevel")
+    assert "quiesce.protocol.controller.lowlevel" in _faces()
+    assert face.lowlevel is lowlevel and "lowlevel" in face.__all__
+    assert len(face.__all__) <= CONTROLLER_FACE_LIMIT, (
+        f"quiesce.protocol.controller exports {len(face.__all__)} names: a name an embedder "
+        "does not need belongs in quiesce.protocol.controller.lowlevel"
+    )
+    assert lowlevel.__doc__ and "less stable" in lowlevel.__doc__
+    # One home each: a name is in the face or in the low-level face, never in both.
+    assert set(face.__all__) & set(lowlevel.__all__) == set()

@@ -69,24 +69,27 @@ from quiesce.adapters._trainer import ControllerCut, CorruptCut, CutMismatch, Da
 from quiesce.fsm import QuiesceError, label
 from quiesce.protocol import Cause, OpId
 from quiesce.protocol.controller import (
+    ControllerEffect,
+    ControllerInput,
+    ControllerState,
+    Coordinator,
+    Ledger,
+    Outcome,
+    Stopped,
+)
+from quiesce.protocol.controller.lowlevel import (
     ArmTimer,
     Call,
     CallFailed,
     CancelTimer,
     CaptureCut,
     CloseAdmission,
-    ControllerEffect,
-    ControllerInput,
-    ControllerState,
-    Coordinator,
     Discovered,
     Dispatch,
     GroupRecord,
-    Ledger,
     Log,
     Metric,
     OpenAdmission,
-    Outcome,
     Publish,
     Recovered,
     Redispatch,
@@ -97,7 +100,6 @@ from quiesce.protocol.controller import (
     RewindToAnchor,
     RolloutCompleted,
     RolloutFailed,
-    Stopped,
     TimerDue,
     WriteStaging,
 )

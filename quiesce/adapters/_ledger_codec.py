@@ -20,7 +20,8 @@ import json
 from typing import Any
 
 from quiesce.fsm import QuiesceError, Value
-from quiesce.protocol.controller import AttemptRecord, GroupRecord, Ledger, LedgerCounters
+from quiesce.protocol.controller import Ledger
+from quiesce.protocol.controller.lowlevel import AttemptRecord, GroupRecord, LedgerCounters
 from quiesce.protocol.machines import AttemptData, AttemptState, GroupData, GroupState
 
 __all__ = ["CorruptLedger", "ledger_from_json", "ledger_to_json", "ledger_to_text"]

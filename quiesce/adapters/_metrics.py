@@ -28,7 +28,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from quiesce.fsm import QuiesceError
-from quiesce.protocol.controller import Metric
+from quiesce.protocol.controller.lowlevel import Metric
 
 if TYPE_CHECKING:  # the optional extra: imported only when a sink is built
     from opentelemetry.metrics import Meter, MeterProvider

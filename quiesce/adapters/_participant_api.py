@@ -39,8 +39,8 @@ from typing import TypeVar
 
 from quiesce.fsm import QuiesceError
 from quiesce.protocol import Cause, OpId, RemoteProtocolError
-from quiesce.protocol.controller import CallFailed as CallFailedInput
-from quiesce.protocol.controller import Op
+from quiesce.protocol.controller.lowlevel import CallFailed as CallFailedInput
+from quiesce.protocol.controller.lowlevel import Op
 from quiesce.protocol.participant import AgentRole, ParticipantOp, ParticipantState, stamp
 from quiesce.protocol.wire import (
     AckReply,

@@ -45,7 +45,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from quiesce.adapters._durable import atomic_write, fsync_dir, is_tmp, make_dirs
 from quiesce.fsm import QuiesceError
 from quiesce.protocol import InvalidOpId, OpId
-from quiesce.protocol.controller import SnapshotCandidate, SnapshotCondition
+from quiesce.protocol.controller.lowlevel import SnapshotCandidate, SnapshotCondition
 
 __all__ = [
     "FORMAT_VERSION",

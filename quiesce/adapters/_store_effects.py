@@ -31,9 +31,9 @@ from quiesce.adapters._ledger_codec import CorruptLedger, ledger_from_json
 from quiesce.adapters._snapshot_store import Inspection, SnapshotStore, SnapshotStoreError, Staging
 from quiesce.adapters._trainer import ControllerCut, Trainer
 from quiesce.protocol import Cause, OpId
-from quiesce.protocol.controller import (
+from quiesce.protocol.controller import ControllerInput
+from quiesce.protocol.controller.lowlevel import (
     ClearIntent,
-    ControllerInput,
     DiscardStaging,
     GroupRecord,
     InspectPublished,
@@ -95,7 +95,7 @@ class StoreEffects:
 
     >>> import tempfile
     >>> from quiesce.adapters import ControllerJournal, InMemoryTrainer, SnapshotStore
-    >>> from quiesce.protocol.controller import ListSnapshots
+    >>> from quiesce.protocol.controller.lowlevel import ListSnapshots
     >>> effects = StoreEffects(SnapshotStore(tempfile.mkdtemp()),
     ...     ControllerJournal(tempfile.mkdtemp()), InMemoryTrainer(), keep_latest_k=2)
     >>> effects.execute(ListSnapshots(), now=0.0).candidates

@@ -63,14 +63,8 @@ from quiesce.adapters import (
 from quiesce.fsm import label
 from quiesce.harness._simulate import SimulationConfig, _World
 from quiesce.protocol import QuiesceConfig
-from quiesce.protocol.controller import (
-    ControllerEffect,
-    ControllerInput,
-    ControllerState,
-    Metric,
-    Outcome,
-    Reply,
-)
+from quiesce.protocol.controller import ControllerEffect, ControllerInput, ControllerState, Outcome
+from quiesce.protocol.controller.lowlevel import Metric, Reply
 from quiesce.protocol.machines import CheckpointState, GateState
 from quiesce.protocol.wire import PrepareReply
 

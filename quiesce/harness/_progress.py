@@ -31,7 +31,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from quiesce.protocol import group_of
-from quiesce.protocol.controller import Ledger, UnknownGroup
+from quiesce.protocol.controller import Ledger
+from quiesce.protocol.controller.lowlevel import UnknownGroup
 from quiesce.protocol.machines import AttemptState, ExecState, GroupState
 
 __all__ = [

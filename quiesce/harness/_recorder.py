@@ -32,14 +32,11 @@ from quiesce.protocol.controller import (
     ControllerEffect,
     ControllerInput,
     ControllerState,
-    Dispatch,
     GroupTrained,
-    Metric,
     OptimizerStepEnd,
     Outcome,
-    Redispatch,
-    RestoreOutcome,
 )
+from quiesce.protocol.controller.lowlevel import Dispatch, Metric, Redispatch, RestoreOutcome
 from quiesce.protocol.machines import CheckpointState, ExecState, GateState
 from quiesce.protocol.participant import AgentRole
 

@@ -73,14 +73,11 @@ from quiesce.adapters import (
 )
 from quiesce.models.oracles import Candidate, newest_match, released_by_ack
 from quiesce.protocol import Cause, OpId
-from quiesce.protocol.controller import (
+from quiesce.protocol.controller import ControllerEffect, ControllerInput, ControllerState, Outcome
+from quiesce.protocol.controller.lowlevel import (
     Call,
     CallFailed,
-    ControllerEffect,
-    ControllerInput,
-    ControllerState,
     Op,
-    Outcome,
     Redispatch,
     Reply,
     RestoreOutcome,

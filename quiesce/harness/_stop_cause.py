@@ -17,16 +17,13 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from quiesce.protocol.controller import (
-    CallFailed,
     ControllerEffect,
     ControllerInput,
     ControllerState,
-    LocalFailed,
     Outcome,
-    Reply,
     Stopped,
-    TimerDue,
 )
+from quiesce.protocol.controller.lowlevel import CallFailed, LocalFailed, Reply, TimerDue
 from quiesce.protocol.wire import OpId
 
 __all__ = ["AttemptFailure", "StopCause", "StopWitness"]

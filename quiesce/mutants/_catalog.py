@@ -62,17 +62,16 @@ from quiesce.protocol import (
     OverrideRefines,
     RecoveryLevel,
 )
-from quiesce.protocol.controller import (
+from quiesce.protocol.controller import Fleet, validate_discovery
+from quiesce.protocol.controller.lowlevel import (
     CaptureFacts,
     CaptureVerdict,
     CoordinatorPolicy,
     EnvironmentTraits,
-    Fleet,
     VerdictAction,
     judge_capture,
     judge_restore,
     lower_levels,
-    validate_discovery,
 )
 from quiesce.protocol.machines import (
     ADMISSION_GATE,

@@ -5,8 +5,10 @@ outcomes come in as inputs, and work goes out as effects. Three rooms over a sma
 vocabulary (ids, wire messages, causes, errors, config):
 
 - `quiesce.protocol.machines`: every machine as a literal table (`TABLES` by name);
-- `quiesce.protocol.controller`: the coordinator (`Coordinator.step`), the restore flow, the
-  recovery ledger, the recovery levels, and every controller input and effect;
+- `quiesce.protocol.controller`: the coordinator (`Coordinator.step`), its state, and the
+  inputs and effects an embedder submits and reads; `.controller.lowlevel` has the rest
+  (every effect a driver carries out, the restore flow, the ledger's records, the levels,
+  the policy the mutants swap);
 - `quiesce.protocol.participant`: one participant's pure step (`handle`), its fence, roles
   and journal;
 - `quiesce.protocol.wire`: the requests, replies and typed refusals, and `OpId`.

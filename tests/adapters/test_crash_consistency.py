@@ -57,7 +57,7 @@ from quiesce.adapters import (
     _intent,
 )
 from quiesce.adapters._durable import fsync_dir, tmp_path_for
-from quiesce.protocol.controller import SnapshotCondition
+from quiesce.protocol.controller.lowlevel import SnapshotCondition
 
 MIN_CRASH_STATES = 20
 TORN = ("empty", "half", "zeroed tail")

@@ -35,24 +35,26 @@ from quiesce.adapters import (
 from quiesce.adapters._clock import Clock, TaskGroup
 from quiesce.protocol import Coordinator, OpId, QuiesceConfig
 from quiesce.protocol.controller import (
-    Call,
-    CallFailed,
-    ClearIntent,
     GroupOpened,
-    Metric,
-    NewGroup,
-    Op,
     OptimizerStepBegin,
     OptimizerStepEnd,
     Outcome,
     PeriodElapsed,
-    Publish,
-    Redispatch,
-    Reply,
     TrainSwitchBegin,
     TrainSwitchEnd,
     UnknownRecoveryMode,
     UnmanagedMultiProcess,
+)
+from quiesce.protocol.controller.lowlevel import (
+    Call,
+    CallFailed,
+    ClearIntent,
+    Metric,
+    NewGroup,
+    Op,
+    Publish,
+    Redispatch,
+    Reply,
 )
 from quiesce.protocol.machines import (
     AttemptState,
@@ -317,7 +319,7 @@ async def test_every_fault_becomes_its_own_cause(anyio_backend: str, tmp_path: P
 
 
 async def test_timers_rearm_and_cancel(anyio_backend: str, tmp_path: Path) -> None:
-    from quiesce.protocol.controller import ArmTimer, CancelTimer
+    from quiesce.protocol.controller.lowlevel import ArmTimer, CancelTimer
 
     async def body(rig: Rig) -> None:
         fired: list[str] = []

@@ -36,7 +36,8 @@ from quiesce.adapters import (
     configure_server_logging,
 )
 from quiesce.protocol import ConfigError, Coordinator, QuiesceConfig
-from quiesce.protocol.controller import PeriodElapsed, TrainerAnchor, select_snapshot
+from quiesce.protocol.controller import PeriodElapsed
+from quiesce.protocol.controller.lowlevel import TrainerAnchor, select_snapshot
 from quiesce.protocol.participant import handle, journal_of, new_participant
 from quiesce.testing import LocalServer
 

@@ -18,12 +18,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from quiesce.adapters import METRICS, MetricPoint, OpenTelemetryMetrics, metric_point
 from quiesce.harness import SimulationResult, simulate
-from quiesce.protocol.controller import (
-    ControllerEffect,
-    ControllerInput,
-    ControllerState,
-    Metric,
-)
+from quiesce.protocol.controller import ControllerEffect, ControllerInput, ControllerState
+from quiesce.protocol.controller.lowlevel import Metric
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 

@@ -25,7 +25,7 @@ from quiesce.adapters import (
     StoreUnreadable,
     parse_checkpoint_id,
 )
-from quiesce.protocol.controller import (
+from quiesce.protocol.controller.lowlevel import (
     Selection,
     SnapshotCondition,
     TrainerAnchor,

@@ -22,11 +22,11 @@ from quiesce.adapters import (
 )
 from quiesce.adapters._store_effects import StoreEffects
 from quiesce.protocol import Cause, OpId
-from quiesce.protocol.controller import (
+from quiesce.protocol.controller import Ledger
+from quiesce.protocol.controller.lowlevel import (
     ClearIntent,
     DiscardStaging,
     InspectPublished,
-    Ledger,
     ListSnapshots,
     LoadSnapshot,
     LocalDone,

@@ -18,7 +18,8 @@ from quiesce.harness import (
     UnknownLatencyProfile,
     simulate,
 )
-from quiesce.protocol.controller import ControllerEffect, ControllerInput, ControllerState, Metric
+from quiesce.protocol.controller import ControllerEffect, ControllerInput, ControllerState
+from quiesce.protocol.controller.lowlevel import Metric
 
 SMALL = {"steps": 3, "groups_per_step": 2, "group_size": 2}
 

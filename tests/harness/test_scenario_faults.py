@@ -21,11 +21,13 @@ from quiesce.harness import (
 )
 from quiesce.protocol import QuiesceConfig
 from quiesce.protocol.controller import (
-    CaptureFacts,
     ControllerEffect,
     ControllerInput,
     ControllerState,
     Coordinator,
+)
+from quiesce.protocol.controller.lowlevel import (
+    CaptureFacts,
     CoordinatorPolicy,
     Recovered,
     Reply,

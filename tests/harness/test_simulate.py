@@ -42,8 +42,8 @@ from quiesce.protocol.controller import (
     ControllerState,
     Coordinator,
     Ledger,
-    RolloutCompleted,
 )
+from quiesce.protocol.controller.lowlevel import RolloutCompleted
 from quiesce.protocol.machines import ExecState, GroupState
 from quiesce.protocol.participant import ParticipantOp
 

@@ -23,7 +23,8 @@ from quiesce.models import PORTFOLIO, ProtocolModel, ProtocolParams
 from quiesce.models.scenarios import PORTFOLIO_BOUND
 from quiesce.mutants import MUTANTS
 from quiesce.protocol import Cause, Coordinator, OpId
-from quiesce.protocol.controller import (
+from quiesce.protocol.controller import Outcome, PeriodElapsed, Stopped
+from quiesce.protocol.controller.lowlevel import (
     CallFailed,
     CaptureCut,
     DiscardStaging,
@@ -31,10 +32,7 @@ from quiesce.protocol.controller import (
     LocalFailed,
     LocalOp,
     Op,
-    Outcome,
-    PeriodElapsed,
     Publish,
-    Stopped,
 )
 from quiesce.protocol.machines import CHECKPOINT, CheckpointState
 from tests.protocol.test_coordinator import NO_RETRIES, ROLES, Harness, of

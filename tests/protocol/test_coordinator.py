@@ -20,6 +20,14 @@ from quiesce.protocol._messages import (
     ResumeReply,
 )
 from quiesce.protocol.controller import (
+    GroupOpened,
+    OptimizerStepEnd,
+    Outcome,
+    PeriodElapsed,
+    Stopped,
+    TrainerBoundary,
+)
+from quiesce.protocol.controller.lowlevel import (
     ArmTimer,
     Call,
     CallFailed,
@@ -27,7 +35,6 @@ from quiesce.protocol.controller import (
     CloseAdmission,
     Discovered,
     Dispatch,
-    GroupOpened,
     InspectPublished,
     LocalDone,
     LocalFailed,
@@ -36,18 +43,13 @@ from quiesce.protocol.controller import (
     Metric,
     Op,
     OpenAdmission,
-    OptimizerStepEnd,
-    Outcome,
-    PeriodElapsed,
     PublishInspected,
     Quarantine,
     Recovered,
     Reply,
     RolloutFailed,
     SnapshotsListed,
-    Stopped,
     TimerDue,
-    TrainerBoundary,
     WriteIntent,
     prepare_deadline_timer,
     prepare_retry_timer,
@@ -605,7 +607,8 @@ def test_a_refused_begin_is_retried_once_then_waits_for_the_group_deadline() -> 
 
 def test_a_value_that_is_not_an_input_is_a_typed_error_naming_it_and_the_inputs() -> None:
     from quiesce.fsm import QuiesceError
-    from quiesce.protocol.controller import NewGroup, UnknownInput
+    from quiesce.protocol.controller import UnknownInput
+    from quiesce.protocol.controller.lowlevel import NewGroup
 
     coordinator = Coordinator(QuiesceConfig())
     state = coordinator.initial(epoch=1)
@@ -652,7 +655,7 @@ def test_a_second_failed_call_of_a_role_in_a_pending_state_is_absorbed(pending: 
 
 
 def test_a_failed_retire_is_sent_again_on_its_backoff_until_answered() -> None:
-    from quiesce.protocol.controller import TimerKey, TimerKind
+    from quiesce.protocol.controller.lowlevel import TimerKey, TimerKind
 
     h = Harness(call_retries=2, call_backoff_s=0.5, call_backoff_max_s=4.0)
     key = ("p4/0", 0)

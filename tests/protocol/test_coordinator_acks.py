@@ -11,16 +11,15 @@ import pytest
 from quiesce.protocol import Cause
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import AckReply, Receipt
-from quiesce.protocol.controller import (
+from quiesce.protocol.controller import GroupOpened, Outcome
+from quiesce.protocol.controller.lowlevel import (
     ArmTimer,
     Call,
     CallFailed,
     Dispatch,
-    GroupOpened,
     Log,
     Metric,
     Op,
-    Outcome,
     OwedAck,
     Reply,
     RolloutCompleted,

@@ -19,7 +19,8 @@ from quiesce.protocol._messages import (
     RestoreReply,
     ResumeReply,
 )
-from quiesce.protocol.controller import (
+from quiesce.protocol.controller import PeriodElapsed
+from quiesce.protocol.controller.lowlevel import (
     CALL_WORK,
     CHECKPOINT_WORK,
     RESTORE_WORK,
@@ -29,7 +30,6 @@ from quiesce.protocol.controller import (
     LocalOp,
     Log,
     Op,
-    PeriodElapsed,
     Reply,
     read_reply,
 )

@@ -15,7 +15,8 @@ from quiesce.protocol import Cause
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import ErrorReply
-from quiesce.protocol.controller import (
+from quiesce.protocol.controller import Outcome, Stopped
+from quiesce.protocol.controller.lowlevel import (
     ArmTimer,
     Call,
     CallFailed,
@@ -25,8 +26,6 @@ from quiesce.protocol.controller import (
     Log,
     Metric,
     Op,
-    Outcome,
-    Stopped,
     TimerDue,
     backoff_s,
     call_retry_timer,

@@ -3,7 +3,7 @@
 import pytest
 
 from quiesce.fsm import TransitionNotAllowed
-from quiesce.protocol.controller import (
+from quiesce.protocol.controller.lowlevel import (
     ArmTimer,
     CancelTimer,
     DeadlineExpired,

@@ -6,7 +6,12 @@ import pytest
 
 from quiesce.fsm import GuardRejected, TransitionNotAllowed, Value
 from quiesce.protocol import Ledger
-from quiesce.protocol.controller import DuplicateGroup, OwedAck, UnknownAttempt, UnknownGroup
+from quiesce.protocol.controller.lowlevel import (
+    DuplicateGroup,
+    OwedAck,
+    UnknownAttempt,
+    UnknownGroup,
+)
 from quiesce.protocol.machines import (
     PROMPT_GROUP,
     ROLLOUT_ATTEMPT,

@@ -16,7 +16,7 @@ from quiesce.protocol import (
 )
 from quiesce.protocol._errors import RemoteProtocolError
 from quiesce.protocol._messages import KNOWN_RECOVERY_MODES, Capabilities
-from quiesce.protocol.controller import (
+from quiesce.protocol.controller.lowlevel import (
     EffectiveLevel,
     EnvironmentTraits,
     LevelWarning,

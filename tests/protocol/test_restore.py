@@ -10,7 +10,7 @@ from quiesce.fsm import GuardRejected, TransitionNotAllowed, Value
 from quiesce.protocol import Ledger, RecoveryLevel
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import Continuation, RestoreReply
-from quiesce.protocol.controller import (
+from quiesce.protocol.controller.lowlevel import (
     DiscardContinuation,
     EffectiveLevel,
     LevelPlan,

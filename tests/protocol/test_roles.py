@@ -6,7 +6,7 @@ import json
 import pytest
 
 from quiesce.protocol import UnknownRole, validate_discovery
-from quiesce.protocol.controller import topology_fingerprint
+from quiesce.protocol.controller.lowlevel import topology_fingerprint
 from quiesce.protocol.participant import capabilities, new_participant
 from quiesce.protocol.wire import Capabilities, InstanceRole, RemoteProtocolError, Role, parse_reply
 

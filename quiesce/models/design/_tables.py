@@ -25,7 +25,7 @@ from typing import Any, TypeVar, cast
 from quiesce.fsm import Effect, Table, Value
 from quiesce.models.design._state import M1, Attempt, Fence, Group, Key
 from quiesce.protocol import Cause, Disposition, OpId, classify
-from quiesce.protocol.controller import ArmTimer, CancelTimer
+from quiesce.protocol.controller.lowlevel import ArmTimer, CancelTimer
 from quiesce.protocol.machines import (
     ADMISSION_GATE,
     AGENT_EXECUTION,

@@ -83,22 +83,19 @@ from quiesce.models.implementation._traces import (
 )
 from quiesce.protocol import Cause, QuiesceConfig
 from quiesce.protocol.controller import (
-    CallFailed,
     Coordinator,
-    CoordinatorPolicy,
     GroupOpened,
     GroupTrained,
     OptimizerStepBegin,
     OptimizerStepEnd,
     PeriodElapsed,
-    TimerDue,
-    TimerKind,
     TrainerBoundary,
     TrainSwitchBegin,
     TrainSwitchEnd,
     WeightSyncBegin,
     WeightSyncEnd,
 )
+from quiesce.protocol.controller.lowlevel import CallFailed, CoordinatorPolicy, TimerDue, TimerKind
 from quiesce.protocol.machines import (
     ADMISSION_GATE,
     CALL,

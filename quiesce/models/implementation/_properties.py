@@ -38,17 +38,15 @@ from quiesce.models.oracles import (
     stop_earned,
 )
 from quiesce.protocol import OpId, group_of, rollout_id
-from quiesce.protocol.controller import (
+from quiesce.protocol.controller import ControllerState, Outcome, Stopped
+from quiesce.protocol.controller.lowlevel import (
     PHASE_OPS,
     Call,
     CaptureCut,
-    ControllerState,
     Dispatch,
     LoadSnapshot,
     Op,
-    Outcome,
     Publish,
-    Stopped,
     TimerKey,
     TimerKind,
     TrainerAnchor,

@@ -17,7 +17,7 @@ from typing import Any
 from quiesce.fsm import label
 from quiesce.models.implementation._system import SystemState
 from quiesce.protocol import OpId
-from quiesce.protocol.controller import Op
+from quiesce.protocol.controller.lowlevel import Op
 from quiesce.protocol.participant import ParticipantState
 
 __all__ = [

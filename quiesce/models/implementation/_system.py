@@ -51,21 +51,24 @@ from typing import Any, TypeVar
 from quiesce.check import replace
 from quiesce.protocol import Cause, OpId
 from quiesce.protocol.controller import (
+    ControllerEffect,
+    ControllerInput,
+    ControllerState,
+    Coordinator,
+    Ledger,
+    TrainerBoundary,
+)
+from quiesce.protocol.controller.lowlevel import (
     ArmTimer,
     Call,
     CallFailed,
     CancelTimer,
     CaptureCut,
     ClearIntent,
-    ControllerEffect,
-    ControllerInput,
-    ControllerState,
-    Coordinator,
     DiscardStaging,
     Discovered,
     Dispatch,
     InspectPublished,
-    Ledger,
     ListSnapshots,
     LoadSnapshot,
     LocalDone,
@@ -87,7 +90,6 @@ from quiesce.protocol.controller import (
     TimerDue,
     TimerKey,
     TrainerAnchor,
-    TrainerBoundary,
     Validate,
     WriteIntent,
     WriteStaging,

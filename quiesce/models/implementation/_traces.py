@@ -25,7 +25,7 @@ from quiesce.models.projection import (
     split_instance,
 )
 from quiesce.protocol import rollout_id
-from quiesce.protocol.controller import Op
+from quiesce.protocol.controller.lowlevel import Op
 from quiesce.protocol.wire import ErrorReply, Message
 
 __all__ = [

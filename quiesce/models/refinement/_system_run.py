@@ -103,23 +103,25 @@ from quiesce.models.refinement._system_ledger import (
 )
 from quiesce.protocol import OpId, QuiesceConfig
 from quiesce.protocol.controller import (
-    PHASE_OPS,
     ControllerEffect,
     ControllerInput,
     ControllerState,
-    Dispatch,
     GroupOpened,
-    GroupRecord,
     GroupTrained,
     OptimizerStepBegin,
     OptimizerStepEnd,
-    Redispatch,
-    TimerDue,
     TrainerBoundary,
     TrainSwitchBegin,
     TrainSwitchEnd,
     WeightSyncBegin,
     WeightSyncEnd,
+)
+from quiesce.protocol.controller.lowlevel import (
+    PHASE_OPS,
+    Dispatch,
+    GroupRecord,
+    Redispatch,
+    TimerDue,
     restore_active,
 )
 from quiesce.protocol.machines import (

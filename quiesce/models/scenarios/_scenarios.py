@@ -32,18 +32,20 @@ from quiesce.protocol import (
     new_participant,
 )
 from quiesce.protocol.controller import (
-    Call,
     GroupOpened,
-    Op,
     OptimizerStepEnd,
     Outcome,
     PeriodElapsed,
-    Redispatch,
-    RestoreOutcome,
     Stopped,
-    TimerDue,
     TrainSwitchBegin,
     TrainSwitchEnd,
+)
+from quiesce.protocol.controller.lowlevel import (
+    Call,
+    Op,
+    Redispatch,
+    RestoreOutcome,
+    TimerDue,
     VerdictAction,
     judge_restore,
     plan_discards,

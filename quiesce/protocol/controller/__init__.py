@@ -1,70 +1,47 @@
 """The controller's room: the pure coordinator, the restore flow, the ledger, the levels.
 
-`Coordinator.step(now, input) -> (state, effects)` composes the machines of
+`Coordinator.step(state, now, input) -> (state, effects)` composes the machines of
 `quiesce.protocol.machines` for one run; `Ledger` is the recovery ledger (M8); the restore
-flow (M9) runs at controller start; `CoordinatorPolicy` bundles the decisions that are pure
-functions. Nothing here awaits, sleeps or reads a clock, and nothing here knows how a
-participant is implemented: it sees only wire replies.
+flow (M9) runs at controller start. Nothing here awaits, sleeps or reads a clock, and
+nothing here knows how a participant is implemented: it sees only wire replies.
+
+This face is what an embedder needs, the one who runs a controller (`build_controller` /
+`Driver` of `quiesce.adapters`) beside a trainer:
+
+- the coordinator and its values: `Coordinator`, `ControllerState`, and the two unions
+  `ControllerInput` and `ControllerEffect` (an observer's and `Driver.submit`'s types);
+- the inputs the embedder submits, from the schedule (`PeriodElapsed`), the trainer
+  (`TrainerBoundary`, `OptimizerStep*`, `TrainSwitch*`, `WeightSync*`, `GroupTrained`)
+  and the dataloader (`GroupOpened`);
+- the effects the embedder reads: `Outcome` (`Driver.outcomes`) and `Stopped`
+  (`Driver.stopped`);
+- what discovery establishes (`Fleet`, `Member`, `Topology`, `validate_discovery`), the
+  recovery `Ledger`, and the refusals a start or a step raises (`DiscoveryRefused` and its
+  kinds, `DuplicateParticipant`, `UnknownInput`).
+
+Every other name is in `quiesce.protocol.controller.lowlevel`: the effects a driver carries
+out and the inputs that report their outcomes (a driver matches each of them, an embedder
+none), the ledger's records, the phase work and timers the models judge, and
+`CoordinatorPolicy`, the bundle of pure decisions the mutants swap. A name moves up here
+only when an embedder needs it.
+
+>>> from quiesce.protocol import QuiesceConfig
+>>> coordinator = Coordinator(QuiesceConfig())
+>>> state, effects = coordinator.step(coordinator.initial(epoch=1), 0.0, PeriodElapsed())
+>>> [(effect.result, effect.reason) for effect in effects if isinstance(effect, Outcome)]
+[('skipped', 'not_discovered')]
 """
 
-from quiesce.protocol._timers import ArmTimer, CancelTimer, TimerKey, TimerKind
-from quiesce.protocol.controller._background import background_timer
-from quiesce.protocol.controller._capture import CaptureFacts, CaptureVerdict, judge_capture
-from quiesce.protocol.controller._checkpoint_work import (
-    CHECKPOINT_WORK,
-    prepare_deadline_timer,
-    retry_timer,
-)
+from quiesce.protocol.controller import lowlevel
 from quiesce.protocol.controller._coordinator import Coordinator
-from quiesce.protocol.controller._effects import (
-    Call,
-    CaptureCut,
-    ClearIntent,
-    CloseAdmission,
-    ControllerEffect,
-    DiscardStaging,
-    Dispatch,
-    InspectPublished,
-    ListSnapshots,
-    LoadSnapshot,
-    LocalOp,
-    Log,
-    Metric,
-    Op,
-    OpenAdmission,
-    Outcome,
-    Publish,
-    Quarantine,
-    Redispatch,
-    RestoreCut,
-    RestoreOutcome,
-    RestoreTarget,
-    RewindToAnchor,
-    Stopped,
-    Validate,
-    WriteIntent,
-    WriteStaging,
-)
+from quiesce.protocol.controller._effects import ControllerEffect, Outcome, Stopped
 from quiesce.protocol.controller._inputs import (
-    CallFailed,
     ControllerInput,
-    Discovered,
     GroupOpened,
     GroupTrained,
-    LocalDone,
-    LocalFailed,
     OptimizerStepBegin,
     OptimizerStepEnd,
     PeriodElapsed,
-    PublishInspected,
-    Recovered,
-    Reply,
-    RolloutCompleted,
-    RolloutFailed,
-    SnapshotLoaded,
-    SnapshotLoadFailed,
-    SnapshotsListed,
-    TimerDue,
     TrainerBoundary,
     TrainSwitchBegin,
     TrainSwitchEnd,
@@ -72,210 +49,45 @@ from quiesce.protocol.controller._inputs import (
     WeightSyncBegin,
     WeightSyncEnd,
 )
-from quiesce.protocol.controller._ledger import (
-    AttemptKey,
-    AttemptRecord,
-    DuplicateGroup,
-    GroupRecord,
-    Ledger,
-    LedgerCounters,
-    OwedAck,
-    UnknownAttempt,
-    UnknownGroup,
-)
-from quiesce.protocol.controller._phase_runner import (
-    CALL_WORK,
-    PHASE_OPS,
-    backoff_s,
-    call_retry_timer,
-    prepare_retry_timer,
-    read_reply,
-)
-from quiesce.protocol.controller._policy import CoordinatorPolicy, live_level, same_op_id
+from quiesce.protocol.controller._ledger import Ledger
 from quiesce.protocol.controller._recovery_levels import (
     DiscoveryRefused,
     DuplicateParticipant,
-    EffectiveLevel,
-    EnvironmentTraits,
-    LevelPlan,
-    LevelWarning,
-    LoweringReason,
     Topology,
-    UnknownEnvironment,
     UnknownRecoveryMode,
     UnknownRole,
     UnmanagedMultiProcess,
-    lower_levels,
-    topology_fingerprint,
     validate_discovery,
 )
-from quiesce.protocol.controller._restore_flow import (
-    RESTORE_WORK,
-    RestoreFlow,
-    restore_retry_timer,
-)
-from quiesce.protocol.controller._restore_plan import (
-    DiscardContinuation,
-    DispatchItem,
-    NewGroup,
-    RedispatchPlan,
-    Rejection,
-    RestoreMetrics,
-    RestoreMode,
-    RestoreVerdict,
-    Retire,
-    Selection,
-    SelectionKind,
-    SnapshotCandidate,
-    SnapshotCondition,
-    SourceUnreadable,
-    TrainerAnchor,
-    UnresolvedFinalization,
-    VerdictAction,
-    judge_restore,
-    plan_discards,
-    plan_redispatch,
-    select_snapshot,
-)
-from quiesce.protocol.controller._state import (
-    ControllerState,
-    Fleet,
-    Member,
-    RestoreRun,
-    restore_active,
-    restore_failed,
-)
-from quiesce.protocol.machines import DeadlineExpired, ResumeDeadlines, SuspendDeadlines
+from quiesce.protocol.controller._state import ControllerState, Fleet, Member
 
 __all__ = [
-    "CALL_WORK",
-    "CHECKPOINT_WORK",
-    "PHASE_OPS",
-    "RESTORE_WORK",
-    "ArmTimer",
-    "AttemptKey",
-    "AttemptRecord",
-    "Call",
-    "CallFailed",
-    "CancelTimer",
-    "CaptureCut",
-    "CaptureFacts",
-    "CaptureVerdict",
-    "ClearIntent",
-    "CloseAdmission",
     "ControllerEffect",
     "ControllerInput",
     "ControllerState",
     "Coordinator",
-    "CoordinatorPolicy",
-    "DeadlineExpired",
-    "DiscardContinuation",
-    "DiscardStaging",
-    "Discovered",
     "DiscoveryRefused",
-    "Dispatch",
-    "DispatchItem",
-    "DuplicateGroup",
     "DuplicateParticipant",
-    "EffectiveLevel",
-    "EnvironmentTraits",
     "Fleet",
     "GroupOpened",
-    "GroupRecord",
     "GroupTrained",
-    "InspectPublished",
     "Ledger",
-    "LedgerCounters",
-    "LevelPlan",
-    "LevelWarning",
-    "ListSnapshots",
-    "LoadSnapshot",
-    "LocalDone",
-    "LocalFailed",
-    "LocalOp",
-    "Log",
-    "LoweringReason",
     "Member",
-    "Metric",
-    "NewGroup",
-    "Op",
-    "OpenAdmission",
     "OptimizerStepBegin",
     "OptimizerStepEnd",
     "Outcome",
-    "OwedAck",
     "PeriodElapsed",
-    "Publish",
-    "PublishInspected",
-    "Quarantine",
-    "Recovered",
-    "Redispatch",
-    "RedispatchPlan",
-    "Rejection",
-    "Reply",
-    "RestoreCut",
-    "RestoreFlow",
-    "RestoreMetrics",
-    "RestoreMode",
-    "RestoreOutcome",
-    "RestoreRun",
-    "RestoreTarget",
-    "RestoreVerdict",
-    "ResumeDeadlines",
-    "Retire",
-    "RewindToAnchor",
-    "RolloutCompleted",
-    "RolloutFailed",
-    "Selection",
-    "SelectionKind",
-    "SnapshotCandidate",
-    "SnapshotCondition",
-    "SnapshotLoadFailed",
-    "SnapshotLoaded",
-    "SnapshotsListed",
-    "SourceUnreadable",
     "Stopped",
-    "SuspendDeadlines",
-    "TimerDue",
-    "TimerKey",
-    "TimerKind",
     "Topology",
     "TrainSwitchBegin",
     "TrainSwitchEnd",
-    "TrainerAnchor",
     "TrainerBoundary",
-    "UnknownAttempt",
-    "UnknownEnvironment",
-    "UnknownGroup",
     "UnknownInput",
     "UnknownRecoveryMode",
     "UnknownRole",
     "UnmanagedMultiProcess",
-    "UnresolvedFinalization",
-    "Validate",
-    "VerdictAction",
     "WeightSyncBegin",
     "WeightSyncEnd",
-    "WriteIntent",
-    "WriteStaging",
-    "background_timer",
-    "backoff_s",
-    "call_retry_timer",
-    "judge_capture",
-    "judge_restore",
-    "live_level",
-    "lower_levels",
-    "plan_discards",
-    "plan_redispatch",
-    "prepare_deadline_timer",
-    "prepare_retry_timer",
-    "read_reply",
-    "restore_active",
-    "restore_failed",
-    "restore_retry_timer",
-    "retry_timer",
-    "same_op_id",
-    "select_snapshot",
-    "topology_fingerprint",
+    "lowlevel",
     "validate_discovery",
 ]

@@ -25,7 +25,7 @@ from quiesce.models.implementation._properties import (
     RESUME_KEPT,
 )
 from quiesce.models.scenarios import small_params
-from quiesce.protocol.controller import PHASE_OPS
+from quiesce.protocol.controller.lowlevel import PHASE_OPS
 from quiesce.protocol.machines import CHECKPOINT, PHASE_ORDER, CallInput, CheckpointState, Phase
 from quiesce.protocol.participant import AgentRole
 from quiesce.protocol.wire import Receipt

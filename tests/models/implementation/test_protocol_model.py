@@ -16,7 +16,7 @@ from quiesce.cli import main
 from quiesce.models import ProtocolModel, ProtocolParams
 from quiesce.models.implementation import Hooks
 from quiesce.mutants import MUTANTS
-from quiesce.protocol.controller import CoordinatorPolicy
+from quiesce.protocol.controller.lowlevel import CoordinatorPolicy
 from quiesce.protocol.machines import PHASE_ORDER, Phase
 
 # The smallest exhaustive configurations, cheap enough for every CI run. The §8 reference

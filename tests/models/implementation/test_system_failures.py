@@ -6,7 +6,8 @@ from typing import Any
 
 from quiesce.models import ProtocolModel, ProtocolParams, scenario_system
 from quiesce.protocol import Cause, new_participant
-from quiesce.protocol.controller import GroupOpened, Op, TimerDue, TimerKind
+from quiesce.protocol.controller import GroupOpened
+from quiesce.protocol.controller.lowlevel import Op, TimerDue, TimerKind
 from quiesce.protocol.machines import CallState, deadline_timer
 
 
