@@ -140,12 +140,12 @@ def table_state_machine(
     in the current state. Invariants: one per named invariant of the table, named after it,
     plus `control_state_is_declared`. `initial_data` draws the start data (it must be valid
     for the initial state). A failure prints the steps as a program, e.g.
-    `state.hold(arg='checkpoint')`.
+    `state.hold(arg='checkpoint')`. pytest and unittest collect `Machine.TestCase`.
 
-    >>> from quiesce.protocol import ADMISSION_GATE, GateInput
+    >>> from quiesce.protocol.machines import ADMISSION_GATE, GateInput
     >>> Machine = table_state_machine(ADMISSION_GATE)  # owners: the module's ARG_EXAMPLES
     >>> Only = table_state_machine(ADMISSION_GATE, {GateInput.HOLD: st.just("checkpoint")})
-    >>> Machine.TestCase  # doctest: +SKIP  (collected by pytest/unittest)
+    >>> Machine.TestCase  # doctest: +SKIP
     """
     strategies = _given_strategies(table, args)
     namer = _Namer()
@@ -198,7 +198,7 @@ def arg_strategies(
     A key of `args` that is not an input of the table is refused with `ValueError`, so a
     typo cannot go unnoticed.
 
-    >>> from quiesce.protocol import ADMISSION_GATE, GateInput
+    >>> from quiesce.protocol.machines import ADMISSION_GATE, GateInput
     >>> arg_strategies(ADMISSION_GATE)[GateInput.HOLD]  # doctest: +SKIP
     sampled_from(('checkpoint', 'train_switch', 'weight_sync'))
     """

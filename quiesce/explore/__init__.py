@@ -16,7 +16,7 @@ HTML file (`quiesce explore --html`); `explorer_app`/`serve` serve it on 127.0.0
 the page can also take actions off the path.
 
 >>> from quiesce.explore import Session, render_page
->>> from quiesce.models import build_model
+>>> from quiesce.check import build_model
 >>> html = render_page(Session(build_model("two-phase")).document(served=False))
 """
 

@@ -60,7 +60,7 @@ def shown_name(model: Model[Any], instance: str) -> str:
     `s1#0 ends turn 1` of `agent_execution[g0-1#0]` (its one group is implicit), the
     protocol model `turn g0/1#0 ends turn 1`; any other instance keeps its name.
 
-    >>> from quiesce.models import build_model
+    >>> from quiesce.check import build_model
     >>> shown_name(build_model("design"), "agent_execution[g0-1#0]")
     's1#0'
     """

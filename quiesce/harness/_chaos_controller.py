@@ -187,7 +187,7 @@ class DurableTrainer(InMemoryTrainer):
     >>> _ = trainer.optimizer_step([FinishedGroup(prompt_id=0, siblings=(0, 1))],
     ...     dataloader_position=1)
     >>> DurableTrainer.open(root).anchor()
-    TrainerAnchor(step=1, version=1, dataloader_position=1)
+    TrainerCheckpoint(step=1, version=1, dataloader_position=1)
     """
 
     def __init__(self, root: Path) -> None:

@@ -17,7 +17,7 @@ The controller and the participant never import each other: they meet on the wir
 This face re-exports what an embedder needs most; everything else is one level down.
 
 >>> from quiesce.protocol import QuiesceConfig, Coordinator
->>> Coordinator(QuiesceConfig()).state.checkpoint.state.value
+>>> Coordinator(QuiesceConfig()).initial(epoch=1).checkpoint.state.value
 'idle'
 """
 
