@@ -11,7 +11,13 @@ pydantic.
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from quiesce.fsm._errors import DefinitionError, GuardRejected, QuiesceError, TransitionNotAllowed
+from quiesce.fsm._errors import (
+    DefinitionError,
+    GuardRejected,
+    QuiesceError,
+    TransitionNotAllowed,
+    UnknownEffect,
+)
 from quiesce.fsm._matrix import (
     MATRIX_REGENERATE_COMMAND,
     Matrix,
@@ -40,6 +46,7 @@ from quiesce.fsm._transitions_bridge import (
     TransitionsModel,
     transitions_config,
 )
+from quiesce.fsm._work import work
 
 if TYPE_CHECKING:
     from quiesce.fsm._diagram import (
@@ -111,6 +118,7 @@ __all__ = [
     "TransitionNotAllowed",
     "TransitionsExportError",
     "TransitionsModel",
+    "UnknownEffect",
     "UpdateFn",
     "Value",
     "each",
@@ -125,6 +133,7 @@ __all__ = [
     "render_mermaid",
     "render_svg",
     "transitions_config",
+    "work",
     "write_diagrams",
     "write_matrices",
 ]

@@ -15,6 +15,7 @@ __all__ = [
     "GuardRejected",
     "QuiesceError",
     "TransitionNotAllowed",
+    "UnknownEffect",
 ]
 
 
@@ -59,6 +60,16 @@ class GuardRejected(TransitionNotAllowed):
     def __init__(self, machine: str, state: Enum, input: Enum, guards: Sequence[str]) -> None:
         self.guards = tuple(guards)
         super().__init__(machine, state, input, reason=f"rejected by guards {list(self.guards)}")
+
+
+class UnknownEffect(QuiesceError, KeyError):
+    """`machine` emitted `effect` and the `level` doing its work has none for that name."""
+
+    def __init__(self, machine: str, effect: str, level: str) -> None:
+        self.machine = machine
+        self.effect = effect
+        self.level = level
+        super().__init__(f"{machine} has no effect {effect!r} ({level} level)")
 
 
 def _label(member: Enum) -> str:

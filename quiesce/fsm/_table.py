@@ -253,6 +253,11 @@ class Table(Generic[S, I]):
             [r.guard or "" for r in self.rows_for(state, input)],
         )
 
+    @property
+    def effect_names(self) -> tuple[str, ...]:
+        """Every effect name a row emits, once each, in row order."""
+        return tuple(dict.fromkeys(name for row in self.rows for name in row.effects))
+
     def rows_for(self, state: Enum, input: Enum) -> tuple[Row, ...]:
         """The declared rows for one pair, in priority order."""
         return tuple(r for r in self.rows if input is r.input and state in r.sources)

@@ -7,12 +7,14 @@ from typing import Any
 import pytest
 
 from quiesce.check import arg_examples
-from quiesce.fsm import Effect, TransitionNotAllowed, Value
+from quiesce.fsm import TransitionNotAllowed, Value
+from quiesce.protocol import AdmissionClosed, DuplicateExecution, Refusal, StaleAttempt
 from quiesce.protocol.machines import (
     AGENT_EXECUTION,
     Admission,
     AgentInput,
     Completion,
+    ExecAnswer,
     ExecState,
     ExecutionData,
 )
@@ -20,7 +22,7 @@ from quiesce.protocol.machines import AGENT_EXECUTION as EXEC
 
 ARG_EXAMPLES = arg_examples(AGENT_EXECUTION)
 
-I, S = AgentInput, ExecState  # noqa: E741
+I, S, A = AgentInput, ExecState, ExecAnswer  # noqa: E741
 DONE = Completion("r1#0:abc", '{"reward":1}')
 
 
@@ -53,51 +55,47 @@ def at(state: ExecState) -> Value[ExecState, ExecutionData]:
     return value
 
 
-def names(effects: tuple[Any, ...]) -> list[str]:
-    return [e.name for e in effects if isinstance(e, Effect)]
-
-
 def test_begin_starts_a_new_execution_when_admitted() -> None:
     value, effects = EXEC.step(new(), I.BEGIN, Admission(fence_idle=True, retired=False))
-    assert value.state is S.RUNNING and names(effects) == ["start_execution"]
+    assert value.state is S.RUNNING and effects == (A.STARTED,)
 
 
 @pytest.mark.parametrize(
     ("admission", "refusal"),
     [
-        (Admission(fence_idle=False, retired=False), "refuse_admission_closed"),
-        (Admission(fence_idle=False, retired=True), "refuse_admission_closed"),
-        (Admission(fence_idle=True, retired=True), "refuse_stale_attempt"),
+        (Admission(fence_idle=False, retired=False), A.ADMISSION_CLOSED),
+        (Admission(fence_idle=False, retired=True), A.ADMISSION_CLOSED),
+        (Admission(fence_idle=True, retired=True), A.STALE_ATTEMPT),
     ],
 )
-def test_begin_refusals_hold_new(admission: Admission, refusal: str) -> None:
+def test_begin_refusals_hold_new(admission: Admission, refusal: ExecAnswer) -> None:
     value, effects = EXEC.step(new(), I.BEGIN, admission)
-    assert value == new() and names(effects) == [refusal]
+    assert value == new() and effects == (refusal,)
 
 
 @pytest.mark.parametrize(
     ("state", "refusal"),
     [
-        (S.RUNNING, "refuse_duplicate_execution"),
-        (S.PARK_REQUESTED, "refuse_duplicate_execution"),
-        (S.PARKED, "refuse_duplicate_execution"),
-        (S.FROZEN, "refuse_duplicate_execution"),
-        (S.COMPLETED, "refuse_duplicate_execution"),
-        (S.ACKED, "refuse_stale_attempt"),
-        (S.TOMBSTONED, "refuse_stale_attempt"),
+        (S.RUNNING, A.DUPLICATE_EXECUTION),
+        (S.PARK_REQUESTED, A.DUPLICATE_EXECUTION),
+        (S.PARKED, A.DUPLICATE_EXECUTION),
+        (S.FROZEN, A.DUPLICATE_EXECUTION),
+        (S.COMPLETED, A.DUPLICATE_EXECUTION),
+        (S.ACKED, A.STALE_ATTEMPT),
+        (S.TOMBSTONED, A.STALE_ATTEMPT),
     ],
 )
-def test_begin_of_an_existing_key_is_refused(state: ExecState, refusal: str) -> None:
+def test_begin_of_an_existing_key_is_refused(state: ExecState, refusal: ExecAnswer) -> None:
     value = at(state)
     after, effects = EXEC.step(value, I.BEGIN, Admission())
-    assert after == value and names(effects) == [refusal]
+    assert after == value and effects == (refusal,)
 
 
 def test_prepare_requests_a_park_and_the_boundary_parks() -> None:
     value, _ = EXEC.step(at(S.RUNNING), I.FENCE_PREPARE)
     assert value.state is S.PARK_REQUESTED
     value, effects = EXEC.step(value, I.TURN_BOUNDARY, 2)
-    assert value.state is S.PARKED and value.data.turn == 2 and names(effects) == ["parked"]
+    assert value.state is S.PARKED and value.data.turn == 2 and effects == (A.PARKED,)
 
 
 @pytest.mark.parametrize("state", [S.PARK_REQUESTED, S.PARKED, S.FROZEN, S.COMPLETED])
@@ -125,7 +123,7 @@ def test_policy_resume_runs_a_frozen_execution_or_parks_it_while_the_fence_is_cl
 @pytest.mark.parametrize("state", [S.PARKED, S.PARK_REQUESTED])
 def test_fence_resume_wakes_parked_executions(state: ExecState) -> None:
     value, effects = EXEC.step(at(state), I.FENCE_RESUME)
-    assert value.state is S.RUNNING and names(effects) == ["wake"]
+    assert value.state is S.RUNNING and effects == (A.WOKEN,)
 
 
 @pytest.mark.parametrize("state", [S.RUNNING, S.FROZEN, S.COMPLETED])
@@ -137,55 +135,55 @@ def test_fence_resume_leaves_the_others(state: ExecState) -> None:
 @pytest.mark.parametrize("state", [S.RUNNING, S.PARK_REQUESTED])
 def test_finish_completes_with_the_exact_receipt(state: ExecState) -> None:
     value, effects = EXEC.step(at(state), I.RUN_FINISHED, DONE)
-    assert value.state is S.COMPLETED and names(effects) == ["hold_result"]
+    assert value.state is S.COMPLETED and effects == (A.RESULT_HELD,)
     assert (value.data.receipt, value.data.result) == (DONE.receipt, DONE.result)
 
 
 def test_only_the_exact_receipt_releases_a_result() -> None:
     value, effects = EXEC.step(at(S.COMPLETED), I.RECV_ACK, "r1#0:wrong")
-    assert value.state is S.COMPLETED and names(effects) == ["unknown_receipt"]
+    assert value.state is S.COMPLETED and effects == (A.UNKNOWN_RECEIPT,)
     value, effects = EXEC.step(value, I.RECV_ACK, DONE.receipt)
-    assert value.state is S.ACKED and names(effects) == ["release_result"]
+    assert value.state is S.ACKED and effects == (A.RESULT_RELEASED,)
     again, effects = EXEC.step(value, I.RECV_ACK, DONE.receipt)
-    assert again == value and names(effects) == ["already_acked"]
+    assert again == value and effects == (A.ALREADY_ACKED,)
     _, effects = EXEC.step(value, I.RECV_ACK, "r1#0:wrong")
-    assert names(effects) == ["unknown_receipt"]
+    assert effects == (A.UNKNOWN_RECEIPT,)
 
 
 @pytest.mark.parametrize("state", [S.NEW, S.RUNNING, S.PARK_REQUESTED, S.PARKED, S.FROZEN])
 def test_retire_tombstones_everything_not_yet_completed(state: ExecState) -> None:
     value, effects = EXEC.step(at(state), I.RETIRE)
-    assert value.state is S.TOMBSTONED and names(effects) == ["tombstone"]
+    assert value.state is S.TOMBSTONED and effects == (A.TOMBSTONED,)
 
 
 def test_s17_retire_of_a_completed_result_holds_it_until_an_ack() -> None:
     value = at(S.COMPLETED)
     after, effects = EXEC.step(value, I.RETIRE)
-    assert after == value and names(effects) == ["answer_completed_unacknowledged"]
+    assert after == value and effects == (A.COMPLETED_UNACKNOWLEDGED,)
 
 
 @pytest.mark.parametrize("state", [S.ACKED, S.TOMBSTONED])
 def test_retire_of_an_ended_execution_says_so(state: ExecState) -> None:
     value = at(state)
     after, effects = EXEC.step(value, I.RETIRE)
-    assert after == value and names(effects) == ["already_retired"]
+    assert after == value and effects == (A.ALREADY_RETIRED,)
 
 
 @pytest.mark.parametrize(
     ("input", "arg", "effect"),
     [
-        (I.RUN_FINISHED, DONE, "drop_late_finish"),
-        (I.TURN_BOUNDARY, 2, "drop_late_event"),
-        (I.POLICY_CALL_HELD, None, "drop_late_event"),
-        (I.POLICY_RESUMED, True, "drop_late_event"),
+        (I.RUN_FINISHED, DONE, A.LATE_FINISH_DROPPED),
+        (I.TURN_BOUNDARY, 2, A.LATE_EVENT_DROPPED),
+        (I.POLICY_CALL_HELD, None, A.LATE_EVENT_DROPPED),
+        (I.POLICY_RESUMED, True, A.LATE_EVENT_DROPPED),
     ],
 )
 def test_late_events_of_a_tombstoned_execution_are_dropped(
-    input: AgentInput, arg: Any, effect: str
+    input: AgentInput, arg: Any, effect: ExecAnswer
 ) -> None:
     value = at(S.TOMBSTONED)
     after, effects = EXEC.step(value, input, arg)
-    assert after == value and names(effects) == [effect]
+    assert after == value and effects == (effect,)
 
 
 @pytest.mark.parametrize(
@@ -217,3 +215,25 @@ def test_arg_examples_name_the_inputs_that_take_an_argument() -> None:
         I.RUN_FINISHED,
         I.RECV_ACK,
     }
+
+
+def test_every_effect_of_a_row_is_bound_to_its_answer() -> None:
+    """M3 answers typed values: no row emits a bare `Effect` name for a reader to match."""
+    emitted = {name for row in EXEC.rows for name in row.effects}
+    assert emitted <= set(EXEC.effect_fns)
+    answers = {EXEC.effect_fns[name](new(), None) for name in emitted}
+    assert all(isinstance(answer, ExecAnswer) for answer in answers)
+
+
+@pytest.mark.parametrize(
+    ("answer", "refusal"),
+    [
+        (A.ADMISSION_CLOSED, AdmissionClosed),
+        (A.STALE_ATTEMPT, StaleAttempt),
+        (A.DUPLICATE_EXECUTION, DuplicateExecution),
+    ],
+)
+def test_a_refusing_answer_is_the_wire_code_of_its_refusal(
+    answer: ExecAnswer, refusal: type[Refusal]
+) -> None:
+    assert answer.value == refusal.code

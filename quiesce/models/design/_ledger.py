@@ -19,6 +19,7 @@ from quiesce.models.design._state import AGENT, Attempt, Key, ack_batch, latest_
 from quiesce.models.design._tables import GROUP
 from quiesce.protocol.machines import (
     AttemptInput,
+    ExecAnswer,
     GateInput,
     GroupInput,
     RegistryInput,
@@ -166,7 +167,7 @@ class LedgerSide(ParticipantSide, ABC):
             self.retires = tuple(k for k in self.retires if k != key)
             if self.stale >> AGENT & 1 and self.seen_restart(AGENT):
                 continue
-            if answer == "completed_unacknowledged":
+            if answer is ExecAnswer.COMPLETED_UNACKNOWLEDGED:
                 self.on_completed(key)  # S17: sealed late, then ACKed: only an ACK releases it
 
     def fresh_attempt(self, sibling: int) -> int:

@@ -22,6 +22,7 @@ from quiesce.models.design._scratch import LIVE, Scratch
 from quiesce.models.design._state import AGENT, NAMES, POLICY, RESOURCES, Key
 from quiesce.protocol.machines import (
     AgentInput,
+    ExecAnswer,
     FenceInput,
     FenceOp,
     PolicyInput,
@@ -178,23 +179,25 @@ class ParticipantSide(Scratch):
             return None  # held as a waiter: the turn's resource call waits
         return label
 
-    def execution_input(self, key: Key, input: AgentInput, arg: Any = None) -> tuple[str, ...]:
+    def execution_input(
+        self, key: Key, input: AgentInput, arg: Any = None
+    ) -> tuple[ExecAnswer, ...]:
         """Fire M3 on the agent's execution `key`; acked or tombstoned ones leave only their
-        refusal key. Returns the effect names (empty if refused or absent)."""
+        refusal key. Returns its answers (none if refused or absent)."""
         found = self.executions.get(key)
         if found is None:
             return ()
         stepped = self.t.execution(found[0], key, found[1], input, arg)
         if stepped is None:
             return ()
-        state, turn, names = stepped
+        state, turn, answers = stepped
         self._executions_changed = True
         if state in ("acked", "tombstoned"):
             del self.executions[key]
             self.retire_key(key, acked=state == "acked")
         else:
             self.executions[key] = (state, turn)
-        return names
+        return answers
 
     def retire_key(self, key: Key, acked: bool) -> None:
         """The agent's refusal key for the rollout grows to `key` (it never shrinks)."""
@@ -210,20 +213,19 @@ class ParticipantSide(Scratch):
             self.execution_input(key, AI.RECV_ACK)
         return ("acked", keys)
 
-    def serve_retire(self, key: Key) -> str:
-        """`retire(key)` at the agent: `tombstoned`, `completed_unacknowledged` (only an ACK
-        releases a result, S17) or `already_retired`."""
+    def serve_retire(self, key: Key) -> ExecAnswer:
+        """`retire(key)` at the agent: `TOMBSTONED`, `COMPLETED_UNACKNOWLEDGED` (only an ACK
+        releases a result, S17) or `ALREADY_RETIRED`."""
         if key not in self.executions:
             if key[1] <= self.refusals[key[0]][0]:
-                return "already_retired"
+                return ExecAnswer.ALREADY_RETIRED
             stepped = self.t.execution("new", key, 0, AI.RETIRE, None)  # retire overtook begin
             if stepped is not None and stepped[0] == "tombstoned":
                 self.retire_key(key, acked=False)
-            return "tombstoned"
-        names = self.execution_input(key, AI.RETIRE)
-        if "answer_completed_unacknowledged" in names:
-            return "completed_unacknowledged"
-        return "tombstoned"
+            return ExecAnswer.TOMBSTONED
+        if ExecAnswer.COMPLETED_UNACKNOWLEDGED in self.execution_input(key, AI.RETIRE):
+            return ExecAnswer.COMPLETED_UNACKNOWLEDGED
+        return ExecAnswer.TOMBSTONED
 
     def begin(self, key: Key, resume_turn: int) -> None:
         """Dispatch `key` to the agent (M3 `begin`); a refused begin stays dispatched in
@@ -233,7 +235,7 @@ class ParticipantSide(Scratch):
             return  # duplicate_execution
         admission = (self.fences[AGENT].state == "idle", key[1] <= self.refusals[sibling][0])
         stepped = self.t.execution("new", key, resume_turn, AI.BEGIN, admission)
-        if stepped is None or "start_execution" not in stepped[2]:
+        if stepped is None or ExecAnswer.STARTED not in stepped[2]:
             return
         if resume_turn:
             claimed = next(
@@ -277,7 +279,7 @@ class ParticipantSide(Scratch):
         if label is None:
             return False
         self.resources = label
-        if "hold_result" not in self.execution_input(key, AI.RUN_FINISHED):
+        if ExecAnswer.RESULT_HELD not in self.execution_input(key, AI.RUN_FINISHED):
             return False
         self.w = self.w._replace(unaccounted=self.w.unaccounted | {key})
         return True

@@ -5,8 +5,10 @@ is built on `ParticipantSide` and `Scratch`): the controller's checkpoint (M1) a
 (M9), their walks through the participants in §3 order, one atomic call at a time, and the
 controller's reading of each reply; `initial_state`. The moves are written the way the
 coordinator is: an input fires a table through `Steppers`, and the *names* of the effects
-the row emits select the work (`_M1_WORK`, `_M9_WORK`), so a mutant that drops an effect
-from a row really drops that work. What it does not know: which moves are enabled, or the
+the row emits select the work (`_M1_WORK`, `_M9_WORK`, built like the coordinator's
+`CHECKPOINT_WORK` and `RESTORE_WORK` by `quiesce.fsm.work` against the same table: every
+name has work, an unknown one raises), so a mutant that drops an effect from a row really
+drops that work. What it does not know: which moves are enabled, or the
 properties (`_design_model`).
 
 The abstraction (PROTOCOL.md §8, "Two levels of model"):
@@ -29,9 +31,10 @@ The abstraction (PROTOCOL.md §8, "Two levels of model"):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from quiesce.fsm import work
 from quiesce.models.design._ledger import LedgerSide
 from quiesce.models.design._state import (
     AGENT,
@@ -65,6 +68,8 @@ from quiesce.models.design._tables import GROUP, Steppers
 from quiesce.models.oracles import SPEC_PHASE_ORDER
 from quiesce.protocol import Cause, Disposition, classify
 from quiesce.protocol.machines import (
+    CHECKPOINT,
+    RESTORE,
     AttemptInput,
     CheckpointInput,
     IntentAction,
@@ -174,7 +179,7 @@ class Step(LedgerSide):
             return
         before, (self.m1, names) = self.m1, stepped
         for name in names:
-            _M1_WORK.get(name, _nothing)(self, arg)
+            _M1_WORK[name](self, arg)
         if self.m1.state == "stopped" and not self.stopped:
             self.stopped = "stopped"  # a row that stops without naming the `stop` work
         if input is CI.ROLES_DONE and before.state in ("releasing", "aborting"):
@@ -458,7 +463,7 @@ class Step(LedgerSide):
                 break
             self.m9, names = stepped
             for name in names:
-                _M9_WORK.get(name, _nothing)(self, arg)
+                _M9_WORK[name](self, arg)
             self._m9_queue.pop(0)
             if self.m9 is not None and self.m9[0] == "idle":
                 self.m9 = None
@@ -588,7 +593,7 @@ class Step(LedgerSide):
 
 
 def _nothing(step: Step, arg: Any) -> None:
-    """An effect with no work in the design model (metrics, logs, outcomes)."""
+    """An effect with no work in the design model; each use says why."""
 
 
 def _write_intent(step: Step, arg: Any) -> None:
@@ -630,29 +635,36 @@ def _walk(phase: str) -> Callable[[Step, Any], None]:
     return work
 
 
-_M1_WORK: dict[str, Callable[[Step, Any], None]] = {
-    "write_intent": _write_intent,
-    "hold": lambda step, arg: step.hold("checkpoint", deadlines=True),
-    "flush_acks": _walk("flush"),
-    "arm_prepare_deadline": _set(deadline=lambda s: s.m1.attempt),
-    "call_prepare": _walk("prepare"),
-    "cancel_prepare_timers": _set(deadline=lambda s: 0),
-    "call_prepare_again": lambda step, arg: step.call_again(NAMES.index(arg.participant)),
-    "call_commit": _walk("commit"),
-    "capture_cut": lambda step, arg: step.capture(reflushed=False),
-    "validate": _validate,
-    "publish": lambda step, arg: step.publish(),
-    "call_release": _walk("release"),
-    "call_abort": _walk("abort"),
-    "inspect_published": _inspect,
-    "clear_intent": _set(intent=lambda s: 0),
-    "discard_staging": _set(staged=lambda s: (None, None, None)),
-    "drop_holds": lambda step, arg: step.release("checkpoint", deadlines=True),
-    "arm_retry": _set(retry=lambda s: s.m1.attempt),
-    "cancel_retry": _set(retry=lambda s: 0),
-    "stop": _stop,
-}
-"""The work behind each effect name of M1's rows (`outcome`, `quarantine`: none here)."""
+_M1_WORK: Mapping[str, Callable[[Step, Any], None]] = work(
+    CHECKPOINT,
+    {
+        "outcome": _nothing,  # metrics and logs: the world judges the attempts itself (I7)
+        "quarantine": _nothing,  # unreachable: a published snapshot always verifies here
+        "update_intent": _nothing,  # the intent record is its id alone (§6: published is read)
+        "write_intent": _write_intent,
+        "hold": lambda step, arg: step.hold("checkpoint", deadlines=True),
+        "flush_acks": _walk("flush"),
+        "arm_prepare_deadline": _set(deadline=lambda s: s.m1.attempt),
+        "call_prepare": _walk("prepare"),
+        "cancel_prepare_timers": _set(deadline=lambda s: 0),
+        "call_prepare_again": lambda step, arg: step.call_again(NAMES.index(arg.participant)),
+        "call_commit": _walk("commit"),
+        "capture_cut": lambda step, arg: step.capture(reflushed=False),
+        "validate": _validate,
+        "publish": lambda step, arg: step.publish(),
+        "call_release": _walk("release"),
+        "call_abort": _walk("abort"),
+        "inspect_published": _inspect,
+        "clear_intent": _set(intent=lambda s: 0),
+        "discard_staging": _set(staged=lambda s: (None, None, None)),
+        "drop_holds": lambda step, arg: step.release("checkpoint", deadlines=True),
+        "arm_retry": _set(retry=lambda s: s.m1.attempt),
+        "cancel_retry": _set(retry=lambda s: 0),
+        "stop": _stop,
+    },
+    level="design model",
+)
+"""The work behind each effect name of M1's rows (the names are `CHECKPOINT_WORK`'s)."""
 
 
 def _finish_in_flight(step: Step, arg: Any) -> None:
@@ -675,15 +687,23 @@ def _redispatch(step: Step, arg: Any) -> None:
     step.restore_input(RestoreInput.REDISPATCHED)
 
 
-_M9_WORK: dict[str, Callable[[Step, Any], None]] = {
-    "finish_in_flight": _finish_in_flight,
-    "clear_intent": _set(intent=lambda s: 0),
-    "send_restore": _send_restore,
-    "start_at_anchor": _start_at_anchor,
-    "abort_restore": _walk("abort_rs"),
-    "send_discards": _walk("discard"),
-    "send_resume": _walk("resume_rs"),
-    "redispatch": _redispatch,
-}
-"""The work behind each effect name of M9's rows (`drain_acks`: the outbox drains in the
-background; `report_candidates`: unreachable, the store is always readable here)."""
+_M9_WORK: Mapping[str, Callable[[Step, Any], None]] = work(
+    RESTORE,
+    {
+        # The store is always readable here, so no restore fails for want of a candidate.
+        "report_candidates": _nothing,
+        # The walk's call stays next: it goes out again under the same op id.
+        "retry_same_op": _nothing,
+        "drain_acks": _nothing,  # the outbox drains in the background
+        "finish_in_flight": _finish_in_flight,
+        "clear_intent": _set(intent=lambda s: 0),
+        "send_restore": _send_restore,
+        "start_at_anchor": _start_at_anchor,
+        "abort_restore": _walk("abort_rs"),
+        "send_discards": _walk("discard"),
+        "send_resume": _walk("resume_rs"),
+        "redispatch": _redispatch,
+    },
+    level="design model",
+)
+"""The work behind each effect name of M9's rows (the names are `RESTORE_WORK`'s)."""

@@ -6,7 +6,8 @@ label and a few ranks or flags, `_design_state`) by building the table's own `Va
 calling the compiled pure `table.step`, and reading the result back. Every step is
 memoised: the tables are pure, and the same local value meets the same input in a great
 many states. What it does not know: when an input fires or what its effects make happen
-(`_design_model` decides that, reading effect *names*, as the coordinator does).
+(`_design_model` decides that, reading effect *names*, as the coordinator does, and M3's
+bound answers, as the agent role does).
 
 A refusal (a pair the table forbids, or every guard false) is `None`: the caller decides
 what a refused input means there (for a participant: a refusal; for the controller: it is
@@ -47,6 +48,7 @@ from quiesce.protocol.machines import (
     DeadlineArg,
     DeadlineExpired,
     Deadlines,
+    ExecAnswer,
     ExecState,
     ExecutionData,
     FenceCall,
@@ -254,10 +256,10 @@ class Steppers:
     @_memo
     def execution(
         self, state: str, key: Key, turn: int, input: Enum, arg: Hashable
-    ) -> tuple[str, int, tuple[str, ...]] | None:
-        """Fire M3 `input` on execution `key`. `arg`: BEGIN `(fence idle, retired)`,
-        TURN_BOUNDARY the turn, POLICY_RESUMED the agent's fence idle; RUN_FINISHED and
-        RECV_ACK take the key's receipt (given here)."""
+    ) -> tuple[str, int, tuple[ExecAnswer, ...]] | None:
+        """Fire M3 `input` on execution `key`; its answers come back as the rows bind them.
+        `arg`: BEGIN `(fence idle, retired)`, TURN_BOUNDARY the turn, POLICY_RESUMED the
+        agent's fence idle; RUN_FINISHED and RECV_ACK take the key's receipt (given here)."""
         done = state in ("completed", "acked")
         data = ExecutionData(
             f"s{key[0]}",
@@ -279,8 +281,8 @@ class Steppers:
         table = self.tables.execution
         if not table.enabled(value, input, real):
             return None
-        after, effects = table.step(value, input, real)
-        return after.state.value, after.data.turn, _names(effects)
+        after, answers = table.step(value, input, real)
+        return after.state.value, after.data.turn, answers
 
     # ------------------------------------------------------------------ M4, M5
 

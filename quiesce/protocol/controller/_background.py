@@ -42,7 +42,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from quiesce.fsm import Effect
+from quiesce.fsm import Effect, work
 from quiesce.protocol._causes import Cause, cause_of_refusal
 from quiesce.protocol._ids import OpId, group_of
 from quiesce.protocol._messages import AckReply, ErrorReply, Receipt, RetireReply
@@ -53,7 +53,14 @@ from quiesce.protocol.controller._inputs import CallFailed, Reply
 from quiesce.protocol.controller._ledger import AttemptKey, Ledger, OwedAck, UnknownGroup
 from quiesce.protocol.controller._phase_runner import backoff_s, try_deadline
 from quiesce.protocol.controller._state import BackgroundCall, BackgroundKey
-from quiesce.protocol.machines import CallData, CallEvent, CallInput, CallState, CheckpointInput
+from quiesce.protocol.machines import (
+    CALL,
+    CallData,
+    CallEvent,
+    CallInput,
+    CallState,
+    CheckpointInput,
+)
 from quiesce.protocol.machines import CheckpointState as _S
 
 __all__ = ["BackgroundCalls", "agent_of", "background_timer"]
@@ -408,7 +415,8 @@ def _w_drop_stale(calls: BackgroundCalls, key: BackgroundKey, _input: CallInput,
 
 
 BACKGROUND_WORK: Mapping[str, Callable[[BackgroundCalls, BackgroundKey, CallInput, Any], None]] = (
-    MappingProxyType(
+    work(
+        CALL,
         {
             "mark_attempted": _w_nothing,
             "send_call": _w_send_call,
@@ -421,7 +429,8 @@ BACKGROUND_WORK: Mapping[str, Callable[[BackgroundCalls, BackgroundKey, CallInpu
             "fail_call": _w_settled,
             "back_off": _w_back_off,
             "drop_stale": _w_drop_stale,
-        }
+        },
+        level="background calls",
     )
 )
 """The work each effect name of the `call` table stands for, for an ACK batch or a retire."""

@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from types import MappingProxyType
 from typing import Any, Protocol
 
-from quiesce.fsm import label
+from quiesce.fsm import label, work
 from quiesce.protocol._causes import Cause, Classification, Disposition
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import CommitReply, PrepareReply
@@ -53,6 +52,7 @@ from quiesce.protocol.controller._phase_runner import (
     with_conflict,
 )
 from quiesce.protocol.machines import (
+    CHECKPOINT,
     Attempt,
     CallData,
     CallKey,
@@ -409,7 +409,8 @@ def _w_stop(run: CheckpointHost, arg: Any) -> None:
     run.emit(Stopped(reason, kept, participant=attempt.failed_by, cause=last))
 
 
-CHECKPOINT_WORK: Mapping[str, Callable[[CheckpointHost, Any], None]] = MappingProxyType(
+CHECKPOINT_WORK: Mapping[str, Callable[[CheckpointHost, Any], None]] = work(
+    CHECKPOINT,
     {
         "write_intent": _w_write_intent,
         "hold": _w_hold,
@@ -434,6 +435,7 @@ CHECKPOINT_WORK: Mapping[str, Callable[[CheckpointHost, Any], None]] = MappingPr
         "arm_retry": _w_arm_retry,
         "cancel_retry": _w_cancel_retry,
         "stop": _w_stop,
-    }
+    },
+    level="coordinator",
 )
 """The work each M1 effect name stands for (every name of CHECKPOINT's rows is here)."""

@@ -30,7 +30,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from quiesce.fsm import Effect
+from quiesce.fsm import Effect, work
 from quiesce.protocol._causes import Cause, cause_of_refusal
 from quiesce.protocol._config import QuiesceConfig
 from quiesce.protocol._ids import OpId
@@ -47,6 +47,7 @@ from quiesce.protocol.controller._effects import Call, Metric, Op
 from quiesce.protocol.controller._host import StepHost
 from quiesce.protocol.controller._state import Fleet
 from quiesce.protocol.machines import (
+    CALL,
     CallData,
     CallEvent,
     CallInput,
@@ -497,7 +498,8 @@ def _w_drop_stale(run: PhaseRunner, key: CallKey, input: CallInput, _arg: Any) -
     run.h.log(_STALE.get(input, "stale_reply"), participant=name, op=op.value, op_id=str(op_id))
 
 
-CALL_WORK: Mapping[str, Callable[[PhaseRunner, CallKey, CallInput, Any], None]] = MappingProxyType(
+CALL_WORK: Mapping[str, Callable[[PhaseRunner, CallKey, CallInput, Any], None]] = work(
+    CALL,
     {
         "mark_attempted": _w_mark_attempted,
         "send_call": _w_send_call,
@@ -508,6 +510,7 @@ CALL_WORK: Mapping[str, Callable[[PhaseRunner, CallKey, CallInput, Any], None]] 
         "fail_call": _w_fail_call,
         "back_off": _w_back_off,
         "drop_stale": _w_drop_stale,
-    }
+    },
+    level="coordinator",
 )
 """The work each effect name of the `call` table stands for (every name of its rows)."""

@@ -54,7 +54,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from quiesce.fsm import Effect, TransitionNotAllowed, Value
+from quiesce.fsm import Effect, TransitionNotAllowed, Value, work
 from quiesce.protocol._causes import Cause
 from quiesce.protocol._errors import LocalProtocolError
 from quiesce.protocol._ids import OpId
@@ -101,6 +101,7 @@ from quiesce.protocol.controller._restore_plan import (
 from quiesce.protocol.controller._run_to_completion import RunToCompletion
 from quiesce.protocol.controller._state import RestoreRun, restore_active
 from quiesce.protocol.machines import (
+    RESTORE,
     CallData,
     CallKey,
     CheckpointInput,
@@ -738,7 +739,8 @@ def _w_start_at_anchor(flow: RestoreFlow, _arg: Any) -> None:
     flow.fire(RestoreInput.REDISPATCHED)
 
 
-RESTORE_WORK: Mapping[str, Callable[[RestoreFlow, Any], None]] = MappingProxyType(
+RESTORE_WORK: Mapping[str, Callable[[RestoreFlow, Any], None]] = work(
+    RESTORE,
     {
         "finish_in_flight": _w_finish_in_flight,
         "clear_intent": _w_clear_intent,
@@ -751,6 +753,7 @@ RESTORE_WORK: Mapping[str, Callable[[RestoreFlow, Any], None]] = MappingProxyTyp
         "drain_acks": _w_drain_acks,
         "redispatch": _w_redispatch,
         "start_at_anchor": _w_start_at_anchor,
-    }
+    },
+    level="coordinator",
 )
 """The work each M9 effect name stands for (every name of RESTORE's rows is here)."""

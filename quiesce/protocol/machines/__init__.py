@@ -20,6 +20,7 @@ from quiesce.protocol.machines._agent_execution import (
     Admission,
     AgentInput,
     Completion,
+    ExecAnswer,
     ExecState,
     ExecutionData,
 )
@@ -190,6 +191,7 @@ __all__ = [
     "DeadlineArg",
     "DeadlineExpired",
     "Deadlines",
+    "ExecAnswer",
     "ExecState",
     "ExecutionData",
     "FenceCall",

@@ -30,11 +30,16 @@ Refusals (`begin` on a closed fence, a retired key, a live key) and non-releasin
 (`retire` of a completed result) are rows that hold and emit a named effect; everything
 no row maps is refused (`unmapped="forbidden"`): e.g. a finish reported for a parked
 execution is a local bug.
+
+Every effect name is bound to the `ExecAnswer` it stands for, so the step returns typed
+answers (the wire's refusal codes and retire outcomes are their values): the agent role
+and the design model read `ExecAnswer.STALE_ATTEMPT`, never the string of a name. The
+rows still name their effects, so a mutant that drops one drops its answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 
@@ -46,6 +51,7 @@ __all__ = [
     "Admission",
     "AgentInput",
     "Completion",
+    "ExecAnswer",
     "ExecState",
     "ExecutionData",
 ]
@@ -72,6 +78,29 @@ class AgentInput(Enum):
     RUN_FINISHED = "run_finished"  # the execution's /run returned a result
     RECV_ACK = "recv_ack"  # controller: ACK quoting a receipt
     RETIRE = "retire"  # controller: deadline expired, or replaced on restore
+
+
+class ExecAnswer(Enum):
+    """What a row of M3 answers: the value its effect name is bound to.
+
+    A refusal's value is its wire code (`Refusal.code`), a retire's its `RetireReply`
+    outcome; `UNKNOWN_RECEIPT` lists an ACK's receipt in `AckReply.unknown`."""
+
+    STARTED = "started"
+    ADMISSION_CLOSED = "admission_closed"  # refusals: `AdmissionClosed.code`, ...
+    STALE_ATTEMPT = "stale_attempt"
+    DUPLICATE_EXECUTION = "duplicate_execution"
+    PARKED = "parked"
+    WOKEN = "woken"
+    RESULT_HELD = "result_held"  # the result waits for its exact-receipt ACK
+    LATE_EVENT_DROPPED = "late_event_dropped"
+    LATE_FINISH_DROPPED = "late_finish_dropped"
+    RESULT_RELEASED = "result_released"  # ACK: acknowledged
+    ALREADY_ACKED = "already_acked"  # ACK: acknowledged again
+    UNKNOWN_RECEIPT = "unknown_receipt"  # ACK: listed in `unknown`
+    TOMBSTONED = "tombstoned"  # retire outcomes (`RetireReply.outcome`)
+    COMPLETED_UNACKNOWLEDGED = "completed_unacknowledged"
+    ALREADY_RETIRED = "already_retired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +195,33 @@ def _complete(data: ExecutionData, done: Completion) -> ExecutionData:
     return replace(data, receipt=done.receipt, result=done.result)
 
 
+# ----------------------------------------------------------------------------- answers
+
+A = ExecAnswer
+# The answer each effect name of the rows is bound to (every name a row emits).
+_ANSWERS: Mapping[str, ExecAnswer] = {
+    "refuse_admission_closed": A.ADMISSION_CLOSED,
+    "refuse_stale_attempt": A.STALE_ATTEMPT,
+    "refuse_duplicate_execution": A.DUPLICATE_EXECUTION,
+    "start_execution": A.STARTED,
+    "parked": A.PARKED,
+    "wake": A.WOKEN,
+    "hold_result": A.RESULT_HELD,
+    "drop_late_event": A.LATE_EVENT_DROPPED,
+    "drop_late_finish": A.LATE_FINISH_DROPPED,
+    "release_result": A.RESULT_RELEASED,
+    "already_acked": A.ALREADY_ACKED,
+    "unknown_receipt": A.UNKNOWN_RECEIPT,
+    "tombstone": A.TOMBSTONED,
+    "answer_completed_unacknowledged": A.COMPLETED_UNACKNOWLEDGED,
+    "already_retired": A.ALREADY_RETIRED,
+}
+
+
+def _answer(answer: ExecAnswer) -> Callable[[Execution, object], ExecAnswer]:
+    return lambda _value, _arg: answer
+
+
 # ----------------------------------------------------------------------------- the table
 
 AGENT_EXECUTION: Table[ExecState, AgentInput] = Table(
@@ -185,6 +241,7 @@ AGENT_EXECUTION: Table[ExecState, AgentInput] = Table(
         "exact_receipt": lambda v, receipt: bool(v.data.receipt) and receipt == v.data.receipt,
     },
     updates={"boundary": _boundary, "complete": _complete},
+    effects={name: _answer(answer) for name, answer in _ANSWERS.items()},
     invariants={
         "completed_has_receipt": lambda v: (
             v.state not in (S.COMPLETED, S.ACKED) or bool(v.data.receipt)

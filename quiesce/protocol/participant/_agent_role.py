@@ -22,14 +22,15 @@ from __future__ import annotations
 import hashlib
 import json
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from quiesce.fsm import Effect, Value
+from quiesce.fsm import Value
 from quiesce.protocol._errors import (
     AdmissionClosed,
     DuplicateExecution,
+    Refusal,
     StaleAttempt,
     UnknownExecution,
 )
@@ -38,6 +39,7 @@ from quiesce.protocol.machines import (
     Admission,
     AgentInput,
     Completion,
+    ExecAnswer,
     ExecState,
     ExecutionData,
 )
@@ -104,8 +106,12 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _names(effects: Iterable[Any]) -> set[str]:
-    return {e.name for e in effects if isinstance(e, Effect)}
+# The refusal each refusing answer of `begin` raises (its code is the answer's value).
+_REFUSALS: dict[ExecAnswer, Callable[[str, int], Refusal]] = {
+    ExecAnswer.ADMISSION_CLOSED: AdmissionClosed,
+    ExecAnswer.STALE_ATTEMPT: StaleAttempt,
+    ExecAnswer.DUPLICATE_EXECUTION: DuplicateExecution,
+}
 
 
 def _execution_key(execution: Execution) -> Key:
@@ -237,14 +243,11 @@ class AgentRole:
         )
         retired = key[1] <= self.highest_retired(key[0])
         admission = Admission(fence_idle, retired)
-        after, effects = rules.agent.step(execution, AgentInput.BEGIN, admission)
-        names = _names(effects)
-        if "refuse_admission_closed" in names:
-            raise AdmissionClosed(*key)
-        if "refuse_stale_attempt" in names:
-            raise StaleAttempt(*key)
-        if "refuse_duplicate_execution" in names:
-            raise DuplicateExecution(*key)
+        after, answers = rules.agent.step(execution, AgentInput.BEGIN, admission)
+        for answer in answers:
+            refusal = _REFUSALS.get(answer)
+            if refusal is not None:
+                raise refusal(*key)
         role = self
         if resume_from_turn > 0:
             previous = (key[0], key[1] - 1)
@@ -331,25 +334,29 @@ class AgentRole:
                 # docs/wire.md lists it in `unknown` and applies the rest of the batch.
                 unknown.append(receipt)
                 continue
-            after, effects = rules.agent.step(execution, AgentInput.RECV_ACK, receipt.receipt)
-            (unknown if "unknown_receipt" in _names(effects) else acknowledged).append(receipt)
+            after, answers = rules.agent.step(execution, AgentInput.RECV_ACK, receipt.receipt)
+            released = ExecAnswer.UNKNOWN_RECEIPT not in answers
+            (acknowledged if released else unknown).append(receipt)
             role = role._with(after)
         return role, acknowledged, unknown
 
-    def retire(self, rules: ParticipantRules, key: Key) -> tuple[AgentRole, str, Receipt | None]:
-        """Retire `key`: `(role, outcome, receipt)`; outcome is `tombstoned`,
-        `completed_unacknowledged` (only an ACK releases a result) or `already_retired`."""
+    def retire(
+        self, rules: ParticipantRules, key: Key
+    ) -> tuple[AgentRole, ExecAnswer, Receipt | None]:
+        """Retire `key`: `(role, outcome, receipt)`; outcome is `TOMBSTONED`,
+        `COMPLETED_UNACKNOWLEDGED` (only an ACK releases a result) or `ALREADY_RETIRED`
+        (its value is the wire's `RetireReply.outcome`)."""
         execution = self.find(key)
         if execution is None:
             if key[1] <= self.highest_retired(key[0]):
-                return self, "already_retired", None
+                return self, ExecAnswer.ALREADY_RETIRED, None
             execution = rules.agent.start(ExecutionData(*key))  # retire overtook begin
-        after, effects = rules.agent.step(execution, AgentInput.RETIRE)
-        if "answer_completed_unacknowledged" in _names(effects):
+        after, answers = rules.agent.step(execution, AgentInput.RETIRE)
+        if ExecAnswer.COMPLETED_UNACKNOWLEDGED in answers:
             data = execution.data
             receipt = Receipt(rollout_id=key[0], attempt=key[1], receipt=data.receipt)
-            return self, "completed_unacknowledged", receipt
-        return self._with(after), "tombstoned", None
+            return self, ExecAnswer.COMPLETED_UNACKNOWLEDGED, receipt
+        return self._with(after), ExecAnswer.TOMBSTONED, None
 
     # ------------------------------------------------------------------ fence-driven
 

@@ -58,7 +58,7 @@ from quiesce.protocol._messages import (
     Role,
     StatusReply,
 )
-from quiesce.protocol.machines import ExecState, ExecutionData, FenceState
+from quiesce.protocol.machines import ExecAnswer, ExecState, ExecutionData, FenceState
 from quiesce.protocol.participant._agent_role import AgentRole
 from quiesce.protocol.participant._control_ops import CONTROL_HANDLERS, artifact_digest
 from quiesce.protocol.participant._journal import Journal, JournalWrite, from_journal, journal_of
@@ -327,8 +327,8 @@ def _retire(rules: ParticipantRules, state: ParticipantState, req: RetireRequest
     key = (req.rollout_id, req.attempt)
     before = _agent(state)
     role, outcome, receipt = before.retire(rules, key)
-    reply = RetireReply(**stamp(state), outcome=outcome, receipt=receipt)
-    live = before.find(key) is not None and outcome == "tombstoned"
+    reply = RetireReply(**stamp(state), outcome=outcome.value, receipt=receipt)
+    live = before.find(key) is not None and outcome is ExecAnswer.TOMBSTONED
     return replace(state, role=role), reply, ((CancelExecution(*key),) if live else ())
 
 
