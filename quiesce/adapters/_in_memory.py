@@ -69,7 +69,12 @@ from quiesce.adapters._participant_host import (
 )
 from quiesce.fsm import QuiesceError
 from quiesce.protocol import Cause
-from quiesce.protocol.participant import ParticipantConfig, ParticipantOp
+from quiesce.protocol.participant import (
+    PARTICIPANT_RULES,
+    ParticipantConfig,
+    ParticipantOp,
+    ParticipantRules,
+)
 from quiesce.protocol.wire import Message, Receipt, Role
 
 __all__ = [
@@ -300,6 +305,8 @@ class InMemoryFleet:
     `group_scored` marks every agent's environment group-scored with `group_size` G.
     `run_work=False`: hosts run no executions (a test reports `boundary`/`finish` itself).
     `fence_log`: every host, restarted ones included, records its requests there.
+    `rules`: the tables every participant's pure step fires, restarted ones included (the
+    protocol's own by default; a model checker passes a derived table).
 
     Run it in a clock task group (`tg.start_soon(fleet.run)`) until `stop()`; completions
     of agent executions go to `on_completed(participant, receipt)` (set it with
@@ -323,6 +330,7 @@ class InMemoryFleet:
         run_work: bool = True,
         extra: Sequence[ParticipantConfig | Mapping[str, Any]] = (),
         fence_log: FenceLogSink | None = None,
+        rules: ParticipantRules = PARTICIPANT_RULES,
     ) -> None:
         if policies < 0 or agents < 0 or resources < 0:
             raise ValueError("participant counts must be >= 0")
@@ -332,6 +340,7 @@ class InMemoryFleet:
         self.work = work or WorkConfig()
         self.run_work = run_work
         self.fence_log = fence_log
+        self.rules = rules
         self.on_completed: Callable[[str, Receipt], None] | None = None
         self.on_fault: Callable[[str, str, FaultKind], None] | None = None
         self.restarts: dict[str, int] = {}
@@ -371,6 +380,7 @@ class InMemoryFleet:
                 work=self.work,
                 run_work=run_work,
                 fence_log=fence_log,
+                rules=rules,
             )
             self.hosts[name] = host
             self.refs[name] = HostRef(host)
@@ -454,6 +464,7 @@ class InMemoryFleet:
                 work=self.work,
                 run_work=self.run_work,
                 fence_log=self.fence_log,
+                rules=self.rules,
             )
         else:
             host = ParticipantHost.recover(
@@ -463,6 +474,7 @@ class InMemoryFleet:
                 work=self.work,
                 run_work=self.run_work,
                 fence_log=self.fence_log,
+                rules=self.rules,
             )
         self.hosts[name] = host
         self.refs[name].host = host

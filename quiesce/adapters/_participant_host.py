@@ -33,6 +33,10 @@ API (stable; the in-memory client and the driver build on it):
   exactly the last journal written: what would be on disk). The incarnation is picked at
   start by `incarnation_factory` (default: 64 bits from `clock.rng`, so a seeded virtual
   run is reproducible; `quiesce serve` passes `secrets.token_hex`).
+- Rules: `rules=` (a `ParticipantRules`; every constructor takes it, and `recover` rebuilds
+  the journal by it too) names the tables every pure call of the host fires. The default is
+  the protocol's own (`PARTICIPANT_RULES`); a model checker passes derived tables to run a
+  mutant participant through this very runtime (`quiesce mutants`' participant stage).
 - Fence log (`_fence_log`): with `fence_log=` a `FenceLogSink`, every request `handle`
   applied is recorded as one `FenceLogLine` (the fence before and after it), in the order
   requests are applied; `quiesce validate` checks such a log against the design model.
@@ -93,6 +97,7 @@ from quiesce.fsm import QuiesceError, TransitionNotAllowed
 from quiesce.protocol import Refusal
 from quiesce.protocol.machines import ExecState, FenceState
 from quiesce.protocol.participant import (
+    PARTICIPANT_RULES,
     AgentRole,
     Answer,
     CancelExecution,
@@ -100,6 +105,7 @@ from quiesce.protocol.participant import (
     ParticipantConfig,
     ParticipantEffect,
     ParticipantOp,
+    ParticipantRules,
     ParticipantState,
     ReleaseWaiters,
     WakeExecutions,
@@ -263,8 +269,10 @@ class ParticipantHost:
         run_work: bool = True,
         on_completed: Callable[[str, Receipt], None] | None = None,
         fence_log: FenceLogSink | None = None,
+        rules: ParticipantRules = PARTICIPANT_RULES,
     ) -> None:
         self.clock = clock
+        self.rules = rules
         self.journal = journal
         self.fence_log = fence_log
         self.work = work or WorkConfig()
@@ -307,15 +315,22 @@ class ParticipantHost:
 
     @classmethod
     def recover(
-        cls, journal: JournalSink, new_incarnation: str, *, clock: Clock, **options: Any
+        cls,
+        journal: JournalSink,
+        new_incarnation: str,
+        *,
+        clock: Clock,
+        rules: ParticipantRules = PARTICIPANT_RULES,
+        **options: Any,
     ) -> ParticipantHost:
-        """Restart after a crash (§6): rebuild from `journal` under `new_incarnation`.
-        Raises `NoJournal` if nothing was ever journaled, `JournalCorrupt` if it is bad."""
+        """Restart after a crash (§6): rebuild from `journal` under `new_incarnation`
+        (by `rules`, as the host then runs). Raises `NoJournal` if nothing was ever
+        journaled, `JournalCorrupt` if it is bad."""
         saved = journal.load()
         if saved is None:
             raise NoJournal(journal.describe())
-        state = from_journal(saved, new_incarnation)
-        return cls(state, clock=clock, journal=journal, **options)
+        state = from_journal(saved, new_incarnation, rules)
+        return cls(state, clock=clock, journal=journal, rules=rules, **options)
 
     @classmethod
     def open(
@@ -465,7 +480,7 @@ class ParticipantHost:
         async with self._lock:
             self._check_alive()
             before = self._state
-            after, reply, effects = handle(before, op, request, self.clock.now())
+            after, reply, effects = handle(before, op, request, self.clock.now(), rules=self.rules)
             await self._persist(effects)
             self._check_alive()  # died while writing: the reply is never released
             self._state = after
@@ -588,14 +603,16 @@ class ParticipantHost:
         mutation is admitted (it waits while the server is frozen for a checkpoint), and
         counted in flight until the block ends, so a prepare waits for it."""
         waiter = await self._admit(
-            lambda s: mutation_started(s, mutation_id, rollout_id), mutation_id
+            lambda s: mutation_started(s, mutation_id, rollout_id, rules=self.rules), mutation_id
         )
         try:
             if waiter is not None:
                 await self._held(waiter)
             yield
         finally:
-            await self._finish(waiter, lambda s: mutation_finished(s, mutation_id, rollout_id))
+            await self._finish(
+                waiter, lambda s: mutation_finished(s, mutation_id, rollout_id, rules=self.rules)
+            )
 
     # ------------------------------------------------------------------ agent work
 
@@ -704,10 +721,14 @@ class ParticipantHost:
             policy = policies[rng.randrange(len(policies))]
 
             async def held() -> None:
-                await self._internal(lambda s: agent_policy_call_held(s, rollout_id, attempt))
+                await self._internal(
+                    lambda s: agent_policy_call_held(s, rollout_id, attempt, rules=self.rules)
+                )
 
             async def released() -> None:
-                await self._internal(lambda s: agent_policy_call_resumed(s, rollout_id, attempt))
+                await self._internal(
+                    lambda s: agent_policy_call_resumed(s, rollout_id, attempt, rules=self.rules)
+                )
 
             await self._retrying(
                 lambda n: policy.generate(f"{call_id}~{n}", held=held, released=released)
@@ -740,7 +761,9 @@ class ParticipantHost:
         self, call_id: str, *, held: Hook | None = None, released: Hook | None = None
     ) -> None:
         """A generation call on this policy server (see `PolicyService`)."""
-        waiter = await self._admit(lambda s: policy_call_started(s, call_id), call_id)
+        waiter = await self._admit(
+            lambda s: policy_call_started(s, call_id, rules=self.rules), call_id
+        )
         try:
             if waiter is not None:
                 if held is not None:
@@ -750,7 +773,7 @@ class ParticipantHost:
                     await released()
             await self.clock.sleep(self.clock.rng.uniform(*self.work.policy_latency_s))
         finally:
-            await self._finish(waiter, lambda s: policy_call_finished(s, call_id))
+            await self._finish(waiter, lambda s: policy_call_finished(s, call_id, rules=self.rules))
 
     @property
     def restart_only(self) -> bool:

@@ -147,22 +147,6 @@ _RETIRED = _key(CONTROL_FENCE, FenceState.IDLE, FenceInput.RECV_RESUME)
 """The row of a resume with no guard: it retires the fence to idle from every state."""
 
 _FENCE: Mapping[str, str] = {
-    _retarget(
-        CONTROL_FENCE, FenceState.PREPARING, FenceInput.RECV_PREPARE, "same_id", to="prepared"
-    ): "blind spot (reach): a prepare retried with the"
-    " same id while the fence is preparing moves it to `prepared` before any outcome; the"
-    " participant's code then meets a fence state it cannot be in and crashes. Only a walk"
-    " reaches it (no exhaustive stage retries a prepare on a still-preparing fence and then"
-    " goes on); the stage's walks killed it (an `AttributeError`) until the background ACK"
-    " and retire calls became calls retried on their backoff (issue 23), which moved where"
-    " the seeded walks go",
-    _drop_guard(
-        CONTROL_FENCE, FenceState.IDLE, FenceInput.RECV_RESTORE, "stale_id"
-    ): "blind spot (properties): every restore is refused as"
-    " stale, so a recovery never installs its snapshot and the controller goes on from"
-    " the state it restarted with; a restore happens only after a crash (a fault), and the"
-    " design model's goals (I7, I9) are judged on the fault-free graph, while its safety"
-    " properties see no lost or doubled work. Only the design stage reaches the row",
     **{
         _retarget(
             CONTROL_FENCE, FenceState.COMMITTING, FenceInput.COMMIT_FAILED, "same_id", to=target
@@ -183,91 +167,9 @@ _FENCE: Mapping[str, str] = {
             "restored_paused",
         )
     },
-    _drop_guard(
-        CONTROL_FENCE, FenceState.PREPARING, FenceInput.RECV_RESTORE, "other_id_active"
-    ): "blind spot (properties): a restore tried again with"
-    " its own id on a fence that is not idle (after a restore failure) is refused as a"
-    " conflict instead of restarting; the restore walk gives that snapshot up as it does"
-    " on a failure, and neither the design model's safety properties nor its goals (judged"
-    " on the fault-free graph) see a recovery that falls back. Only the design stage with"
-    " two faults reaches the row",
-    **{
-        _retarget(
-            CONTROL_FENCE, FenceState.RESTORING, FenceInput.RESTORE_FAILED, "same_id", to=target
-        ): "blind spot (reach): a failed restore"
-        f" leaves the fence {target} instead of restore_failed_paused; the next call of the"
-        " restore walk to that participant (a resume with the restore's id, which retires the"
-        f" fence to idle from every state, {_RETIRED}) does not tell the states apart, and no"
-        " stage makes a third fault there. Only the design stage with two faults reaches"
-        " the row (a crash, then a restore failing on the participant); not analysed further"
-        for target in (
-            "idle",
-            "preparing",
-            "prepared",
-            "committing",
-            "committed_paused",
-            "restoring",
-            "restored_paused",
-        )
-    },
-    _retarget(
-        CONTROL_FENCE, FenceState.PREPARING, FenceInput.PREPARE_NOT_READY, "same_id", to="idle"
-    ): "equivalent (in the model): a not-ready answer puts"
-    " the fence back to idle instead of keeping it preparing; the retry starts the prepare"
-    " again (idle: `start`, as preparing's own retry row does) and an abort's resume"
-    " retires it from idle as from preparing. It differs only for a request of another id"
-    " meanwhile (accepted instead of refused as a conflict), which needs a duplicated or"
-    " stale request: an input only the design stage makes, and it does not meet this"
-    " row's difference there (one sibling; not analysed further)",
 }
 
 # ------------------------------------------------------------------ agent execution (M3)
-
-_NO_PROGRESS_SEEN = (
-    " without anything completed being lost or run twice, and the checkpoint still reaches"
-    " idle: no property of the implementation model asks that a dispatched rollout"
-    " finishes; the design stage reaches the row too, and its I9 (every group trained *or"
-    " counted abandoned*) accepts the group that the group's deadline abandons"
-)
-_NO_PROGRESS = (
-    "blind spot (properties): the rollout stops making progress (the model runs turns only"
-    " for a running or park-requested execution)" + _NO_PROGRESS_SEEN
-)
-_IGNORES_PARK = (
-    "blind spot (properties): the execution ignores the park request and keeps running;"
-    " prepare counts it as a blocker (`AgentRole.readiness`), so the checkpoint waits for"
-    " the rollout to end or aborts at its deadline. Nothing unsafe is captured; only"
-    " checkpoint progress suffers, which no property measures"
-)
-_PARKS_AT_ONCE = (
-    "equivalent (in the model): the execution parks at once instead of at its next turn"
-    " boundary; the model's turns are atomic steps, so every state already is at a turn"
-    " boundary and parking now is what parking at the boundary does"
-)
-_DONE_EARLY = (
-    "blind spot (properties): the execution counts as completed (or acknowledged) without"
-    " running its remaining turns; the ledger and the ACK flow treat it as a finished"
-    " rollout, and no property compares a completion with the turns it ran"
-)
-
-_PARKS_UNASKED = (
-    "blind spot (properties): the execution parks with no park request; only the next"
-    " checkpoint's resume wakes it, so the rollout stalls in between" + _NO_PROGRESS_SEEN
-)
-_ACK_NOT_KEPT = (
-    "blind spot (reach): the exact ACK releases the result but the execution does not"
-    " become acked (it stays completed, parks, freezes or is tombstoned), so no acked"
-    " refusal key is left; the result is already trained, and only a duplicated ACK, a"
-    " late `begin` or a retire of that key would meet the difference (inputs the"
-    " implementation model's stages seldom or never make; not analysed further)"
-)
-_RETIRE_IGNORED = (
-    "blind spot (reach): a retired execution is not tombstoned and lives on; a completion"
-    " it still makes is a late one, which the ledger drops and counts (I1 holds), and the"
-    " tombstone's work (refusing a stale `begin` of that key) is needed only for a"
-    " duplicated or late request, an input only the design stage makes, which does not"
-    " meet this difference there (one sibling; not analysed further)"
-)
 
 _HELD_ROW = _key(AGENT_EXECUTION, ExecState.RUNNING, AgentInput.POLICY_CALL_HELD)
 """The row of a turn's policy call held by the paused policy: the execution freezes."""
@@ -312,88 +214,7 @@ _HELD_TARGETS: Mapping[str, str] = {
 }
 
 
-_AGENT_TARGETS: Mapping[str, str] = {
-    "new": _NO_PROGRESS,
-    "running": _IGNORES_PARK,
-    "park_requested": _PARKS_AT_ONCE,
-    "parked": _PARKS_AT_ONCE,
-    "frozen": _NO_PROGRESS,
-    "completed": _DONE_EARLY,
-    "acked": _DONE_EARLY,
-    "tombstoned": _NO_PROGRESS,
-}
-
 _AGENT: Mapping[str, str] = {
-    _drop_guard(
-        AGENT_EXECUTION, ExecState.NEW, AgentInput.BEGIN, "admission_closed"
-    ): "blind spot (properties): every `begin` is refused as"
-    " if admission were closed, so no rollout ever runs," + _NO_PROGRESS_SEEN,
-    _drop_guard(
-        AGENT_EXECUTION, ExecState.NEW, AgentInput.BEGIN, "retired_key"
-    ): "blind spot (properties): every `begin` is refused as"
-    " a stale attempt, so no rollout ever runs," + _NO_PROGRESS_SEEN,
-    **_retargets(
-        AGENT_EXECUTION,
-        ExecState.NEW,
-        AgentInput.BEGIN,
-        {**_AGENT_TARGETS, "park_requested": _NO_PROGRESS, "parked": _NO_PROGRESS},
-        ("new", "park_requested", "parked", "frozen", "completed"),
-    ),
-    **_retargets(
-        AGENT_EXECUTION,
-        ExecState.RUNNING,
-        AgentInput.FENCE_PREPARE,
-        _AGENT_TARGETS,
-        ("new", "running", "parked", "frozen", "completed", "acked", "tombstoned"),
-    ),
-    # A repeated `fence_prepare` (a prepare retried after a not-ready answer) meets an
-    # execution that already answered the first; the target decides as for a running one.
-    _retarget(
-        AGENT_EXECUTION, ExecState.PARK_REQUESTED, AgentInput.FENCE_PREPARE, to="completed"
-    ): _DONE_EARLY,
-    # A running execution ends a turn (the protocol stays running).
-    **_retargets(
-        AGENT_EXECUTION,
-        ExecState.RUNNING,
-        AgentInput.TURN_BOUNDARY,
-        {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
-        ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
-    ),
-    # A park-requested execution reaches its turn boundary and parks.
-    **_retargets(
-        AGENT_EXECUTION,
-        ExecState.PARK_REQUESTED,
-        AgentInput.TURN_BOUNDARY,
-        {**_AGENT_TARGETS, "park_requested": _IGNORES_PARK},
-        ("new", "running", "park_requested", "frozen", "completed", "acked", "tombstoned"),
-    ),
-    # A resume wakes a parked execution, and leaves any other as it is.
-    **_retargets(
-        AGENT_EXECUTION,
-        ExecState.PARKED,
-        AgentInput.FENCE_RESUME,
-        {**_AGENT_TARGETS, "park_requested": _PARKS_UNASKED, "parked": _PARKS_UNASKED},
-        ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
-    ),
-    _retarget(
-        AGENT_EXECUTION, ExecState.RUNNING, AgentInput.FENCE_RESUME, to="completed"
-    ): _DONE_EARLY,
-    # The exact ACK releases a completed execution's result.
-    _retarget(
-        AGENT_EXECUTION,
-        ExecState.COMPLETED,
-        AgentInput.RECV_ACK,
-        "exact_receipt",
-        to="tombstoned",
-    ): _ACK_NOT_KEPT,
-    # A retire tombstones an execution the coordinator gave up on.
-    **_retargets(
-        AGENT_EXECUTION,
-        ExecState.NEW,
-        AgentInput.RETIRE,
-        {target: _RETIRE_IGNORED for target in _AGENT_TARGETS},
-        ("new", "acked"),
-    ),
     # A turn's policy call is held by the paused policy: the execution freezes.
     **_retargets(
         AGENT_EXECUTION,
@@ -425,12 +246,15 @@ _AGENT: Mapping[str, str] = {
         _HELD_TARGETS,
         ("new", "park_requested", "parked", "frozen", "completed", "acked", "tombstoned"),
     ),
+    # A retire tombstones an execution the coordinator gave up on.
     _retarget(
-        AGENT_EXECUTION, ExecState.COMPLETED, AgentInput.RECV_ACK, "exact_receipt", to="new"
-    ): "blind spot (reach): an ACKed execution goes back to"
-    " `new` instead of leaving an acked refusal key; only a duplicated or late `begin` for"
-    " that key would then run it again, an input only the design stage makes, which does"
-    " not meet it there (one sibling; not analysed further)",
+        AGENT_EXECUTION, ExecState.NEW, AgentInput.RETIRE, to="acked"
+    ): "equivalent (in the participant): a retired execution becomes acked instead of"
+    " tombstoned; both leave the agent's executions at once and keep only the rollout's"
+    " refusal key, with an empty receipt either way (an execution still running has none),"
+    " so every later request of that key (a `begin`, a retire, an ACK, a late `boundary` or"
+    " `finish`) is answered alike. The participant stage's kit programs make those"
+    " requests, and see no difference",
 }
 
 SURVIVOR_NOTES: Mapping[str, str] = {**_CHECKPOINT, **_FENCE, **_AGENT}

@@ -18,13 +18,17 @@ exact for an exhaustive search and for seeded walks alike). A protocol-model sta
 does reach it re-uses every step of the unmutated run in which the row took no part
 (`_mutant_memo` explains why the verdict is the same).
 
-Two kinds of stage. A `ProtocolStage` runs the implementation model (the real coordinator
+Three kinds of stage. A `ProtocolStage` runs the implementation model (the real coordinator
 and participants) with the mutant's hooks. A `DesignStage` runs the design model (the
 M1-M9 tables composed atomically, `_design_model`) with the mutated table in place of the
 protocol's: it produces inputs the implementation model never does (a duplicated request, a
 participant-side restore failure, a crash between any two calls), so it reaches rows no
 protocol-model stage fires. It shares nothing with its unmutated run but the coverage: its
-graphs are a few thousand states, cheaper to search again than to memoise.
+graphs are a few thousand states, cheaper to search again than to memoise. A
+`ParticipantStage` (`_participant_stage`) runs the real participant runtime
+(`ParticipantHost`) with the mutant's participant rules under recorded conformance-kit
+programs, and kills by the kit's judge (the reference participant on the protocol's own
+tables): a conformance failure on the wire, named `kit:<rule>`, rather than a property.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from quiesce.check import CheckResult, Model, Violation, check, walk
 from quiesce.fsm import Table, label
@@ -42,17 +46,24 @@ from quiesce.models.design import DesignModel, DesignParams, DesignTables
 from quiesce.models.implementation import UNREACHED_INPUTS, Hooks, ProtocolParams, PState
 from quiesce.models.scenarios import small_params
 from quiesce.mutants._design import small as small_design
+from quiesce.mutants._kit_programs import KIT_PROGRAMS
 from quiesce.mutants._memo import RecordingModel, SharingModel, StepMemo
 from quiesce.mutants._names import row_key
+from quiesce.mutants._participant_stage import ParticipantStage, StageBroken
+
+if TYPE_CHECKING:
+    from quiesce.testing._replay import Replayed
 
 __all__ = [
     "EQUIVALENT_EFFECTS",
     "STAGES",
     "DesignStage",
     "Judgement",
+    "ParticipantStage",
     "ProtocolStage",
     "Site",
     "Stage",
+    "StageBroken",
     "StageRaised",
     "describe_violation",
     "judge",
@@ -176,7 +187,7 @@ class DesignStage:
         return DesignParams(**small_design(**self.params))
 
 
-Stage = ProtocolStage | DesignStage
+Stage = ProtocolStage | DesignStage | ParticipantStage
 
 
 class StageRaised(Exception):
@@ -285,10 +296,33 @@ STAGES: tuple[Stage, ...] = (
         _walks,
         f"{WALKS} seeded random walks at the reference size of PROTOCOL.md §8",
     ),
+    ParticipantStage(
+        "participant kit",
+        # The real participant runtime (`ParticipantHost`) with the mutant's participant
+        # tables, under the conformance kit's programs (`_participant_stage`). Measured:
+        # on its own it reaches 214 non-equivalent generated mutants (on the 43 participant
+        # rows its programs fire on the host) and kills 212, among them all 140
+        # that the property-judged stages kill there (the other 2: `_notes`). Here, last,
+        # it is the first to kill 73: 22 dead by design before (a `boundary` or `finish`
+        # of a retired execution, `agent_execution:tombstoned:turn_boundary` and
+        # `:run_finished`; an ACK quoting a wrong receipt, `agent_execution:completed:
+        # recv_ack`, or any receipt, the exact-receipt row's guard) and 51 survivors of
+        # the stages that reach them. Its unmutated run (11 programs, 1,275 requests)
+        # costs about 3 s once per process, a judged mutant 0.22 s (16 s over the 74
+        # `--all` runs it on, of about 4.5 minutes on one process); `--sample 50`, which
+        # judges one mutant here, takes about 3 s longer (34 s on a quiet machine).
+        KIT_PROGRAMS,
+        f"the {len(KIT_PROGRAMS)} recorded conformance-kit programs replayed on an agent"
+        " ParticipantHost running the mutant's participant tables, judged by the kit against"
+        " the reference participant (the protocol's own tables)",
+    ),
 )
 """The stages, cheapest first, but for those that reach few rows no earlier one fires (the
 two-trigger, failure-budget, two-agent and two-fault design stages): they run last before
-the walks. A generated mutant runs those that reach its row."""
+the walks. The participant stage runs after the walks: it judges by conformance rather than
+by the models' properties, so it only runs on what every property-judged stage that reaches
+the row left alive (and on rows none reaches), and leaves every earlier verdict as it was.
+A generated mutant runs those that reach its row."""
 
 
 _MEMOS: dict[str, StepMemo] = {}
@@ -378,6 +412,15 @@ def describe_violation(violation: Violation[Any]) -> str:
     return f"{steps}, the last: {moves[-1].action.label}" if moves else steps
 
 
+def _describe_kit(replayed: Replayed) -> str:
+    """Where the participant stage's replay broke which rule, in one line."""
+    violation = replayed.violation
+    assert violation is not None and replayed.program is not None
+    where = f"kit program {replayed.program + 1}, request {len(violation.steps)}"
+    differences = "; ".join(violation.differences[:2])
+    return f"{violation.rule_id} broken at {where} ({violation.shape}): {differences}"
+
+
 @dataclass(frozen=True)
 class Judgement:
     """What `judge` found about one site: the status, the property that killed it and the
@@ -412,6 +455,13 @@ def judge(site: Site, hooks: Hooks, name: str, prepare: Callable[[Model[Any]], N
             seconds = time.perf_counter() - started
             detail = f"{stage.name}: the mutated table raised {error}"
             return Judgement("killed", "raised", stage.name, states, seconds, detail, ran)
+        if not isinstance(result, CheckResult):  # the participant stage: the kit's verdict
+            if result.violation is not None:
+                seconds = time.perf_counter() - started
+                killed_by = f"kit:{result.violation.rule_id}"
+                detail = f"{stage.name}: {_describe_kit(result)}"
+                return Judgement("killed", killed_by, stage.name, states, seconds, detail, ran)
+            continue
         states += result.distinct_states
         if result.violations:
             violation = result.violations[0]

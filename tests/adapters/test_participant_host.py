@@ -15,6 +15,7 @@ from quiesce.adapters import (
     ForeignJournal,
     HostRef,
     HostStopped,
+    InMemoryFleet,
     JournalCorrupt,
     JournalSink,
     MemoryJournal,
@@ -25,7 +26,8 @@ from quiesce.adapters import (
     WorkConfig,
 )
 from quiesce.protocol import ParticipantOp, journal_of
-from quiesce.protocol.participant import Journal
+from quiesce.protocol.machines import AGENT_EXECUTION, AgentInput, ExecState
+from quiesce.protocol.participant import PARTICIPANT_RULES, Journal, ParticipantRules
 from quiesce.protocol.wire import (
     AckRequest,
     BeginRequest,
@@ -560,3 +562,79 @@ async def test_an_agent_crash_while_its_call_is_held_lets_the_policy_pause_after
             policy.stop()
 
     await clock.run(main)
+
+
+def _agent_row(input: AgentInput) -> int:
+    return next(i for i, row in enumerate(AGENT_EXECUTION.rows) if row.input is input)
+
+
+PARKED_AT_BEGIN = ParticipantRules(
+    agent=AGENT_EXECUTION.retarget(_agent_row(AgentInput.BEGIN) + 2, ExecState.PARKED)
+)
+"""A planted agent table: `begin` starts an execution `parked` instead of `running` (row 2,
+after the two refusals)."""
+
+HELD_NOT_FROZEN = ParticipantRules(
+    agent=AGENT_EXECUTION.retarget(
+        _agent_row(AgentInput.POLICY_CALL_HELD), ExecState.PARK_REQUESTED
+    )
+)
+"""A planted agent table: a turn's policy call held by a paused policy leaves the execution
+`park_requested` instead of `frozen` (row 10)."""
+
+
+async def test_the_rules_argument_reaches_every_pure_call_of_the_host() -> None:
+    # A host given planted rules answers by them (also once recovered from its journal,
+    # and on the data plane); a host given none answers by the protocol's.
+    assert AGENT_EXECUTION.rows[_agent_row(AgentInput.BEGIN) + 2].target is ExecState.RUNNING
+    clock = VirtualClock(seed=31)
+
+    async def begin(host: ParticipantHost, rollout_id: str) -> str:
+        request = BeginRequest(rollout_id=rollout_id, attempt=0, group_id="g", turns=2)
+        reply = await host.handle(P.BEGIN, request)
+        assert isinstance(reply, ExecutionReply)
+        return reply.state
+
+    async def main() -> None:
+        config = {"name": "agent-0", "role": "agent"}
+        plain = ParticipantHost.start(config, clock=clock, run_work=False)
+        assert plain.rules is PARTICIPANT_RULES
+        assert await begin(plain, "r0") == "running"
+        journal = MemoryJournal()
+        host = ParticipantHost.start(
+            config, clock=clock, journal=journal, run_work=False, rules=PARKED_AT_BEGIN
+        )
+        assert await begin(host, "r0") == "parked"
+        for op in (P.PREPARE, P.RESUME):  # something durable: the journal is written
+            await host.handle(op, ctl(CK1))
+        host.crash()
+        again = ParticipantHost.recover(journal, "inc-2", clock=clock, rules=PARKED_AT_BEGIN)
+        assert again.rules is PARKED_AT_BEGIN and await begin(again, "r1") == "parked"
+        reopened = ParticipantHost.open(config, journal, clock=clock, rules=PARKED_AT_BEGIN)
+        assert reopened.rules is PARKED_AT_BEGIN
+
+        # The data plane: the paused policy holds the execution's turn call.
+        policy = ParticipantHost.start({"name": "policy-0", "role": "policy"}, clock=clock)
+        agent = ParticipantHost.start(
+            {"name": "agent-1", "role": "agent"}, clock=clock, rules=HELD_NOT_FROZEN
+        )
+        agent.connect(policies=[HostRef(policy)])
+        async with clock.task_group() as tg:
+            for each in (policy, agent):
+                tg.start_soon(each.run)
+            await policy.handle(P.PREPARE, ctl(CK1))  # policy paused: new calls wait
+            assert await begin(agent, "r2") == "running"
+            await clock.sleep(1.0)
+            execution = agent.state.role.find(("r2", 0))  # type: ignore[union-attr]
+            assert execution is not None and execution.state is ExecState.PARK_REQUESTED
+            for each in (policy, agent):
+                each.stop()
+
+    await clock.run(main)
+
+
+def test_an_in_memory_fleet_runs_every_host_by_its_rules_restarts_included() -> None:
+    fleet = InMemoryFleet(VirtualClock(seed=32), agents=1, resources=0, rules=PARKED_AT_BEGIN)
+    assert all(host.rules is PARKED_AT_BEGIN for host in fleet.hosts.values())
+    assert fleet.crash_restart("agent-0").rules is PARKED_AT_BEGIN
+    assert InMemoryFleet(VirtualClock(seed=33)).hosts["agent-0"].rules is PARTICIPANT_RULES

@@ -13,15 +13,26 @@ from quiesce.models.coverage import recording_hooks
 from quiesce.models.design import DesignModel, DesignParams
 from quiesce.models.implementation import Hooks, PState
 from quiesce.mutants import MUTANTS, small, verify, verify_many
+from quiesce.mutants._names import row_index
 from quiesce.mutants._stages import (
     STAGES,
     DesignStage,
+    ParticipantStage,
     ProtocolStage,
     Site,
     StageRaised,
     stage_memo,
 )
-from quiesce.protocol.machines import CHECKPOINT, CONTROL_FENCE, CheckpointState
+from quiesce.protocol.machines import (
+    AGENT_EXECUTION,
+    CHECKPOINT,
+    CONTROL_FENCE,
+    AgentInput,
+    CheckpointState,
+    ExecState,
+)
+from quiesce.testing._coverage import kit_rules
+from quiesce.testing._machine import ENDINGS
 
 
 def _stage(name: str) -> ProtocolStage:
@@ -152,9 +163,11 @@ def test_the_two_trigger_stage_runs_s5s_configuration_after_the_one_fault_one() 
 
 
 def test_the_stages_that_reach_rows_no_earlier_stage_fires_run_before_the_walks() -> None:
+    # The participant stage, judged by conformance rather than by a property, runs last.
     names = [stage.name for stage in STAGES]
     added = ["two triggers", "no failure budget", "two agents", "design, two faults", "walks"]
-    assert names[-len(added) :] == added
+    assert names[-len(added) - 1 : -1] == added
+    assert isinstance(STAGES[-1], ParticipantStage) and names[-1] == "participant kit"
 
 
 def test_a_trigger_meeting_a_pending_abort_is_reached_only_with_two_triggers() -> None:
@@ -233,3 +246,62 @@ def test_the_unmutated_two_fault_design_stage_finds_no_violation() -> None:
     assert isinstance(stage, DesignStage)
     result = check(DesignModel(DesignParams(**small(**stage.params))))
     assert result.ok and result.distinct_states == 9911
+
+
+PARTICIPANT_KIT = STAGES[-1]
+
+
+def test_the_unmutated_participant_stage_passes_and_fires_what_the_pure_core_can() -> None:
+    # Its coverage is the host's: late events of a retired execution fire (a `boundary` or
+    # `finish` after a retire), and an ACK quoting a wrong receipt; an outcome after the
+    # fence moved on, or a request joining one in flight, never does (the core runs start
+    # and outcome in one call), nor the data plane (a held policy call).
+    assert isinstance(PARTICIPANT_KIT, ParticipantStage)
+    coverage = PARTICIPANT_KIT.coverage()
+    agent = coverage.rows("agent_execution")
+    late = {ExecState.TOMBSTONED: (AgentInput.TURN_BOUNDARY, AgentInput.RUN_FINISHED)}
+    assert {row_index(AGENT_EXECUTION, s, i) for s, inputs in late.items() for i in inputs} <= agent
+    assert row_index(AGENT_EXECUTION, ExecState.COMPLETED, AgentInput.RECV_ACK) in agent
+    held = (AgentInput.POLICY_CALL_HELD, AgentInput.POLICY_RESUMED)
+    assert not {i for i, row in enumerate(AGENT_EXECUTION.rows) if row.input in held} & agent
+    apart = {"drop_late_outcome", "join_in_flight"}
+    never = {i for i, row in enumerate(CONTROL_FENCE.rows) if apart & set(row.effects)}
+    assert len(never) == 8 and not never & coverage.rows("control_fence")
+    assert not coverage.rows("checkpoint")  # only the participant's tables are stepped
+
+
+def test_the_participant_stages_written_program_ends_an_execution_every_way() -> None:
+    assert isinstance(PARTICIPANT_KIT, ParticipantStage)
+    written = PARTICIPANT_KIT.programs[-1]
+    assert {rule for rule, _ in written} == {"scenario"}
+    assert [arguments["variant"] for _, arguments in written] == list(range(len(ENDINGS)))
+
+
+def test_the_participant_stage_kills_a_late_finish_no_model_stage_reaches() -> None:
+    # M3: a `finish` reported for a retired (tombstoned) execution is dropped, the
+    # execution stays tombstoned. Sent back to `new`, the late finish revives it: dead by
+    # design before this stage (no model reports a finish after a retire); the kit's
+    # `retire_then_finish` ending does, and the reference participant answers `tombstoned`.
+    name = "agent_execution:tombstoned:run_finished.retarget=new"
+    site = MUTANTS[name].site
+    assert site is not None
+    assert [s.name for s in STAGES if site.reached(s.coverage())] == ["participant kit"]
+    verdict = verify(MUTANTS[name])
+    assert verdict.killed and verdict.stage == "participant kit"
+    assert verdict.killed_by == "kit:finish"
+    assert "state: expected 'tombstoned', got 'new'" in verdict.detail
+
+
+def test_the_participant_stage_judges_by_the_protocols_tables_not_the_mutants() -> None:
+    # The kit's oracle steps recordings of the protocol's own tables; the mutant's rules go
+    # to the host under test only. So the unmutated rules pass, and the mutant is told apart.
+    oracle, _ = kit_rules()
+    assert oracle.fence.rows == CONTROL_FENCE.rows and oracle.agent.rows == AGENT_EXECUTION.rows
+    mutant = MUTANTS["agent_execution:tombstoned:run_finished.retarget=new"]
+    assert mutant.site is not None
+    assert mutant.hooks().participant.agent.rows != AGENT_EXECUTION.rows
+    assert isinstance(PARTICIPANT_KIT, ParticipantStage)
+    killed = PARTICIPANT_KIT.run(mutant.site, mutant.hooks(), mutant.name, lambda _: None)
+    assert killed.violation is not None and killed.violation.rule_id == "finish"
+    unmutated = PARTICIPANT_KIT.run(mutant.site, Hooks(), mutant.name, lambda _: None)
+    assert unmutated.violation is None and unmutated.programs == len(PARTICIPANT_KIT.programs)
