@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from quiesce.testing._program import Program
+    from quiesce.testing import Program
 
 __all__ = ["KIT_PROGRAMS"]
 

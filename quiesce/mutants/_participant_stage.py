@@ -53,8 +53,7 @@ from quiesce.models.implementation import Hooks
 from quiesce.protocol.participant import PARTICIPANT_RULES, ParticipantRules
 
 if TYPE_CHECKING:
-    from quiesce.testing._program import Program
-    from quiesce.testing._replay import Replayed
+    from quiesce.testing import Program, Replayed
 
 __all__ = ["ParticipantStage", "StageBroken"]
 
@@ -146,7 +145,7 @@ def _factory(rules: ParticipantRules) -> tuple[Callable[[], Any], Callable[[Any]
 
 
 def _replay(rules: ParticipantRules, programs: tuple[Program, ...]) -> Replayed:
-    from quiesce.testing._replay import replay_programs
+    from quiesce.testing import replay_programs
 
     make, restart = _factory(rules)
     with _quiet():

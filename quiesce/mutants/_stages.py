@@ -52,7 +52,7 @@ from quiesce.mutants._names import row_key
 from quiesce.mutants._participant_stage import ParticipantStage, StageBroken
 
 if TYPE_CHECKING:
-    from quiesce.testing._replay import Replayed
+    from quiesce.testing import Replayed
 
 __all__ = [
     "EQUIVALENT_EFFECTS",

@@ -49,6 +49,7 @@ from quiesce.testing._broken import (
     StuckCommitHost,
     WholeBatchAckHost,
 )
+from quiesce.testing._coverage import kit_rules
 from quiesce.testing._deviations import (
     Deviation,
     UnknownDeviation,
@@ -57,7 +58,9 @@ from quiesce.testing._deviations import (
 )
 from quiesce.testing._kit import assert_conforms, check_conformance, check_participant
 from quiesce.testing._local import LocalServer, ServerDidNotStart, free_port
-from quiesce.testing._machine import DEADLINE_AT
+from quiesce.testing._machine import DEADLINE_AT, ENDINGS
+from quiesce.testing._program import Program
+from quiesce.testing._replay import Replayed, record_programs, replay_programs
 from quiesce.testing._results import (
     ConformanceResult,
     ConformanceSetupError,
@@ -70,6 +73,7 @@ from quiesce.testing._wire import OPERATIONS, Exchange, ServerUnreachable, WireC
 __all__ = [
     "BROKEN_HOSTS",
     "DEADLINE_AT",
+    "ENDINGS",
     "OPERATIONS",
     "BusyDuplicateHost",
     "ConformanceResult",
@@ -81,10 +85,12 @@ __all__ = [
     "FlakyCommitHost",
     "KitStep",
     "LocalServer",
+    "Program",
     "RefusalOrderHost",
     "ReleaseOnRetireHost",
     "ReleasedPrepareActsOnMovedFenceHost",
     "ReplayAfterPhaseMovedHost",
+    "Replayed",
     "ReplyBeforeFsyncHost",
     "ServerDidNotStart",
     "ServerUnreachable",
@@ -99,6 +105,9 @@ __all__ = [
     "check_conformance",
     "check_participant",
     "free_port",
+    "kit_rules",
     "parse_deviation",
     "read_deviations",
+    "record_programs",
+    "replay_programs",
 ]

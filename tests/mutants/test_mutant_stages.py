@@ -31,8 +31,7 @@ from quiesce.protocol.machines import (
     CheckpointState,
     ExecState,
 )
-from quiesce.testing._coverage import kit_rules
-from quiesce.testing._machine import ENDINGS
+from quiesce.testing import ENDINGS, kit_rules
 
 
 def _stage(name: str) -> ProtocolStage:
