@@ -175,9 +175,9 @@ class SystemMachine(RuleBasedStateMachine):
 def system_machine(
     hooks: Hooks | None = None, *, name: str = "", refine: bool = True
 ) -> type[SystemMachine]:
-    """A `SystemMachine` subclass whose controller runs `hooks` (a controller mutant's
-    tables and patches; participant rules are refused with `UnsupportedOption` when the
-    run starts), its fence moves judged against the design unless `refine` is False;
-    `name` names the class (default: the unmutated protocol)."""
+    """A `SystemMachine` subclass whose controller and in-memory participants run `hooks`
+    (a mutant's tables and patches; a swapped journal recovery is refused with
+    `UnsupportedOption` when the run starts), its fence moves judged against the design
+    unless `refine` is False; `name` names the class (default: the unmutated protocol)."""
     label = name or "SystemMachine"
     return type(label, (SystemMachine,), {"hooks": hooks, "refine": refine})

@@ -132,7 +132,7 @@ from quiesce.protocol.machines import (
     Phase,
     group_of_timer,
 )
-from quiesce.protocol.participant import PARTICIPANT_RULES, ParticipantOp, from_journal
+from quiesce.protocol.participant import ParticipantOp, from_journal
 from quiesce.protocol.wire import Role
 
 __all__ = ["SystemRun", "system_config"]
@@ -200,13 +200,13 @@ class SystemRun:
     ) -> None:
         self.config = config or system_config(30.0)
         self.hooks = hooks or Hooks()
-        if self.hooks.participant != PARTICIPANT_RULES or self.hooks.recover is not from_journal:
-            # The in-memory fleet's hosts step their participants by the protocol's rules.
+        if self.hooks.recover is not from_journal:
+            # The in-memory hosts recover from their journal by the protocol's own code.
             raise UnsupportedOption(
                 "system_machine",
                 "mutant",
-                "participant tables and journal recovery run in the protocol model only "
-                "(quiesce check --mutant NAME); give this machine controller hooks",
+                "journal recovery runs in the protocol model only "
+                "(quiesce check --mutant NAME); give this machine table hooks",
             )
         self.turns = turns
         self.clock = VirtualClock(seed=seed)
@@ -220,6 +220,7 @@ class SystemRun:
             latency_s=(0.001, 0.004),
             work=WorkConfig(policy_latency_s=(0.05, 0.2), max_service_retries=100_000),
             fence_log=self.fence_log,
+            rules=self.hooks.participant,
         )
         self.log = CallLog(self.clock.now)
         self.participants: dict[str, Participant] = {

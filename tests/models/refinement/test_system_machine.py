@@ -10,8 +10,6 @@ is vacuous.
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +17,7 @@ import structlog
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from quiesce.adapters import ParticipantHost, configure_logging
+from quiesce.adapters import configure_logging
 from quiesce.check import UnsupportedOption
 from quiesce.models import (
     REFINEMENT,
@@ -34,7 +32,7 @@ from quiesce.mutants import MUTANTS
 from quiesce.protocol import OpId
 from quiesce.protocol.controller import PeriodElapsed
 from quiesce.protocol.machines import CONTROL_FENCE, FenceData, FenceOp
-from quiesce.protocol.participant import ParticipantOp, ParticipantRules, handle
+from quiesce.protocol.participant import ParticipantOp, ParticipantRules
 
 # The unmutated protocol through the whole machine. Measured at ~13 examples/s, so the
 # `ci` profile's 200 examples of up to 50 rules each take ~15 s.
@@ -70,23 +68,32 @@ def test_the_machine_catches_a_deadline_mutant(mutant: str) -> None:
     assert caught.value.invariant == "I4"
 
 
-@pytest.mark.parametrize("mutant", ["S15_stale_prepare_accepted", "S19_journal_not_durable"])
-def test_a_participant_mutant_is_refused_not_run_unmutated(mutant: str) -> None:
-    # The in-memory fleet steps its participants by the protocol's own rules: the mutant's
-    # participant tables or journal recovery would silently not apply.
+def test_a_recovery_mutant_is_refused_not_run_unmutated() -> None:
+    # The in-memory hosts recover from their journals by the protocol's own code: the
+    # mutant's recovery would silently not apply.
     with pytest.raises(UnsupportedOption, match="protocol model only"):
-        SystemRun(hooks=MUTANTS[mutant].hooks())
+        SystemRun(hooks=MUTANTS["S19_journal_not_durable"].hooks())
+
+
+def test_participant_tables_reach_every_in_memory_host() -> None:
+    hooks = MUTANTS["S15_stale_prepare_accepted"].hooks()
+    run = SystemRun(hooks=hooks)
+    try:
+        assert run.fleet.rules is hooks.participant
+        assert len(run.fleet.hosts) == 3  # a policy, an agent and a resources server
+        assert all(host.rules is hooks.participant for host in run.fleet.hosts.values())
+    finally:
+        run.close()
 
 
 @pytest.fixture
-def retired_results_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+def retired_results_kept() -> Hooks:
     """The planted bug, a legal-looking move the design never makes: a fence that retires
     an id keeps that id's prepare and commit results beside its final resume (M2 keeps the
     resume alone: the one request of a retired id still answered). Every replay still
     finds its result and every other request of that id is refused as stale, so the run
-    behaves exactly as the protocol's. The in-memory hosts step the protocol's own
-    participant rules, so the bug is patched into the `handle` their module calls, for the
-    test's duration."""
+    behaves exactly as the protocol's. The hooks give the in-memory hosts these fence
+    rules."""
     fence = CONTROL_FENCE.derive(
         "retired_results_kept",
         updates={
@@ -95,8 +102,7 @@ def retired_results_kept(monkeypatch: pytest.MonkeyPatch) -> None:
             )
         },
     )
-    buggy = functools.partial(handle, rules=ParticipantRules(fence=fence))
-    monkeypatch.setattr(inspect.getmodule(ParticipantHost), "handle", buggy)
+    return Hooks(participant=ParticipantRules(fence=fence))
 
 
 def _checkpoint_restart_and_drain(run: SystemRun) -> None:
@@ -111,23 +117,25 @@ def _checkpoint_restart_and_drain(run: SystemRun) -> None:
     run.drain()
 
 
-@pytest.mark.usefixtures("retired_results_kept")
-def test_the_planted_bug_breaks_no_invariant() -> None:
+def test_the_planted_bug_breaks_no_invariant(retired_results_kept: Hooks) -> None:
     # With refinement off the bug runs a checkpoint, a controller restart and the final
     # drain with I1-I8 all holding, and so does the whole machine.
-    run = SystemRun(seed=5, refine=False)
+    run = SystemRun(seed=5, hooks=retired_results_kept, refine=False)
     try:
         _checkpoint_restart_and_drain(run)
         assert run.store.published()
     finally:
         run.close()
-    unrefined = system_machine(Hooks(), name="Unrefined[retired_results_kept]", refine=False)
+    unrefined = system_machine(
+        retired_results_kept, name="Unrefined[retired_results_kept]", refine=False
+    )
     run_state_machine_as_test(unrefined, settings=SURVIVES)
 
 
-@pytest.mark.usefixtures("retired_results_kept")
-def test_refinement_catches_the_planted_bug_at_its_first_unmapped_step() -> None:
-    machine = system_machine(Hooks(), name="System[retired_results_kept]")
+def test_refinement_catches_the_planted_bug_at_its_first_unmapped_step(
+    retired_results_kept: Hooks,
+) -> None:
+    machine = system_machine(retired_results_kept, name="System[retired_results_kept]")
     with pytest.raises(SystemViolation) as caught:
         run_state_machine_as_test(machine, settings=HUNT)
     assert caught.value.invariant == REFINEMENT
