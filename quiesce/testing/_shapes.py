@@ -47,6 +47,7 @@ __all__ = [
     "race_bases",
     "race_shapes",
     "released_shape",
+    "released_shapes",
     "shape_of",
 ]
 
@@ -200,9 +201,17 @@ def race_shapes(role: Role, executions: bool) -> tuple[RaceShape, ...]:
     )
 
 
-def released_shape(role: Role, executions: bool, base: int) -> RaceShape:
-    """Base number `base` (modulo their number) of the three-request bases of `race_bases`
-    (a pending request, one that overtakes it, one that releases it), sent in that order:
-    where a long poll that decides only once released acts on a fence that moved on."""
+@cache
+def released_shapes(role: Role, executions: bool) -> tuple[RaceShape, ...]:
+    """The three-request bases of `race_bases` (a pending request, one that overtakes it,
+    one that releases it), each sent in that order: where a long poll that decides only
+    once released acts on a fence that moved on. The kit runs each once after its search
+    (`_kit`), whatever the seed drew."""
     bases = [b for b in race_bases(role, executions) if len(b) == 3]
-    return RaceShape(bases[base % len(bases)], (0, 1, 2))
+    return tuple(RaceShape(base, (0, 1, 2)) for base in bases)
+
+
+def released_shape(role: Role, executions: bool, base: int) -> RaceShape:
+    """Number `base` (modulo their number) of `released_shapes`."""
+    shapes = released_shapes(role, executions)
+    return shapes[base % len(shapes)]

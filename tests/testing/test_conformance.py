@@ -463,6 +463,19 @@ def test_a_prepare_overtaken_by_a_resume_that_sticks_the_fence_is_caught() -> No
     assert len(_sent_requests(result)) <= 6, result.report()
 
 
+def test_after_the_search_every_overtaken_then_released_race_runs_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Seed 3's search draws no prepare | resume | prepare race on a policy in 100 examples
+    # (let alone in 2); the sweep after it runs each such shape once, whatever the seed.
+    result = _check_with_hooks("policy", StuckAfterOvertakenPrepareHost, examples=2, seed=3)
+    assert not result.ok and result.violation is not None, result.report()
+    assert result.violation.rule.startswith("M2 (linearizability)"), result.report()
+    assert _sent(result)[-3:] == ["prepare", "resume", "prepare"], result.report()
+    monkeypatch.setattr("quiesce.testing._kit._sweep", lambda run, machine: iter(()))
+    assert _check_with_hooks("policy", StuckAfterOvertakenPrepareHost, examples=2, seed=3).ok
+
+
 def test_a_stale_prepare_that_clobbers_the_next_is_caught() -> None:
     # seed 0: seed 1's shrink keeps a needless stale duplicate (7 requests), see
     # tests/testing/test_broken_any_seed.py
