@@ -838,10 +838,22 @@ _PHASES: Mapping[Phase, _RestorePhase] = _phase_table(
 # What entering an M9 state starts, beside its row's named work (which runs first).
 
 
+# Each calls the flow's method by name, looked up when it runs (a subclass or a planted bug
+# that replaces the method is run, not the one this table was built with).
+
+
 def _select_unless_aborting(flow: RestoreFlow) -> None:
     # A rejected snapshot's abort still calling selects when it is done (`_after_abort`).
     if flow.run.calls is None:
         flow.select()
+
+
+def _plan_discards(flow: RestoreFlow) -> None:
+    flow.discard_plan()
+
+
+def _finish(flow: RestoreFlow) -> None:
+    flow.finish()
 
 
 def _entry_table(
@@ -849,7 +861,7 @@ def _entry_table(
 ) -> Mapping[RestoreState, Callable[[RestoreFlow], None]]:
     """`entries`, checked: every key a state of M9's table (a `DefinitionError` otherwise).
 
-    >>> _entry_table({"idle": RestoreFlow.finish})
+    >>> _entry_table({"idle": _finish})
     Traceback (most recent call last):
     ...
     quiesce.fsm._errors.DefinitionError: table 'restore' is malformed (1 problems):
@@ -868,8 +880,8 @@ def _entry_table(
 _ON_ENTRY: Mapping[RestoreState, Callable[[RestoreFlow], None]] = _entry_table(
     {
         RestoreState.SELECTING: _select_unless_aborting,
-        RestoreState.RESTORED_PAUSED: RestoreFlow.discard_plan,
-        RestoreState.IDLE: RestoreFlow.finish,
+        RestoreState.RESTORED_PAUSED: _plan_discards,
+        RestoreState.IDLE: _finish,
     }
 )
 """The work entering an M9 state starts (a state not here starts nothing)."""
