@@ -12,10 +12,9 @@ what a call carries, what an answer or a failure records, when a role is settled
 ends the phase, what the retry timer sends again); so is what entering an M9 state starts
 beside its row's work, `_ON_ENTRY` (selecting: select; restored_paused: plan the
 discards; idle: finish). The flow looks both up; it never switches on the phase in
-progress or the state entered. Every decision is one of the
-pure planning functions -- `decide_intent`, `select_snapshot`, `judge_restore`,
-`plan_discards`, `plan_redispatch` -- composed here, never re-implemented (the last three
-through the coordinator's policy).
+progress or the state entered. Every decision is one of the pure planning functions --
+`decide_intent`, `select_snapshot`, `judge_restore`, `plan_discards`, `plan_redispatch` --
+composed here, never re-implemented (the last three through the coordinator's policy).
 What it does not know: how the store is read or how a call is carried (effects go out,
 outcomes come back as inputs), or the checkpoint lifecycle (M1 finishes the in-flight id;
 this module only tells it which verdict the intent got).
