@@ -6,7 +6,13 @@ effect name of `RESTORE`'s rows (`finish_in_flight`, `send_restore`, `abort_rest
 `retry_same_op`, `send_discards`, `send_resume`, `drain_acks`, `redispatch`,
 `start_at_anchor`, `clear_intent`, `report_candidates`), and M9's side of its remote phases
 (restore, discard, resume, and the abort of a rejected snapshot), which the shared phase
-runner walks in §3 order. Every decision is one of the pure planning functions --
+runner walks in §3 order. How each phase is run is data, checked when the module is
+imported: one `_RestorePhase` of `_PHASES` per phase names its behaviours (who is called,
+what a call carries, what an answer or a failure records, when a role is settled, what
+ends the phase, what the retry timer sends again); so is what entering an M9 state starts
+beside its row's work, `_ON_ENTRY` (selecting: select; restored_paused: plan the
+discards; idle: finish). The flow looks both up; it never switches on the phase in
+progress or the state entered. Every decision is one of the pure planning functions --
 `decide_intent`, `select_snapshot`, `judge_restore`, `plan_discards`, `plan_redispatch` --
 composed here, never re-implemented (the last three through the coordinator's policy).
 What it does not know: how the store is read or how a call is carried (effects go out,
@@ -50,11 +56,11 @@ are queued as new work, dispatched after every unfinished group.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
 
-from quiesce.fsm import Effect, TransitionNotAllowed, Value, work
+from quiesce.fsm import DefinitionError, Effect, TransitionNotAllowed, Value, work
 from quiesce.protocol._causes import Cause
 from quiesce.protocol._errors import LocalProtocolError
 from quiesce.protocol._ids import OpId
@@ -101,6 +107,7 @@ from quiesce.protocol.controller._restore_plan import (
 from quiesce.protocol.controller._run_to_completion import RunToCompletion
 from quiesce.protocol.controller._state import RestoreRun, restore_active
 from quiesce.protocol.machines import (
+    PHASE_ORDER,
     RESTORE,
     CallData,
     CallKey,
@@ -134,16 +141,6 @@ _M1_VERDICT = {
     IntentAction.QUARANTINE_AND_ABORT: CheckpointInput.INSPECTED_UNVERIFIABLE,
     IntentAction.ABORT: CheckpointInput.INSPECTED_ABSENT,
 }
-
-# What M9 is told when every call of a phase answered (the abort of a rejected snapshot
-# tells it nothing: M9 is already selecting again).
-_DONE: Mapping[Phase, RestoreInput] = MappingProxyType(
-    {
-        Phase.RESTORE: RestoreInput.RECV_RESTORED,
-        Phase.DISCARD: RestoreInput.RECV_DISCARDED,
-        Phase.RESUME: RestoreInput.RECV_RESUMED,
-    }
-)
 
 
 class RestoreFlow:
@@ -192,15 +189,9 @@ class RestoreFlow:
             else:  # a derived table may bind its own effect values
                 self.h.emit(effect)
         if after.state is not before.state:
-            self._entered(after.state)
-
-    def _entered(self, state: RestoreState) -> None:
-        if state is RestoreState.SELECTING and self.run.calls is None:
-            self.select()
-        elif state is RestoreState.RESTORED_PAUSED:
-            self.discard_plan()
-        elif state is RestoreState.IDLE:
-            self.finish()
+            entered = _ON_ENTRY.get(after.state)
+            if entered is not None:
+                entered(self)
 
     def members(self, role: Role) -> list[str]:
         fleet = self.h.state.fleet
@@ -355,57 +346,36 @@ class RestoreFlow:
     def save(self, calls: PhaseCalls | None) -> None:
         self.update(calls=calls)
 
+    def _walking(self) -> _RestorePhase:
+        """How the phase in progress is run: its entry of `_PHASES`."""
+        return _PHASES[self.phases.current().phase]
+
     def targets(self, slot: Slot) -> frozenset[CallKey]:
+        """A conflicting slot resumes the ids refusals named (S5); any other calls the
+        phase's `called` members of the slot's role, with the restore's op id."""
         run = self.run
         if slot.conflicting:
             return conflict_targets(run.conflicts, slot, self.h.state.fleet)
-        phase = self.phases.current().phase
-        if run.op_id is None or (phase is Phase.ABORT and self.clearing()):
+        if run.op_id is None:
             return frozenset()
-        names = set(self.members(slot.role))
-        if phase is Phase.RESTORE:
-            names -= {name for name, _ in run.replies}  # asked again: only who did not answer
-        elif phase is Phase.ABORT:
-            names &= run.touched  # resume (= abort) only where the rejected restore went
-        elif phase is Phase.DISCARD:
-            names &= {d.participant for d in run.pending_discards}
-        return frozenset((name, run.op_id) for name in names)
+        called = self._walking().called(self, frozenset(self.members(slot.role)))
+        return frozenset((name, run.op_id) for name in called)
 
     def plan(self, phase: Phase, key: CallKey) -> CallData:
         # No budget: a failed restore-flow call waits for the restore retry timer instead.
         return CallData(deadline_at=self.deadline())
 
     def payload(self, phase: Phase, key: CallKey) -> Any:
-        run = self.run
-        name = key[0]
-        if phase is Phase.RESTORE:
-            snapshot = run.snapshot
-            assert snapshot is not None
-            return RestoreTarget(snapshot.snapshot_id, dict(run.digests).get(name, ""))
-        if phase is Phase.DISCARD:
-            # One discard at a time per agent: a reply names no rollout.
-            head = next(d for d in run.pending_discards if d.participant == name)
-            return (head.rollout_id, head.attempt)
-        return None
+        """What a call of `phase` carries: that phase's `payload`."""
+        return _PHASES[phase].payload(self, key[0])
 
     def mark_attempted(self, key: CallKey) -> None:
-        # Touched from the moment the restore call goes out (a lost reply is aborted too).
-        if self.phases.current().phase is Phase.RESTORE:
-            self.update(touched=self.run.touched | {key[0]})
+        """A call went out: the phase's `attempted` records it."""
+        self._walking().attempted(self, key[0])
 
     def record_answer(self, key: CallKey, result: Any) -> None:
-        run = self.run
-        name = key[0]
-        phase = self.phases.current().phase
-        if phase is Phase.RESTORE:
-            self.update(replies=tuple(sorted({**dict(run.replies), name: result}.items())))
-        elif phase is Phase.DISCARD:
-            pending = run.pending_discards
-            head = next(i for i, d in enumerate(pending) if d.participant == name)
-            pending = pending[:head] + pending[head + 1 :]
-            self.update(pending_discards=pending)
-            if any(d.participant == name for d in pending):
-                self.phases.send_new([key])  # the next discard of this agent
+        """A call was answered: the phase's `answered` records it."""
+        self._walking().answered(self, key, result)
 
     def note_conflict(self, key: CallKey, active_id: OpId) -> None:
         """S5, as for a checkpoint: the id the participant is fenced to (a dead controller's
@@ -418,41 +388,16 @@ class RestoreFlow:
         return self.value.state is RestoreState.RESTORING
 
     def call_failed(self, key: CallKey, cause: Cause, *, refused: bool) -> None:
-        if self.phases.current().phase is not Phase.RESTORE:
-            return  # the call's `failed` state is what the retry timer sends again
-        run = self.run
-        name = key[0]
-        retryable = self.h.policy.classify(cause).retryable
-        # A refusal changed nothing: nothing to abort there if the snapshot is rejected.
-        touched = run.touched - {name} if refused else run.touched
-        failures = tuple(sorted({**dict(run.failures), name: retryable}.items()))
-        self.update(failures=failures, touched=touched)
+        """A call settled unanswered: the phase's `failed` records it."""
+        self._walking().failed(self, key, cause, refused)
 
     def role_settled(self, failed: frozenset[CallKey]) -> bool:
-        phase = self.phases.current().phase
-        if phase is Phase.RESTORE:
-            return self.judged(self.judge())
-        if not failed:
-            return True
-        if phase is Phase.ABORT and not self.clearing():
-            self.arm_retry()  # aborting a rejected restore: M9 is already selecting
-        else:
-            # Clearing a conflict is part of the restore: a failed round spends one of the
-            # snapshot's retries, so a chain of conflicts is bounded (M9 `max_retries`).
-            self.fire(RestoreInput.CALL_FAILED)
-        return False
+        """Every call of a role settled: the phase's `settled` says whether it moves on."""
+        return self._walking().settled(self, failed)
 
     def phase_done(self) -> None:
-        phase = self.phases.current().phase
-        if phase is Phase.ABORT:
-            clearing = self.clearing()
-            self.update(calls=None, conflicts=frozenset())
-            if clearing:
-                self.phases.start(Phase.RESTORE)  # the same op id, to who did not answer
-            else:
-                self.select()
-        else:
-            self.fire(_DONE[phase])
+        """Every slot answered: the phase's `done`."""
+        self._walking().done(self)
 
     def judge(self) -> RestoreVerdict:
         """Verify the digests and ownership of every role restored so far (S16)."""
@@ -494,7 +439,8 @@ class RestoreFlow:
         self.h.emit(ArmTimer(restore_retry_timer(op_id), at))
 
     def on_retry_timer(self, timer: TimerKey) -> None:
-        """The restore retry timer fired: send the failed calls again, same op id."""
+        """The restore retry timer fired: the phase's `retry` sends its `to_retry` calls
+        again, same op id."""
         run = self.run if self.active() else None
         if run is None or run.op_id is None or timer != restore_retry_timer(run.op_id):
             self.h.log("stale_timer", timer=str(timer))
@@ -503,36 +449,14 @@ class RestoreFlow:
         if not retry or self.phases.in_flight():
             self.h.log("stale_timer", timer=str(timer))
             return
-        phase = self.phases.current().phase
-        if phase is Phase.RESTORE:
-            names = {name for name, _ in retry}
-            self.update(
-                replies=tuple(p for p in run.replies if p[0] not in names),
-                failures=tuple(p for p in run.failures if p[0] not in names),
-            )
-            if run.conflicts:
-                # S5: resume the ids the refusals named; the restore is asked again after.
-                self.phases.start(Phase.ABORT)
-                return
-        elif phase is Phase.ABORT:
-            # Walked again (keeping who answered): a refusal may have named the id its
-            # participant holds now, which replaces the one refused (`with_conflict`).
-            self.phases.start(Phase.ABORT)
-            return
-        self.phases.send_new(sorted(retry))  # the same op id (M9 keeps its id on a retry)
+        self._walking().retry(self, retry)
 
     def _to_retry(self) -> frozenset[CallKey]:
+        """The calls the phase in progress sends again on the retry timer (none: stale)."""
         calls = self.progress()
         if calls is None:
             return frozenset()
-        if calls.phase is Phase.RESTORE:
-            # The judge decides which restore calls are asked again (a `failed` reply too).
-            verdict = self.judge()
-            op_id = self.run.op_id
-            if verdict.action is not VerdictAction.RETRY or op_id is None:
-                return frozenset()
-            return frozenset((name, op_id) for name in verdict.retry)
-        return self.phases.unanswered()
+        return _PHASES[calls.phase].to_retry(self)
 
     # ------------------------------------------------------------------ after the restore
 
@@ -618,6 +542,348 @@ def _rejected(run: RestoreRun) -> tuple[tuple[str, str], ...]:
     if run.selection is None:
         return ()
     return tuple((str(r.snapshot_id), r.reason) for r in run.selection.rejected)
+
+
+# ============================================================================ the phases
+#
+# How M9 runs each remote phase it walks, as data: one `_RestorePhase` per phase, its
+# behaviours named below, grouped by what they answer. `RestoreFlow` looks the phase in
+# progress up (`_walking`) and never branches on it.
+
+
+@dataclass(frozen=True, slots=True)
+class _RestorePhase:
+    """How the restore runs one remote phase (the `PhaseOwner` answers, for that phase).
+
+    `called`: who of a slot's role is called (the slot's members given), the phase's own
+    id; `payload`: what a call to a participant carries; `attempted`: what a call that
+    went out records; `answered`: what an answer records (and what it sends next);
+    `failed`: what a call settled without an answer records (`refused`: the participant
+    changed nothing); `settled`: once every call of a role settled (the unanswered given),
+    does the phase move to the next role; `done`: every slot answered; `to_retry`: the
+    calls the restore retry timer sends again; `retry`: what the timer does with them.
+    """
+
+    phase: Phase
+    called: Callable[[RestoreFlow, frozenset[str]], frozenset[str]]
+    payload: Callable[[RestoreFlow, str], Any]
+    attempted: Callable[[RestoreFlow, str], None]
+    answered: Callable[[RestoreFlow, CallKey, Any], None]
+    failed: Callable[[RestoreFlow, CallKey, Cause, bool], None]
+    settled: Callable[[RestoreFlow, frozenset[CallKey]], bool]
+    done: Callable[[RestoreFlow], None]
+    to_retry: Callable[[RestoreFlow], frozenset[CallKey]]
+    retry: Callable[[RestoreFlow, frozenset[CallKey]], None]
+
+
+def _nothing(*_args: Any) -> None:
+    """Records nothing: the phase keeps no bookkeeping of this (of a failed call, say: its
+    `failed` state is what the retry timer sends again)."""
+
+
+# -------------------------------------------------- who is called (the phase's own id)
+
+
+def _not_answered(flow: RestoreFlow, names: frozenset[str]) -> frozenset[str]:
+    return names - {name for name, _ in flow.run.replies}  # asked again: who did not answer
+
+
+def _touched(flow: RestoreFlow, names: frozenset[str]) -> frozenset[str]:
+    if flow.clearing():
+        return frozenset()  # only the conflicting ids are resumed, not the restore's own
+    return names & flow.run.touched  # resume (= abort) only where the rejected restore went
+
+
+def _discarding(flow: RestoreFlow, names: frozenset[str]) -> frozenset[str]:
+    return names & {d.participant for d in flow.run.pending_discards}
+
+
+def _everyone(_flow: RestoreFlow, names: frozenset[str]) -> frozenset[str]:
+    return names
+
+
+# -------------------------------------------------- what a call carries
+
+
+def _restore_target(flow: RestoreFlow, name: str) -> RestoreTarget:
+    run = flow.run
+    snapshot = run.snapshot
+    assert snapshot is not None
+    return RestoreTarget(snapshot.snapshot_id, dict(run.digests).get(name, ""))
+
+
+def _next_discard(flow: RestoreFlow, name: str) -> tuple[str, int]:
+    # One discard at a time per agent: a reply names no rollout.
+    head = next(d for d in flow.run.pending_discards if d.participant == name)
+    return (head.rollout_id, head.attempt)
+
+
+def _no_payload(_flow: RestoreFlow, _name: str) -> None:
+    return None
+
+
+# -------------------------------------------------- what a call records
+
+
+def _touch(flow: RestoreFlow, name: str) -> None:
+    # Touched from the moment the restore call goes out (a lost reply is aborted too).
+    flow.update(touched=flow.run.touched | {name})
+
+
+def _keep_reply(flow: RestoreFlow, key: CallKey, result: Any) -> None:
+    replies = {**dict(flow.run.replies), key[0]: result}
+    flow.update(replies=tuple(sorted(replies.items())))
+
+
+def _discarded(flow: RestoreFlow, key: CallKey, _result: Any) -> None:
+    name = key[0]
+    pending = flow.run.pending_discards
+    head = next(i for i, d in enumerate(pending) if d.participant == name)
+    pending = pending[:head] + pending[head + 1 :]
+    flow.update(pending_discards=pending)
+    if any(d.participant == name for d in pending):
+        flow.phases.send_new([key])  # the next discard of this agent
+
+
+def _keep_failure(flow: RestoreFlow, key: CallKey, cause: Cause, refused: bool) -> None:
+    run = flow.run
+    name = key[0]
+    retryable = flow.h.policy.classify(cause).retryable
+    # A refusal changed nothing: nothing to abort there if the snapshot is rejected.
+    touched = run.touched - {name} if refused else run.touched
+    failures = tuple(sorted({**dict(run.failures), name: retryable}.items()))
+    flow.update(failures=failures, touched=touched)
+
+
+# -------------------------------------------------- when a role is settled
+
+
+def _judge_role(flow: RestoreFlow, _failed: frozenset[CallKey]) -> bool:
+    return flow.judged(flow.judge())
+
+
+def _all_answered(flow: RestoreFlow, failed: frozenset[CallKey]) -> bool:
+    if not failed:
+        return True
+    # M9 is told of a failed round: clearing a conflict is part of the restore, so there it
+    # spends one of the snapshot's retries and a chain of conflicts is bounded (M9
+    # `max_retries`); a discard or resume is retried until it succeeds.
+    flow.fire(RestoreInput.CALL_FAILED)
+    return False
+
+
+def _aborted(flow: RestoreFlow, failed: frozenset[CallKey]) -> bool:
+    if failed and not flow.clearing():
+        flow.arm_retry()  # aborting a rejected restore: M9 is already selecting
+        return False
+    return _all_answered(flow, failed)
+
+
+# -------------------------------------------------- when the phase is done
+
+
+def _tell(event: RestoreInput) -> Callable[[RestoreFlow], None]:
+    """Every call of the phase answered: M9 is told `event`."""
+
+    def done(flow: RestoreFlow) -> None:
+        flow.fire(event)
+
+    return done
+
+
+def _after_abort(flow: RestoreFlow) -> None:
+    # M9 is told nothing: clearing, it is still restoring; otherwise already selecting.
+    clearing = flow.clearing()
+    flow.update(calls=None, conflicts=frozenset())
+    if clearing:
+        flow.phases.start(Phase.RESTORE)  # the same op id, to who did not answer
+    else:
+        flow.select()
+
+
+# -------------------------------------------------- what the retry timer sends again
+
+
+def _judged_retry(flow: RestoreFlow) -> frozenset[CallKey]:
+    # The judge decides which restore calls are asked again (a `failed` reply too).
+    verdict = flow.judge()
+    op_id = flow.run.op_id
+    if verdict.action is not VerdictAction.RETRY or op_id is None:
+        return frozenset()
+    return frozenset((name, op_id) for name in verdict.retry)
+
+
+def _unanswered(flow: RestoreFlow) -> frozenset[CallKey]:
+    return flow.phases.unanswered()
+
+
+def _send_again(flow: RestoreFlow, retry: frozenset[CallKey]) -> None:
+    flow.phases.send_new(sorted(retry))  # the same op id (M9 keeps its id on a retry)
+
+
+def _restore_again(flow: RestoreFlow, retry: frozenset[CallKey]) -> None:
+    run = flow.run
+    names = {name for name, _ in retry}
+    flow.update(
+        replies=tuple(p for p in run.replies if p[0] not in names),
+        failures=tuple(p for p in run.failures if p[0] not in names),
+    )
+    if run.conflicts:
+        # S5: resume the ids the refusals named; the restore is asked again after.
+        flow.phases.start(Phase.ABORT)
+    else:
+        _send_again(flow, retry)
+
+
+def _abort_again(flow: RestoreFlow, _retry: frozenset[CallKey]) -> None:
+    # Walked again (keeping who answered): a refusal may have named the id its participant
+    # holds now, which replaces the one refused (`with_conflict`).
+    flow.phases.start(Phase.ABORT)
+
+
+_WALKED: frozenset[Phase] = frozenset({Phase.RESTORE, Phase.ABORT, Phase.DISCARD, Phase.RESUME})
+"""The remote phases the restore walks: restore, the abort of a rejected snapshot (and the
+resume of the ids a restore call conflicted with), discard, resume."""
+
+
+def _phase_table(*entries: _RestorePhase) -> Mapping[Phase, _RestorePhase]:
+    """`entries` by phase, checked: exactly one per phase of `_WALKED`, each one the shared
+    phase order (§3) can walk; a `DefinitionError` lists every problem otherwise.
+
+    >>> _phase_table(*(e for e in _PHASES.values() if e.phase is not Phase.DISCARD))
+    Traceback (most recent call last):
+    ...
+    quiesce.fsm._errors.DefinitionError: table 'restore phases' is malformed (1 problems):
+      - [unknown_name] phase 'discard' is walked by the restore but has no entry
+    """
+    problems: list[tuple[str, str]] = []
+    by_phase: dict[Phase, _RestorePhase] = {}
+    for entry in entries:
+        if entry.phase in by_phase:
+            problems.append(("conflicting_pair", f"phase {entry.phase.value!r} has two entries"))
+        by_phase[entry.phase] = entry
+    problems += [
+        ("unknown_name", f"phase {phase.value!r} is walked by the restore but has no entry")
+        for phase in sorted(_WALKED - by_phase.keys(), key=lambda p: p.value)
+    ]
+    problems += [
+        ("unknown_name", f"entry for phase {phase.value!r}, which the restore never walks")
+        for phase in sorted(by_phase.keys() - _WALKED, key=lambda p: p.value)
+    ]
+    problems += [
+        ("unknown_name", f"phase {phase.value!r} has no order in §3 (PHASE_ORDER)")
+        for phase in sorted(by_phase.keys() - PHASE_ORDER.keys(), key=lambda p: p.value)
+    ]
+    if problems:
+        raise DefinitionError("restore phases", problems)
+    return MappingProxyType(by_phase)
+
+
+_PHASES: Mapping[Phase, _RestorePhase] = _phase_table(
+    _RestorePhase(
+        Phase.RESTORE,
+        called=_not_answered,
+        payload=_restore_target,
+        attempted=_touch,
+        answered=_keep_reply,
+        failed=_keep_failure,
+        settled=_judge_role,
+        done=_tell(RestoreInput.RECV_RESTORED),
+        to_retry=_judged_retry,
+        retry=_restore_again,
+    ),
+    _RestorePhase(
+        Phase.ABORT,
+        called=_touched,
+        payload=_no_payload,
+        attempted=_nothing,
+        answered=_nothing,
+        failed=_nothing,
+        settled=_aborted,
+        done=_after_abort,
+        to_retry=_unanswered,
+        retry=_abort_again,
+    ),
+    _RestorePhase(
+        Phase.DISCARD,
+        called=_discarding,
+        payload=_next_discard,
+        attempted=_nothing,
+        answered=_discarded,
+        failed=_nothing,
+        settled=_all_answered,
+        done=_tell(RestoreInput.RECV_DISCARDED),
+        to_retry=_unanswered,
+        retry=_send_again,
+    ),
+    _RestorePhase(
+        Phase.RESUME,
+        called=_everyone,
+        payload=_no_payload,
+        attempted=_nothing,
+        answered=_nothing,
+        failed=_nothing,
+        settled=_all_answered,
+        done=_tell(RestoreInput.RECV_RESUMED),
+        to_retry=_unanswered,
+        retry=_send_again,
+    ),
+)
+"""How the restore runs each phase it walks (`RestoreFlow._walking`: the one in progress)."""
+
+
+# ============================================================================ on entry
+#
+# What entering an M9 state starts, beside its row's named work (which runs first).
+
+
+# Each calls the flow's method by name, looked up when it runs (a subclass or a planted bug
+# that replaces the method is run, not the one this table was built with).
+
+
+def _select_unless_aborting(flow: RestoreFlow) -> None:
+    # A rejected snapshot's abort still calling selects when it is done (`_after_abort`).
+    if flow.run.calls is None:
+        flow.select()
+
+
+def _plan_discards(flow: RestoreFlow) -> None:
+    flow.discard_plan()
+
+
+def _finish(flow: RestoreFlow) -> None:
+    flow.finish()
+
+
+def _entry_table(
+    entries: Mapping[RestoreState, Callable[[RestoreFlow], None]],
+) -> Mapping[RestoreState, Callable[[RestoreFlow], None]]:
+    """`entries`, checked: every key a state of M9's table (a `DefinitionError` otherwise).
+
+    >>> _entry_table({"idle": _finish})
+    Traceback (most recent call last):
+    ...
+    quiesce.fsm._errors.DefinitionError: table 'restore' is malformed (1 problems):
+      - [unknown_state] entry work for 'idle', not a state of 'restore'
+    """
+    problems = [
+        ("unknown_state", f"entry work for {state!r}, not a state of {RESTORE.name!r}")
+        for state in entries
+        if not isinstance(state, RESTORE.states)
+    ]
+    if problems:
+        raise DefinitionError(RESTORE.name, problems)
+    return MappingProxyType(dict(entries))
+
+
+_ON_ENTRY: Mapping[RestoreState, Callable[[RestoreFlow], None]] = _entry_table(
+    {
+        RestoreState.SELECTING: _select_unless_aborting,
+        RestoreState.RESTORED_PAUSED: _plan_discards,
+        RestoreState.IDLE: _finish,
+    }
+)
+"""The work entering an M9 state starts (a state not here starts nothing)."""
 
 
 # ============================================================================ named work
