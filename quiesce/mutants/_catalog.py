@@ -11,7 +11,8 @@ that survives its check means the check can no longer fail for that bug: `quiesc
 --verify` exits 1 if a scenario mutant survives.
 
 How a mutant is built. Where the bug lives in a table it is a derived table
-(`without_row`, `retarget`, `without_guard`, `derive`) run through the very same model
+(`without_row`, `retarget`, `without_guard`, `derive`; `_bugs` derives each once, for this
+catalog and the design mutants alike) run through the very same model
 (`Hooks`); where it lives in one of the controller's pure decisions (classification,
 discovery, levels, the capture rule, restore judging and planning) it is a
 `CoordinatorPolicy` with that one function swapped. Both are the coordinator's documented
@@ -50,6 +51,7 @@ from quiesce.models.scenarios import (
     scenario_system,
     small_params,
 )
+from quiesce.mutants import _bugs as bugs
 from quiesce.mutants._names import mutant_name, row_index, row_keys
 from quiesce.mutants._notes import SURVIVOR_NOTES, check_notes
 from quiesce.mutants._stages import Site, describe_violation, judge
@@ -81,15 +83,10 @@ from quiesce.protocol.machines import (
     CONTROL_FENCE,
     DEADLINE_REGISTRY,
     RESTORE,
-    AgentInput,
     CallInput,
     CallState,
     CheckpointInput,
     CheckpointState,
-    ExecState,
-    FenceInput,
-    RegistryInput,
-    RegistryState,
     RestoreState,
 )
 from quiesce.protocol.participant import (
@@ -192,75 +189,6 @@ def _hooks(**fields: Any) -> Callable[[], Hooks]:
 def _policy(**changes: Any) -> CoordinatorPolicy:
     """The protocol's own policy with `changes` (one swapped decision, usually)."""
     return replace(CoordinatorPolicy(), **changes)
-
-
-# ------------------------------------------------------------------ scenario mutants (tables)
-
-
-def _s1_registry() -> Table[Any, Any]:
-    # The checkpoint's hold is recorded, but the clocks keep running (no suspend).
-    index = _row(DEADLINE_REGISTRY, RegistryState.RUNNING, RegistryInput.SUSPEND)
-    return DEADLINE_REGISTRY.retarget(index, None).without_effect(index, "cancel_all")
-
-
-def _s2_registry() -> Table[Any, Any]:
-    # A boolean, not a holder set: any holder's resume restarts the clocks.
-    index = _row(
-        DEADLINE_REGISTRY, RegistryState.SUSPENDED, RegistryInput.RESUME, guard="last_holder"
-    )
-    return DEADLINE_REGISTRY.without_guard(index)
-
-
-def _s4_checkpoint() -> Table[Any, Any]:
-    # A failed release is re-raised: the run stops instead of release_pending.
-    index = next(
-        i
-        for i, row in enumerate(CHECKPOINT.rows)
-        if row.input is CheckpointInput.FAILED
-        and row.sources == (CheckpointState.RELEASING,)
-        and row.target is CheckpointState.RELEASE_PENDING
-    )
-    return CHECKPOINT.retarget(index, CheckpointState.STOPPED)
-
-
-def _s5_checkpoint() -> Table[Any, Any]:
-    # The pending abort of X is given up at the next trigger; the next attempt gets a new id.
-    index = _row(CHECKPOINT, CheckpointState.ABORT_PENDING, CheckpointInput.TRIGGER)
-    rows = list(CHECKPOINT.rows)
-    rows[index] = on(
-        CheckpointState.ABORT_PENDING,
-        CheckpointInput.TRIGGER,
-        CheckpointState.IDLE,
-        update="finished",
-        effects=("cancel_retry", "clear_intent", "drop_holds"),
-    )
-    return CHECKPOINT.derive("abort_with_new_id", rows=rows)
-
-
-def _s15_fence() -> Table[Any, Any]:
-    # No high-watermark check for prepare: a delayed prepare(X) after resume(X) is accepted.
-    index = _row(
-        CONTROL_FENCE, tuple(CONTROL_FENCE.states), FenceInput.RECV_PREPARE, guard="stale_id"
-    )
-    return CONTROL_FENCE.without_row(index)
-
-
-def _s17_agent() -> Table[Any, Any]:
-    # Retire tombstones a completed, un-ACKed execution: its result is released without ACK.
-    index = _row(AGENT_EXECUTION, ExecState.COMPLETED, AgentInput.RETIRE)
-    rows = list(AGENT_EXECUTION.rows)
-    rows[index] = on(
-        ExecState.COMPLETED, AgentInput.RETIRE, ExecState.TOMBSTONED, effects="tombstone"
-    )
-    return AGENT_EXECUTION.derive("retire_releases_completed", rows=rows)
-
-
-def _s18_checkpoint() -> Table[Any, Any]:
-    # A restart ignores the intent record: the id in flight is never finished.
-    index = _row(CHECKPOINT, CheckpointState.IDLE, CheckpointInput.RECOVERED)
-    rows = list(CHECKPOINT.rows)
-    rows[index] = on(CheckpointState.IDLE, CheckpointInput.RECOVERED, None)
-    return CHECKPOINT.derive("intent_ignored", rows=rows)
 
 
 # ------------------------------------------------------------------ scenario mutants (code)
@@ -429,7 +357,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S1",
             "the checkpoint's hold does not suspend the deadline clocks",
-            _hooks(deadlines=_s1_registry()),
+            _hooks(deadlines=bugs.deadline_runs_while_parked()),
             "I4",
             small_params(),
         ),
@@ -438,7 +366,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S2",
             "a boolean instead of a holder set: the train switch's end restarts the clocks",
-            _hooks(deadlines=_s2_registry()),
+            _hooks(deadlines=bugs.boolean_suspend()),
             "I4",
             small_params(train_switch=1),
         ),
@@ -465,7 +393,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S4",
             "a failed release stops the run instead of release_pending",
-            _hooks(checkpoint=_s4_checkpoint()),
+            _hooks(checkpoint=bugs.release_failure_stops()),
             "no_stall",
             small_params(faults=1),
         ),
@@ -474,7 +402,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S5",
             "a pending abort of X is dropped; the next attempt uses a new id",
-            _hooks(checkpoint=_s5_checkpoint()),
+            _hooks(checkpoint=bugs.abort_with_new_id()),
             "I3",
             small_params(triggers=2, faults=1),
         ),
@@ -585,7 +513,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S15",
             "a delayed prepare(X) after resume(X) is accepted (no high-watermark check)",
-            _hooks(participant=ParticipantRules(fence=_s15_fence())),
+            _hooks(participant=ParticipantRules(fence=bugs.stale_prepare_accepted())),
             "I3",
             small_params(faults=1),
         ),
@@ -603,7 +531,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S17",
             "retire tombstones a completed, un-ACKed execution",
-            _hooks(participant=ParticipantRules(agent=_s17_agent())),
+            _hooks(participant=ParticipantRules(agent=bugs.retire_releases_completed())),
             "I1",
             small_params(attempts=2, triggers=0),
         ),
@@ -612,7 +540,7 @@ def scenario_mutants() -> list[Mutant]:
             "scenario",
             "S18",
             "a restarted controller ignores the intent record of the id in flight",
-            _hooks(checkpoint=_s18_checkpoint()),
+            _hooks(checkpoint=bugs.intent_ignored()),
             # M9 waits in `finishing_intent` for an intent M1 never finishes: the controller
             # is never idle again, so I3 (due once it is) never judges it; I7 does.
             "no_stall",

@@ -3,7 +3,8 @@ model must kill it.
 
 What lives here: `DESIGN_MUTANTS`, one entry per bug, each naming its §7 scenario, how its
 tables are derived from the machines' own (`without_row`, `retarget`, `without_guard`,
-`derive`: the original tables are untouched, nothing is patched), the property that kills
+`derive`: the original tables are untouched, nothing is patched; a bug the protocol model's
+catalog carries too is the very table `_bugs` derives for both), the property that kills
 it and the smallest configuration that does; `kill` runs one. What it does not know: the
 implementation mutants (`quiesce.mutants._catalog`, for the `protocol` model), or bugs that
 live outside the tables (the controller's digest check of S16, the journal of S19, the
@@ -19,26 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from quiesce.check import CheckResult, add_mutants, check, with_faults
-from quiesce.fsm import Table, on
+from quiesce.fsm import Table
 from quiesce.models.design import DesignModel, DesignParams, DesignTables
+from quiesce.mutants import _bugs as bugs
+from quiesce.mutants._names import row_index
 from quiesce.protocol.machines import (
-    AGENT_EXECUTION,
-    CHECKPOINT,
     CONTROL_FENCE,
-    DEADLINE_REGISTRY,
     RESTORE,
-    AgentInput,
-    CheckpointInput,
-    CheckpointState,
-    ExecState,
     FenceInput,
     FenceState,
-    RegistryInput,
-    RegistryState,
     RestoreInput,
     RestoreState,
 )
@@ -88,101 +81,36 @@ def kill(mutant: DesignMutant, max_states: int | None = None) -> CheckResult[Any
     return check(mutant.model(), max_states=max_states)
 
 
-def _row(table: Table[Any, Any], source: Enum, input: Enum, *, guard: str | None = None) -> int:
-    """The index of the first row of `table` for `source` + `input` with `guard`."""
-    for index, row in enumerate(table.rows):
-        if row.input is input and source in row.sources and row.guard == guard:
-            return index
-    raise LookupError(f"{table.name} has no row {source} + {input} [{guard}]")
-
-
 _BASE = DesignTables()
 
 
-def _stale_prepare_accepted() -> DesignTables:
-    # S15: no high-watermark check on prepare: a delayed prepare(X) after resume(X) fences.
-    index = _row(CONTROL_FENCE, FenceState.IDLE, FenceInput.RECV_PREPARE, guard="stale_id")
-    return _BASE.derive("S15", fence=CONTROL_FENCE.without_row(index))
+def _carrying(scenario: str, **tables: Callable[[], Table[Any, Any]]) -> Callable[[], DesignTables]:
+    """The design's tables with each of `tables` (a known bug's table, `_bugs`: derived
+    once for both model levels) in its place."""
 
+    def derive() -> DesignTables:
+        return _BASE.derive(scenario, **{slot: bug() for slot, bug in tables.items()})
 
-def _retire_releases_completed() -> DesignTables:
-    # S17: retire tombstones a completed, un-ACKed execution (its result is released).
-    index = _row(AGENT_EXECUTION, ExecState.COMPLETED, AgentInput.RETIRE)
-    rows = list(AGENT_EXECUTION.rows)
-    rows[index] = on(
-        ExecState.COMPLETED, AgentInput.RETIRE, ExecState.TOMBSTONED, effects="tombstone"
-    )
-    return _BASE.derive("S17", execution=AGENT_EXECUTION.derive("S17", rows=rows))
-
-
-def _deadline_runs_while_parked() -> DesignTables:
-    # S1: the checkpoint's hold is recorded but the clocks keep running (no suspend).
-    index = _row(DEADLINE_REGISTRY, RegistryState.RUNNING, RegistryInput.SUSPEND)
-    registry = DEADLINE_REGISTRY.retarget(index, None).without_effect(index, "cancel_all")
-    return _BASE.derive("S1", deadlines=registry)
-
-
-def _boolean_suspend() -> DesignTables:
-    # S2: a boolean, not a holder set: any holder's resume restarts the clocks.
-    index = _row(
-        DEADLINE_REGISTRY, RegistryState.SUSPENDED, RegistryInput.RESUME, guard="last_holder"
-    )
-    return _BASE.derive("S2", deadlines=DEADLINE_REGISTRY.without_guard(index))
-
-
-def _release_failure_stops() -> DesignTables:
-    # S4: a failed release stops the run instead of release_pending.
-    index = next(
-        i
-        for i, row in enumerate(CHECKPOINT.rows)
-        if row.input is CheckpointInput.FAILED
-        and row.sources == (CheckpointState.RELEASING,)
-        and row.target is CheckpointState.RELEASE_PENDING
-    )
-    return _BASE.derive("S4", checkpoint=CHECKPOINT.retarget(index, CheckpointState.STOPPED))
-
-
-def _abort_with_new_id() -> DesignTables:
-    # S5: a pending abort of X is given up at the next trigger; the next attempt is new.
-    index = _row(CHECKPOINT, CheckpointState.ABORT_PENDING, CheckpointInput.TRIGGER)
-    rows = list(CHECKPOINT.rows)
-    rows[index] = on(
-        CheckpointState.ABORT_PENDING,
-        CheckpointInput.TRIGGER,
-        CheckpointState.IDLE,
-        update="finished",
-        effects=("cancel_retry", "clear_intent", "drop_holds"),
-    )
-    return _BASE.derive("S5", checkpoint=CHECKPOINT.derive("S5", rows=rows))
-
-
-def _intent_ignored() -> DesignTables:
-    # S18: a restart ignores the intent record: the id in flight is never finished.
-    index = _row(CHECKPOINT, CheckpointState.IDLE, CheckpointInput.RECOVERED)
-    rows = list(CHECKPOINT.rows)
-    rows[index] = on(CheckpointState.IDLE, CheckpointInput.RECOVERED, None)
-    return _BASE.derive("S18", checkpoint=CHECKPOINT.derive("S18", rows=rows))
+    return derive
 
 
 def _restart_only_resumed() -> DesignTables:
     # S12: restored continuations on a restart_only resource are not discarded first.
-    index = _row(
-        RESTORE, RestoreState.RESTORED_PAUSED, RestoreInput.DISCARD_BEGIN, guard="has_discards"
+    index = row_index(
+        RESTORE, RestoreState.RESTORED_PAUSED, RestoreInput.DISCARD_BEGIN, "has_discards"
     )
     return _BASE.derive("S12", restore=RESTORE.without_row(index))
 
 
 def _commit_not_replayed() -> DesignTables:
     # M2: the same commit(X) after a lost reply is not answered from the record.
-    index = _row(
-        CONTROL_FENCE, FenceState.COMMITTED_PAUSED, FenceInput.RECV_COMMIT, guard="same_id"
-    )
+    index = row_index(CONTROL_FENCE, FenceState.COMMITTED_PAUSED, FenceInput.RECV_COMMIT, "same_id")
     return _BASE.derive("M2-commit", fence=CONTROL_FENCE.without_row(index))
 
 
 def _final_resume_not_replayed() -> DesignTables:
     # M2: a repeated resume(X) of the newest retired id is refused as stale, not replayed.
-    index = _row(CONTROL_FENCE, FenceState.IDLE, FenceInput.RECV_RESUME, guard="watermark_id")
+    index = row_index(CONTROL_FENCE, FenceState.IDLE, FenceInput.RECV_RESUME, "watermark_id")
     return _BASE.derive("M2-resume", fence=CONTROL_FENCE.without_row(index))
 
 
@@ -193,14 +121,14 @@ DESIGN_MUTANTS: Mapping[str, DesignMutant] = {
             "S1_deadline_runs_while_parked",
             "S1",
             "the checkpoint's hold does not suspend the deadline clocks",
-            _deadline_runs_while_parked,
+            _carrying("S1", deadlines=bugs.deadline_runs_while_parked),
             "I4",
         ),
         DesignMutant(
             "S2_boolean_suspend",
             "S2",
             "a boolean, not a holder set: the train switch's end restarts the clocks",
-            _boolean_suspend,
+            _carrying("S2", deadlines=bugs.boolean_suspend),
             "I4",
             {"train_switch": 1},
         ),
@@ -208,7 +136,7 @@ DESIGN_MUTANTS: Mapping[str, DesignMutant] = {
             "S4_release_failure_stops",
             "S4",
             "a release that fails after its retries stops the run, not release_pending",
-            _release_failure_stops,
+            _carrying("S4", checkpoint=bugs.release_failure_stops),
             "I7",
             {"faults": 1, "call_retries": 0},
         ),
@@ -216,7 +144,7 @@ DESIGN_MUTANTS: Mapping[str, DesignMutant] = {
             "S5_abort_with_new_id",
             "S5",
             "a pending abort of X is dropped at the next trigger; the next attempt is new",
-            _abort_with_new_id,
+            _carrying("S5", checkpoint=bugs.abort_with_new_id),
             "I3",
             {"faults": 1, "call_retries": 0, "triggers": 2},
         ),
@@ -232,7 +160,7 @@ DESIGN_MUTANTS: Mapping[str, DesignMutant] = {
             "S15_stale_prepare_accepted",
             "S15",
             "a delayed prepare(X) after resume(X) is accepted (no high-watermark check)",
-            _stale_prepare_accepted,
+            _carrying("S15", fence=bugs.stale_prepare_accepted),
             "I3",
             {"faults": 1},
         ),
@@ -240,7 +168,7 @@ DESIGN_MUTANTS: Mapping[str, DesignMutant] = {
             "S17_retire_releases_completed",
             "S17",
             "retire tombstones a completed, un-ACKed execution",
-            _retire_releases_completed,
+            _carrying("S17", execution=bugs.retire_releases_completed),
             "I1",
             {"attempts": 2, "triggers": 0, "faults": 1},
         ),
@@ -248,7 +176,7 @@ DESIGN_MUTANTS: Mapping[str, DesignMutant] = {
             "S18_intent_ignored_at_restart",
             "S18",
             "a restarted controller ignores the intent record of the id in flight",
-            _intent_ignored,
+            _carrying("S18", checkpoint=bugs.intent_ignored),
             "I6",
             {"faults": 1, "crashes": True},
         ),
