@@ -319,6 +319,12 @@ class Table(Generic[S, I]):
         self._row(index)
         return self.derive(f"drop_row[{index}]", rows=self.rows[:index] + self.rows[index + 1 :])
 
+    def with_row(self, index: int, row: Row, variant: str) -> Table[S, I]:
+        """Put `row` in the place of row `index` (a bug written as the row it puts there),
+        the variant named `variant`."""
+        self._row(index)
+        return self.derive(variant, rows=(*self.rows[:index], row, *self.rows[index + 1 :]))
+
     def retarget(self, index: int, target: Enum | None) -> Table[S, I]:
         """Send row `index` to another `target` (`None`: hold the state)."""
         return self._replace_row(index, f"retarget[{index}]->{_name(target)}", target=target)
@@ -379,9 +385,7 @@ class Table(Generic[S, I]):
         return self.rows[index]
 
     def _replace_row(self, index: int, variant: str, **changes: Any) -> Table[S, I]:
-        rows = list(self.rows)
-        rows[index] = replace(self._row(index), **changes)
-        return self.derive(variant, rows=rows)
+        return self.with_row(index, replace(self._row(index), **changes), variant)
 
     def _check(self) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         """Collect problems: (fatal ones that prevent compiling, structural ones)."""

@@ -70,15 +70,14 @@ def abort_with_new_id() -> Table[Any, Any]:
     """S5 (M1): the pending abort of X is given up at the next trigger; the next attempt
     gets a new id."""
     index = row_index(CHECKPOINT, CheckpointState.ABORT_PENDING, CheckpointInput.TRIGGER)
-    rows = list(CHECKPOINT.rows)
-    rows[index] = on(
+    given_up = on(
         CheckpointState.ABORT_PENDING,
         CheckpointInput.TRIGGER,
         CheckpointState.IDLE,
         update="finished",
         effects=("cancel_retry", "clear_intent", "drop_holds"),
     )
-    return CHECKPOINT.derive("abort_with_new_id", rows=rows)
+    return CHECKPOINT.with_row(index, given_up, "abort_with_new_id")
 
 
 def stale_prepare_accepted() -> Table[Any, Any]:
@@ -94,16 +93,12 @@ def retire_releases_completed() -> Table[Any, Any]:
     """S17 (M3): retire tombstones a completed, un-ACKed execution: its result is released
     without an ACK."""
     index = row_index(AGENT_EXECUTION, ExecState.COMPLETED, AgentInput.RETIRE)
-    rows = list(AGENT_EXECUTION.rows)
-    rows[index] = on(
-        ExecState.COMPLETED, AgentInput.RETIRE, ExecState.TOMBSTONED, effects="tombstone"
-    )
-    return AGENT_EXECUTION.derive("retire_releases_completed", rows=rows)
+    released = on(ExecState.COMPLETED, AgentInput.RETIRE, ExecState.TOMBSTONED, effects="tombstone")
+    return AGENT_EXECUTION.with_row(index, released, "retire_releases_completed")
 
 
 def intent_ignored() -> Table[Any, Any]:
     """S18 (M1): a restart ignores the intent record: the id in flight is never finished."""
     index = row_index(CHECKPOINT, CheckpointState.IDLE, CheckpointInput.RECOVERED)
-    rows = list(CHECKPOINT.rows)
-    rows[index] = on(CheckpointState.IDLE, CheckpointInput.RECOVERED, None)
-    return CHECKPOINT.derive("intent_ignored", rows=rows)
+    ignored = on(CheckpointState.IDLE, CheckpointInput.RECOVERED, None)
+    return CHECKPOINT.with_row(index, ignored, "intent_ignored")

@@ -226,22 +226,20 @@ def _capture_without_step_check(facts: CaptureFacts) -> CaptureVerdict:
 def _s8_checkpoint() -> Table[Any, Any]:
     # The strict flush trusts the background drain: nothing is flushed, prepare starts.
     index = _row(CHECKPOINT, CheckpointState.CLOSING_ADMISSION, CheckpointInput.INTENT_WRITTEN)
-    rows = list(CHECKPOINT.rows)
-    rows[index] = on(
+    not_strict = on(
         CheckpointState.CLOSING_ADMISSION,
         CheckpointInput.INTENT_WRITTEN,
         CheckpointState.PREPARING,
         effects=("arm_prepare_deadline", "call_prepare"),
     )
-    return CHECKPOINT.derive("flush_not_strict", rows=rows)
+    return CHECKPOINT.with_row(index, not_strict, "flush_not_strict")
 
 
 def _s10_call() -> Table[Any, Any]:
     # A not-ready prepare fails the attempt at once instead of being asked again.
     index = _row(CALL, CallState.WAITING, CallInput.RECV_NOT_READY)
-    rows = list(CALL.rows)
-    rows[index] = replace(rows[index], target=CallState.FAILED, effects=("fail_call",))
-    return CALL.derive("not_ready_fails_at_once", rows=rows)
+    failing = replace(CALL.rows[index], target=CallState.FAILED, effects=("fail_call",))
+    return CALL.with_row(index, failing, "not_ready_fails_at_once")
 
 
 def _live_level_ignored(_fleet: Fleet | None, _environment: str, target: Any) -> Any:

@@ -265,6 +265,17 @@ def test_retarget_changes_only_the_target() -> None:
     assert snapshot(COUNTER) == ORIGINAL
 
 
+def test_with_row_puts_the_row_in_that_place_only() -> None:
+    stopping = dataclasses.replace(COUNTER.rows[4], target=Counter.STOPPED)
+    mutant = COUNTER.with_row(4, stopping, "stop_stops")
+    assert mutant.rows == (*COUNTER.rows[:4], stopping, *COUNTER.rows[5:])
+    assert mutant.variant == "stop_stops"
+    assert mutant.step(running(1), Cmd.STOP)[0].state is Counter.STOPPED
+    with pytest.raises(IndexError, match="not 99"):
+        COUNTER.with_row(99, stopping, "nowhere")
+    assert snapshot(COUNTER) == ORIGINAL
+
+
 def test_without_guard_makes_the_row_fire_always() -> None:
     mutant = COUNTER.without_guard(3)
     assert mutant.rows[3] == dataclasses.replace(COUNTER.rows[3], guard=None)
