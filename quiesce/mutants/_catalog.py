@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal
 
+import quiesce.mutants._bugs as bugs
 from quiesce.check import Model, add_mutants, check, with_faults
 from quiesce.fsm import Table, Value, label, on
 from quiesce.models.implementation import Hooks, ProtocolModel, ProtocolParams, System
@@ -51,7 +52,6 @@ from quiesce.models.scenarios import (
     scenario_system,
     small_params,
 )
-from quiesce.mutants import _bugs as bugs
 from quiesce.mutants._names import mutant_name, row_index, row_keys
 from quiesce.mutants._notes import SURVIVOR_NOTES, check_notes
 from quiesce.mutants._stages import Site, describe_violation, judge

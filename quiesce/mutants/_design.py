@@ -22,10 +22,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import quiesce.mutants._bugs as bugs
 from quiesce.check import CheckResult, add_mutants, check, with_faults
 from quiesce.fsm import Table
 from quiesce.models.design import DesignModel, DesignParams, DesignTables
-from quiesce.mutants import _bugs as bugs
 from quiesce.mutants._names import row_index
 from quiesce.protocol.machines import (
     CONTROL_FENCE,

@@ -42,8 +42,8 @@ def test_the_story_numbers_the_steps_and_shows_only_what_changed(
     assert last.startswith("the group's deadline expires") and "I1 violated here" in last
     tail = story[story.index(last) :]
     assert (
-        "agent_execution[g0-0#0]: completed --retire--> tombstoned (variant S17, not in the"
-        " table)" in tail
+        "agent_execution[g0-0#0]: completed --retire--> tombstoned"
+        " (variant retire_releases_completed, not in the table)" in tail
     )
     assert 'parts.executions: -{"sibling":0,"attempt":0,"state":"completed","turn":1}' in tail
     assert "I1 is false after the last step; the fields the last step changed:" in tail
@@ -59,7 +59,7 @@ def test_the_agent_trace_keeps_the_violating_step_and_the_diagram_highlights_it(
         "state": "completed",
         "input": "retire",
         "target": "tombstoned",
-        "variant": "S17",
+        "variant": "retire_releases_completed",
         "violates": "I1",
     }
     assert f"{trace} (has the violating step)" in ran.stderr
@@ -68,7 +68,10 @@ def test_the_agent_trace_keeps_the_violating_step_and_the_diagram_highlights_it(
     drawn = CliRunner().invoke(main, ["diagram", "agent_execution", "--trace", str(trace)])
     assert drawn.exit_code == 0, drawn.output
     assert drawn.stdout != plain.stdout
-    assert "completed --> tombstoned : 2. retire (variant S17) (violates I1)" in drawn.stdout
+    assert (
+        "completed --> tombstoned : 2. retire (variant retire_releases_completed) (violates I1)"
+        in drawn.stdout
+    )
     assert "class completed,tombstoned violated" in drawn.stdout
 
 
