@@ -19,6 +19,9 @@ _NEEDS_RESTARTS = {"reply-before-fsync"}
 
 
 @pytest.mark.slow
+# Not the suite's 300 s: busy-duplicate seed 2 is caught in 3 requests, but shrinking a
+# timing-dependent duplicate took 318 s on a quiet machine (2026-12-06).
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("seed", range(10))
 @pytest.mark.parametrize("name", sorted(BROKEN_HOSTS))
 def test_every_broken_host_is_caught_for_any_seed(name: str, seed: int) -> None:
