@@ -38,12 +38,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import Any, Literal
 
 import quiesce.mutants._bugs as bugs
 from quiesce.check import Model, add_mutants, check, with_faults
-from quiesce.fsm import Table, Value, label, on
+from quiesce.fsm import Table, Value, label
 from quiesce.models.implementation import Hooks, ProtocolModel, ProtocolParams, System
 from quiesce.models.scenarios import (
     SCENARIOS,
@@ -52,7 +51,7 @@ from quiesce.models.scenarios import (
     scenario_system,
     small_params,
 )
-from quiesce.mutants._names import mutant_name, row_index, row_keys
+from quiesce.mutants._names import mutant_name, row_keys
 from quiesce.mutants._notes import SURVIVOR_NOTES, check_notes
 from quiesce.mutants._stages import Site, describe_violation, judge
 from quiesce.protocol import (
@@ -84,9 +83,6 @@ from quiesce.protocol.machines import (
     DEADLINE_REGISTRY,
     RESTORE,
     CallInput,
-    CallState,
-    CheckpointInput,
-    CheckpointState,
     RestoreState,
 )
 from quiesce.protocol.participant import (
@@ -176,11 +172,6 @@ class Verdict:
 # ============================================================================ building blocks
 
 
-def _row(table: Table[Any, Any], sources: Any, input: Enum, *, guard: str | None = None) -> int:
-    """The index of the first row of `table` with `input`, a source in `sources`, `guard`."""
-    return row_index(table, sources, input, guard)
-
-
 def _hooks(**fields: Any) -> Callable[[], Hooks]:
     """Hooks with the given fields (tables, `policy`, participant rules, recovery) swapped."""
     return functools.partial(Hooks, **fields)
@@ -221,25 +212,6 @@ def _capture_without_reflush(facts: CaptureFacts) -> CaptureVerdict:
 def _capture_without_step_check(facts: CaptureFacts) -> CaptureVerdict:
     # S9 mutant: an optimizer step between commit and capture goes unnoticed.
     return judge_capture(replace(facts, trainer_moved=False))
-
-
-def _s8_checkpoint() -> Table[Any, Any]:
-    # The strict flush trusts the background drain: nothing is flushed, prepare starts.
-    index = _row(CHECKPOINT, CheckpointState.CLOSING_ADMISSION, CheckpointInput.INTENT_WRITTEN)
-    not_strict = on(
-        CheckpointState.CLOSING_ADMISSION,
-        CheckpointInput.INTENT_WRITTEN,
-        CheckpointState.PREPARING,
-        effects=("arm_prepare_deadline", "call_prepare"),
-    )
-    return CHECKPOINT.with_row(index, not_strict, "flush_not_strict")
-
-
-def _s10_call() -> Table[Any, Any]:
-    # A not-ready prepare fails the attempt at once instead of being asked again.
-    index = _row(CALL, CallState.WAITING, CallInput.RECV_NOT_READY)
-    failing = replace(CALL.rows[index], target=CallState.FAILED, effects=("fail_call",))
-    return CALL.with_row(index, failing, "not_ready_fails_at_once")
 
 
 def _live_level_ignored(_fleet: Fleet | None, _environment: str, target: Any) -> Any:
@@ -347,213 +319,73 @@ def _scenario_overrides(system: System) -> None:
 # ------------------------------------------------------------------ the catalog
 
 
+# How the protocol model runs each known bug that does not live in one of its tables
+# (`_bugs.KNOWN_BUGS` derives the table bugs), and the scripts that kill the bugs the
+# explorer cannot express.
+_HOOKS: Mapping[str, Callable[[], Hooks]] = {
+    "S3_classified_by_exception_type": _hooks(policy=_policy(classify=_by_exception_type)),
+    "retry_with_new_id": _hooks(policy=_policy(retry_op_id=_new_id_per_retry)),
+    "S6_attempted_after_the_call": _hooks(call=_s6_call()),
+    "S7_no_reflush_at_capture": _hooks(policy=_policy(judge_capture=_capture_without_reflush)),
+    "S9_optimizer_step_unnoticed": _hooks(
+        policy=_policy(judge_capture=_capture_without_step_check)
+    ),
+    "S11_group_scored_sibling_alone": _hooks(policy=_policy(retry_level=_live_level_ignored)),
+    "S11_overrides_refine": _hooks(policy=_policy(lower_levels=_lower_allowing_refinement)),
+    "S12_restart_only_resumed": _hooks(policy=_policy(plan_discards=_no_discards)),
+    "S13_unknown_recovery_mode_accepted": _hooks(
+        policy=_policy(
+            validate_discovery=functools.partial(validate_discovery, recovery_modes=_Everything())
+        )
+    ),
+    "S14_unmanaged_accepted": _hooks(
+        policy=_policy(
+            validate_discovery=functools.partial(
+                validate_discovery, multi_process_modes=_Everything()
+            )
+        )
+    ),
+    "S16_restore_digests_unchecked": _hooks(policy=_policy(judge_restore=_judge_ignoring_digests)),
+    "S19_journal_not_durable": _hooks(recover=_journal_loses_everything),
+}
+_SCRIPTS: Mapping[str, Scenario] = {
+    "S8_flush_not_strict": _scenario_s8,
+    "S10_not_ready_fails_at_once": _scenario_s10,
+    "S11_overrides_refine": _scenario_overrides,
+    "S12_restart_only_resumed": _scenario_s12,
+    "S13_unknown_recovery_mode_accepted": _scenario_s13,
+    "S14_unmanaged_accepted": _scenario_s14,
+    "S16_restore_digests_unchecked": _scenario_s16,
+}
+
+
 def scenario_mutants() -> list[Mutant]:
-    """One mutant per scenario S1-S19 (and the refining-override variant of S11)."""
-    return [
-        Mutant(
-            "S1_deadline_runs_while_parked",
-            "scenario",
-            "S1",
-            "the checkpoint's hold does not suspend the deadline clocks",
-            _hooks(deadlines=bugs.deadline_runs_while_parked()),
-            "I4",
-            small_params(),
-        ),
-        Mutant(
-            "S2_boolean_suspend",
-            "scenario",
-            "S2",
-            "a boolean instead of a holder set: the train switch's end restarts the clocks",
-            _hooks(deadlines=bugs.boolean_suspend()),
-            "I4",
-            small_params(train_switch=1),
-        ),
-        Mutant(
-            "S3_classified_by_exception_type",
-            "scenario",
-            "S3",
-            "a 5xx or timeout is typed as a generic (fatal) error: the run stops",
-            _hooks(policy=_policy(classify=_by_exception_type)),
-            "no_stall",
-            small_params(faults=1),
-        ),
-        Mutant(
-            "retry_with_new_id",
-            "scenario",
-            "S3",
-            "a call retried inside the attempt (a 5xx, a timeout) carries a new op id",
-            _hooks(policy=_policy(retry_op_id=_new_id_per_retry)),
-            "I6",
-            small_params(faults=1, call_retries=1),
-        ),
-        Mutant(
-            "S4_release_failure_reraised",
-            "scenario",
-            "S4",
-            "a failed release stops the run instead of release_pending",
-            _hooks(checkpoint=bugs.release_failure_stops()),
-            "no_stall",
-            small_params(faults=1),
-        ),
-        Mutant(
-            "S5_abort_with_new_id",
-            "scenario",
-            "S5",
-            "a pending abort of X is dropped; the next attempt uses a new id",
-            _hooks(checkpoint=bugs.abort_with_new_id()),
-            "I3",
-            small_params(triggers=2, faults=1),
-        ),
-        Mutant(
-            "S6_attempted_after_the_call",
-            "scenario",
-            "S6",
-            "a participant is marked attempted when it answers, not before the call",
-            _hooks(call=_s6_call()),
-            "I3",
-            small_params(faults=1),
-        ),
-        Mutant(
-            "S7_no_reflush_at_capture",
-            "scenario",
-            "S7",
-            "pending ACKs at capture are neither re-flushed nor skipped",
-            _hooks(policy=_policy(judge_capture=_capture_without_reflush)),
-            "I8",
-            small_params(),
-        ),
-        Mutant(
-            "S8_flush_not_strict",
-            "scenario",
-            "S8",
-            "flushing_acks trusts the background drain and sends nothing",
-            _hooks(checkpoint=_s8_checkpoint()),
-            "scenario:test_s8_background_ack_failure_is_caught_by_the_strict_flush",
-            scripted=_scenario_s8,
-        ),
-        Mutant(
-            "S9_optimizer_step_unnoticed",
-            "scenario",
-            "S9",
-            "an optimizer step between commit and capture is not a skip",
-            _hooks(policy=_policy(judge_capture=_capture_without_step_check)),
-            "I8",
-            small_params(optimizer_steps=1),
-        ),
-        Mutant(
-            "S10_not_ready_fails_at_once",
-            "scenario",
-            "S10",
-            "a not-ready prepare fails the attempt instead of being retried until ready",
-            _hooks(call=_s10_call()),
-            "scenario:test_s10_completion_after_the_flush_is_acked_and_prepare_retried_until_ready",
-            scripted=_scenario_s10,
-        ),
-        Mutant(
-            "S11_group_scored_sibling_alone",
-            "scenario",
-            "S11",
-            "a group-scored environment's sibling is retried alone (live level ignored)",
-            _hooks(policy=_policy(retry_level=_live_level_ignored)),
-            "I2",
-            small_params(siblings=2, attempts=2, triggers=0, group_scored=True),
-        ),
-        Mutant(
-            "S11_overrides_refine",
-            "scenario",
-            "S11",
-            "an override finer than the target level is accepted",
-            _hooks(policy=_policy(lower_levels=_lower_allowing_refinement)),
-            "scenario:test_recovery_levels (override refines)",
-            scripted=_scenario_overrides,
-        ),
-        Mutant(
-            "S12_restart_only_resumed",
-            "scenario",
-            "S12",
-            "a restored continuation depending on a restart_only resource is resumed",
-            _hooks(policy=_policy(plan_discards=_no_discards)),
-            "scenario:test_s12_restart_only_continuations_are_discarded_before_resume",
-            scripted=_scenario_s12,
-        ),
-        Mutant(
-            "S13_unknown_recovery_mode_accepted",
-            "scenario",
-            "S13",
-            "an unknown recovery mode is accepted at setup",
-            _hooks(
-                policy=_policy(
-                    validate_discovery=functools.partial(
-                        validate_discovery, recovery_modes=_Everything()
-                    )
-                )
-            ),
-            "scenario:test_s13_unknown_recovery_mode_is_refused_at_setup_naming_the_server",
-            scripted=_scenario_s13,
-        ),
-        Mutant(
-            "S14_unmanaged_accepted",
-            "scenario",
-            "S14",
-            "an unmanaged multi-worker server is accepted at setup",
-            _hooks(
-                policy=_policy(
-                    validate_discovery=functools.partial(
-                        validate_discovery, multi_process_modes=_Everything()
-                    )
-                )
-            ),
-            "scenario:test_s14_unmanaged_multi_worker_server_is_refused_at_setup",
-            scripted=_scenario_s14,
-        ),
-        Mutant(
-            "S15_stale_prepare_accepted",
-            "scenario",
-            "S15",
-            "a delayed prepare(X) after resume(X) is accepted (no high-watermark check)",
-            _hooks(participant=ParticipantRules(fence=bugs.stale_prepare_accepted())),
-            "I3",
-            small_params(faults=1),
-        ),
-        Mutant(
-            "S16_restore_digests_unchecked",
-            "scenario",
-            "S16",
-            "restore replies are accepted whatever digest they report",
-            _hooks(policy=_policy(judge_restore=_judge_ignoring_digests)),
-            "scenario:test_s16_restore_digest_mismatch_rejects_the_snapshot",
-            scripted=_scenario_s16,
-        ),
-        Mutant(
-            "S17_retire_releases_completed",
-            "scenario",
-            "S17",
-            "retire tombstones a completed, un-ACKed execution",
-            _hooks(participant=ParticipantRules(agent=bugs.retire_releases_completed())),
-            "I1",
-            small_params(attempts=2, triggers=0),
-        ),
-        Mutant(
-            "S18_intent_ignored_at_restart",
-            "scenario",
-            "S18",
-            "a restarted controller ignores the intent record of the id in flight",
-            _hooks(checkpoint=bugs.intent_ignored()),
-            # M9 waits in `finishing_intent` for an intent M1 never finishes: the controller
-            # is never idle again, so I3 (due once it is) never judges it; I7 does.
-            "no_stall",
-            small_params(faults=1, crashes=True),
-        ),
-        Mutant(
-            "S19_journal_not_durable",
-            "scenario",
-            "S19",
-            "a restarted participant comes back without its fence and results",
-            _hooks(recover=_journal_loses_everything),
-            "I1",
-            small_params(triggers=0, faults=1, crashes=True),
-        ),
-    ]
+    """One mutant per scenario S1-S19 (and the refining-override variant of S11): every
+    known bug the protocol model carries (`_bugs.KNOWN_BUGS`), killed by its `protocol`
+    check."""
+    carried = {name for name, bug in bugs.KNOWN_BUGS.items() if bug.protocol is not None}
+    if stray := sorted((set(_HOOKS) | set(_SCRIPTS)) - carried):
+        raise ValueError(f"builders for no known bug of the protocol model: {', '.join(stray)}")
+    return [_scenario(bugs.KNOWN_BUGS[name]) for name in bugs.KNOWN_BUGS if name in carried]
+
+
+def _scenario(bug: bugs.KnownBug) -> Mutant:
+    assert bug.protocol is not None
+    hooks = _HOOKS.get(bug.name)
+    if hooks is None:
+        if bug.table is None:
+            raise ValueError(f"known bug {bug.name} lives outside the tables: give its hooks")
+        hooks = functools.partial(_hooks_for, bug.table())
+    scripted = _SCRIPTS.get(bug.name)
+    if (scripted is None) == bug.protocol.check.startswith("scenario:"):
+        raise ValueError(f"known bug {bug.name}: a scripted check needs its script, and only it")
+    if scripted is not None:
+        params: Mapping[str, Any] = {}
+    else:
+        params = small_params(**bug.protocol.params)
+    return Mutant(
+        bug.name, "scenario", bug.scenario, bug.doc, hooks, bug.protocol.check, params, scripted
+    )
 
 
 _GENERATED_TABLES: tuple[Table[Any, Any], ...] = (
@@ -573,9 +405,13 @@ def _hooks_for(table: Table[Any, Any]) -> Hooks:
         return Hooks(gate=table)
     if table.name == DEADLINE_REGISTRY.name:
         return Hooks(deadlines=table)
+    if table.name == CALL.name:
+        return Hooks(call=table)
     if table.name == CONTROL_FENCE.name:
         return Hooks(participant=ParticipantRules(fence=table))
-    return Hooks(participant=ParticipantRules(agent=table))
+    if table.name == AGENT_EXECUTION.name:
+        return Hooks(participant=ParticipantRules(agent=table))
+    raise ValueError(f"the protocol model runs no table named {table.name}")
 
 
 def generated_mutants() -> list[Mutant]:
