@@ -42,7 +42,7 @@ from typing import Any, Literal
 
 import quiesce.mutants._bugs as bugs
 from quiesce.check import Model, add_mutants, check, with_faults
-from quiesce.fsm import Table, Value, label
+from quiesce.fsm import Table, label
 from quiesce.models.implementation import Hooks, ProtocolModel, ProtocolParams, System
 from quiesce.models.scenarios import (
     SCENARIOS,
@@ -69,7 +69,6 @@ from quiesce.protocol.controller.lowlevel import (
     CaptureVerdict,
     CoordinatorPolicy,
     EnvironmentTraits,
-    VerdictAction,
     judge_capture,
     judge_restore,
     lower_levels,
@@ -81,9 +80,7 @@ from quiesce.protocol.machines import (
     CHECKPOINT,
     CONTROL_FENCE,
     DEADLINE_REGISTRY,
-    RESTORE,
     CallInput,
-    RestoreState,
 )
 from quiesce.protocol.participant import (
     Journal,
@@ -91,7 +88,6 @@ from quiesce.protocol.participant import (
     ParticipantState,
     new_participant,
 )
-from quiesce.protocol.wire import Continuation, RestoreReply
 
 __all__ = [
     "MUTANTS",
@@ -258,50 +254,9 @@ def _lower_allowing_refinement(target: Any, environments: Any, overrides: Any = 
 
 # ------------------------------------------------------------------ scripted scenario checks
 
-# The §7 scripts that kill a mutant the explorer cannot express, shared with
-# tests/protocol/test_scenarios.py; `verify` runs them on the mutant's `scenario_system`.
-_scenario_s8 = SCENARIOS["s8_background_ack_failure_is_caught_by_the_strict_flush"]
-_scenario_s10 = SCENARIOS["s10_completion_after_the_flush_is_acked_and_prepare_retried_until_ready"]
-_scenario_s13 = SCENARIOS["s13_unknown_recovery_mode_is_refused_at_setup_naming_the_server"]
-_scenario_s14 = SCENARIOS["s14_unmanaged_multi_worker_server_is_refused_at_setup"]
-
-# The mutants of S11 (overrides), S12 and S16 swap one decision of the coordinator's
-# policy: their killers ask the mutant's own coordinator for that decision directly.
-
-
-def _scenario_s12(system: System) -> None:
-    """S12: restart_only continuations are discarded before resume."""
-    paused = Value(RestoreState.RESTORED_PAUSED, RESTORE.start().data)
-    restored = [
-        (
-            "agent",
-            Continuation(
-                rollout_id="g0/0",
-                attempt=1,
-                group_id="g0",
-                turn=1,
-                turns=2,
-                restart_only_dependency=True,
-            ),
-        ),
-        ("agent", Continuation(rollout_id="g0/1", attempt=1, group_id="g0", turn=1, turns=2)),
-    ]
-    discards = system.coordinator.policy.plan_discards(paused, OpId(2, 1, 0, "rs"), restored)
-    if [(d.rollout_id, d.attempt) for d in discards] != [("g0/0", 1)]:
-        raise ScenarioFailed(f"restart_only continuation kept: {discards}")
-
-
-def _scenario_s16(system: System) -> None:
-    """S16: restore digests that differ from the committed ones reject the snapshot."""
-    op = OpId(2, 1, 0, "rs")
-    reply = RestoreReply(
-        participant="policy", incarnation="p1", op_id=op, status="restored", digest="other"
-    )
-    verdict = system.coordinator.policy.judge_restore(
-        {"policy": "committed"}, {"policy": reply}, {}, None
-    )
-    if verdict.action is not VerdictAction.REJECT:
-        raise ScenarioFailed(f"digest mismatch accepted: {verdict.action}")
+# The mutant of S11's overrides swaps one decision of the coordinator's policy: its killer
+# asks the mutant's own coordinator for that decision directly (as the §7 scripts of S12 and
+# S16 do).
 
 
 def _scenario_overrides(system: System) -> None:
@@ -321,7 +276,8 @@ def _scenario_overrides(system: System) -> None:
 
 # How the protocol model runs each known bug that does not live in one of its tables
 # (`_bugs.KNOWN_BUGS` derives the table bugs), and the scripts that kill the bugs the
-# explorer cannot express.
+# explorer cannot express: the §7 scripts tests/protocol/test_scenarios.py runs too, which
+# `verify` runs on the mutant's own `scenario_system`.
 _HOOKS: Mapping[str, Callable[[], Hooks]] = {
     "S3_classified_by_exception_type": _hooks(policy=_policy(classify=_by_exception_type)),
     "retry_with_new_id": _hooks(policy=_policy(retry_op_id=_new_id_per_retry)),
@@ -349,13 +305,19 @@ _HOOKS: Mapping[str, Callable[[], Hooks]] = {
     "S19_journal_not_durable": _hooks(recover=_journal_loses_everything),
 }
 _SCRIPTS: Mapping[str, Scenario] = {
-    "S8_flush_not_strict": _scenario_s8,
-    "S10_not_ready_fails_at_once": _scenario_s10,
+    "S8_flush_not_strict": SCENARIOS["s8_background_ack_failure_is_caught_by_the_strict_flush"],
+    "S10_not_ready_fails_at_once": SCENARIOS[
+        "s10_completion_after_the_flush_is_acked_and_prepare_retried_until_ready"
+    ],
     "S11_overrides_refine": _scenario_overrides,
-    "S12_restart_only_resumed": _scenario_s12,
-    "S13_unknown_recovery_mode_accepted": _scenario_s13,
-    "S14_unmanaged_accepted": _scenario_s14,
-    "S16_restore_digests_unchecked": _scenario_s16,
+    "S12_restart_only_resumed": SCENARIOS[
+        "s12_restart_only_continuations_are_discarded_before_resume"
+    ],
+    "S13_unknown_recovery_mode_accepted": SCENARIOS[
+        "s13_unknown_recovery_mode_is_refused_at_setup_naming_the_server"
+    ],
+    "S14_unmanaged_accepted": SCENARIOS["s14_unmanaged_multi_worker_server_is_refused_at_setup"],
+    "S16_restore_digests_unchecked": SCENARIOS["s16_restore_digest_mismatch_rejects_the_snapshot"],
 }
 
 

@@ -8,8 +8,9 @@ the system they run on. One set of scripts serves twice: `tests/protocol/test_sc
 runs every one on the protocol, and the mutant catalog runs one on a mutant's system as
 that mutant's killing check (`scenario:<name>`), since `scenario_system(hooks)` is the
 protocol model's own composed system, so a mutant's tables reach it exactly as they reach
-the explorer. Most scripts go through the system's actions; S12 and S16 also check the
-restore's pure planning (`plan_discards`, `judge_restore`) directly.
+the explorer. Most scripts go through the system's actions; S12 and S16 also ask the
+system's coordinator for its restore planning (`plan_discards`, `judge_restore`) directly,
+so a mutant that swaps that decision of its policy is judged by it.
 
 What it does not know: which mutant it runs on, or the explorer. Checks raise
 `ScenarioFailed` rather than `assert`, so they hold under `python -O` too.
@@ -47,8 +48,6 @@ from quiesce.protocol.controller.lowlevel import (
     RestoreOutcome,
     TimerDue,
     VerdictAction,
-    judge_restore,
-    plan_discards,
     prepare_deadline_timer,
     prepare_retry_timer,
     restore_retry_timer,
@@ -406,8 +405,10 @@ def s11_a_group_scored_sibling_is_never_retried_alone(system: System) -> None:
     _same([a.attempt for a in ledger.siblings("g0")], [1, 1], "the siblings' attempts")
 
 
-def s12_restart_only_continuations_are_discarded_before_resume(_system: System) -> None:
-    # The restore's planning, checked directly (the composed run is the next S12 script).
+def s12_restart_only_continuations_are_discarded_before_resume(system: System) -> None:
+    # The coordinator's restore planning, asked directly (the composed run is the next S12
+    # script).
+    plan_discards = system.coordinator.policy.plan_discards
     paused = Value(RestoreState.RESTORED_PAUSED, RESTORE.start().data)
     op = OpId(2, 1, 0, "rs")
     discards = plan_discards(paused, op, _S12_RESTORED)
@@ -472,8 +473,9 @@ def s15_a_delayed_prepare_after_its_resume_is_stale(system: System) -> None:
     _same(_fence(state, "policy"), FenceState.IDLE, "the policy's fence after the stale prepare")
 
 
-def s16_restore_digest_mismatch_rejects_the_snapshot(_system: System) -> None:
-    # The restore's verdict, checked directly (the composed run is the next S16 script).
+def s16_restore_digest_mismatch_rejects_the_snapshot(system: System) -> None:
+    # The coordinator's restore verdict, asked directly (the composed run is the next S16
+    # script).
     reply = RestoreReply(
         participant="policy",
         incarnation="p1",
@@ -481,7 +483,8 @@ def s16_restore_digest_mismatch_rejects_the_snapshot(_system: System) -> None:
         status="restored",
         digest="not-the-committed-one",
     )
-    verdict = judge_restore({"policy": "committed"}, {"policy": reply}, {})
+    judge = system.coordinator.policy.judge_restore
+    verdict = judge({"policy": "committed"}, {"policy": reply}, {}, None)
     _same(verdict.action, VerdictAction.REJECT, "the verdict on a digest mismatch")
     _same(
         verdict.mismatches,
