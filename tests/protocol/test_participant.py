@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from quiesce.fsm import Value, on
+from quiesce.fsm import Value
+from quiesce.mutants import KNOWN_BUGS
 from quiesce.protocol import ParticipantState, from_journal, handle, journal_of, new_participant
 from quiesce.protocol._errors import LocalProtocolError, UnsupportedOperation
 from quiesce.protocol._messages import (
@@ -27,10 +28,7 @@ from quiesce.protocol._messages import (
     StatusReply,
 )
 from quiesce.protocol.machines import (
-    AGENT_EXECUTION,
     CONTROL_FENCE,
-    AgentInput,
-    ExecState,
     FenceInput,
     FenceState,
 )
@@ -279,14 +277,10 @@ def test_a_derived_fence_table_runs_through_handle_and_the_default_is_the_protoc
 
 
 def test_a_derived_agent_table_runs_through_handle() -> None:
-    index = next(
-        i
-        for i, row in enumerate(AGENT_EXECUTION.rows)
-        if row.input is AgentInput.RETIRE and ExecState.COMPLETED in row.sources
-    )
-    rows = list(AGENT_EXECUTION.rows)
-    rows[index] = on(ExecState.COMPLETED, AgentInput.RETIRE, ExecState.TOMBSTONED)
-    rules = ParticipantRules(agent=AGENT_EXECUTION.derive("retire_releases", rows=rows))
+    # The known bug S17: retire tombstones a completed, un-ACKed execution.
+    released = KNOWN_BUGS["S17_retire_releases_completed"].table
+    assert released is not None
+    rules = ParticipantRules(agent=released())
     started = {"rollout_id": "r1", "attempt": 0, "group_id": "g1", "turns": 1}
     state, _, _ = handle(agent(), "begin", started, rules=rules)
     state, _, _ = handle(state, "finish", {"rollout_id": "r1", "attempt": 0}, rules=rules)
