@@ -1,5 +1,5 @@
 """The figures of README.md and the pages it leads to (docs/simulate.md, docs/checking.md,
-docs/conformance.md) are what the commands print: each quoted number is produced here by
+docs/conformance.md, docs/protocol.md) are what the commands print: each quoted number is produced here by
 the command (or the model call it wraps) and compared with its page, so a change that moves
 a figure fails until the page moves with it.
 
@@ -132,6 +132,19 @@ def _pinned(config: dict[str, Any]) -> int:
     return next(int(distinct) for params, distinct in mark.args[1] if params == config)
 
 
+def _design_pins() -> list[object]:
+    """The design model's counts the tests pin and exhaust on every run (the reference size,
+    the mutant stages' designs): checked against those pins, not explored twice."""
+    from tests.models.design import test_design_model as design
+    from tests.mutants import test_mutant_stages as stages
+
+    return [
+        design.REFERENCE_STATES,
+        stages.DESIGN_STAGE_STATES,
+        stages.TWO_FAULT_DESIGN_STAGE_STATES,
+    ]
+
+
 def _mutant_counts() -> list[object]:
     summary = _run("mutants")["summary"]["by_kind"]
     return [summary["scenario"], summary["generated"]]
@@ -217,6 +230,23 @@ FIGURES: list[Any] = [
         "mutants: first checked at the small configuration",
         r"checked exhaustively at the small configuration \(([\d,]+) states unmutated",
         lambda: [_protocol_states()],
+    ),
+    Figure(
+        "design: the reference size",
+        r"run in CI\) \| \*\*([\d,]+)\*\* \|",
+        lambda: _design_pins()[:1],
+    ),
+    Figure(
+        "design: the reference size (protocol page)",
+        r"exhausted at the reference size with fault budget 1 \(([\d,]+) states\) in CI",
+        lambda: _design_pins()[:1],
+        "docs/protocol.md",
+    ),
+    Figure(
+        "mutants: the design stages",
+        r"one fault or crash: ([\d,]+) states unmutated;.*?"
+        r"design model again with one attempt and two faults \(([\d,]+) states;",
+        lambda: _design_pins()[1:],
     ),
     Figure(
         "mutants: the catalog",

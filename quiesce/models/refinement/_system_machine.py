@@ -176,7 +176,7 @@ def system_machine(
     hooks: Hooks | None = None, *, name: str = "", refine: bool = True
 ) -> type[SystemMachine]:
     """A `SystemMachine` subclass whose controller and in-memory participants run `hooks`
-    (a mutant's tables and patches; a swapped journal recovery is refused with
+    (a mutant's tables and policy; a swapped journal recovery is refused with
     `UnsupportedOption` when the run starts), its fence moves judged against the design
     unless `refine` is False; `name` names the class (default: the unmutated protocol)."""
     label = name or "SystemMachine"
