@@ -1,7 +1,8 @@
 """The figures of README.md and the pages it leads to (docs/simulate.md, docs/checking.md,
-docs/conformance.md, docs/protocol.md) are what the commands print: each quoted number is produced here by
-the command (or the model call it wraps) and compared with its page, so a change that moves
-a figure fails until the page moves with it.
+docs/conformance.md, docs/protocol.md) are what the commands print: each quoted number is
+produced here by the command (or the model call it wraps, or read from the test that pins
+and exhausts it on every run) and compared with its page, so a change that moves a figure
+fails until the page moves with it.
 
 A figure is a regex over its page (whitespace-normalised, so reflowing a paragraph does
 not matter) whose groups are the quoted numbers, and the run that produces them. Left out,
