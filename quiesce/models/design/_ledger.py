@@ -14,8 +14,17 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from quiesce.models.design._labels import AttemptLabel, GateLabel, GroupLabel
 from quiesce.models.design._participants import ParticipantSide
-from quiesce.models.design._state import AGENT, Attempt, Key, ack_batch, latest_attempts
+from quiesce.models.design._state import (
+    AGENT,
+    LIVE_ATTEMPTS,
+    Attempt,
+    Gate,
+    Key,
+    ack_batch,
+    latest_attempts,
+)
 from quiesce.models.design._tables import GROUP
 from quiesce.protocol.machines import (
     AttemptInput,
@@ -28,6 +37,7 @@ from quiesce.protocol.machines import (
 __all__ = ["LedgerSide"]
 
 TI = AttemptInput
+_ENDED = (AttemptLabel.FAILED, AttemptLabel.ABANDONED)  # without a result: retried
 
 
 class LedgerSide(ParticipantSide, ABC):
@@ -50,7 +60,7 @@ class LedgerSide(ParticipantSide, ABC):
             self.registry_input(RegistryInput.RESUME, owner)
         self.dispatch_reserved()
 
-    def _gate(self, input: GateInput, owner: str) -> tuple[str, tuple[str, ...]]:
+    def _gate(self, input: GateInput, owner: str) -> Gate:
         stepped = self.t.gate(self.gate, input, owner)
         return self.gate if stepped is None else stepped
 
@@ -186,7 +196,7 @@ class LedgerSide(ParticipantSide, ABC):
         ledger = self.ledger
         assert ledger is not None
         fresh = tuple(
-            Attempt(s, self.fresh_attempt(s), "reserved", False, False, False, 0)
+            Attempt(s, self.fresh_attempt(s), AttemptLabel.RESERVED, False, False, False, 0)
             for s in range(self.p.siblings)
         )
         self.ledger = ledger._replace(attempts=tuple(sorted((*ledger.attempts, *fresh))))
@@ -197,10 +207,14 @@ class LedgerSide(ParticipantSide, ABC):
         """While admission is open, dispatch every reserved attempt (I2: only from reserved,
         never a sibling whose result is sealed, nor once the trainer has the group)."""
         ledger = self.ledger
-        if ledger is None or self.gate[0] != "open" or ledger.group.state != "generating":
+        if (
+            ledger is None
+            or self.gate[0] != GateLabel.OPEN
+            or ledger.group.state != GroupLabel.GENERATING
+        ):
             return
         for index, attempt in enumerate(ledger.attempts):
-            if attempt.state != "reserved":
+            if attempt.state != AttemptLabel.RESERVED:
                 continue
             key = (attempt.sibling, attempt.attempt)
             if ledger.group.sealed >> attempt.sibling & 1 or self.w.trainer_step:
@@ -213,13 +227,13 @@ class LedgerSide(ParticipantSide, ABC):
         """M7 expiry (or the agent restarted): dispatched attempts fail, reserved ones are
         abandoned, they are retired at the agent (`fault` striking the retire calls), and
         the group is retried (M8)."""
-        if self.ledger is None or self.ledger.group.state != "generating":
+        if self.ledger is None or self.ledger.group.state != GroupLabel.GENERATING:
             return
         keys: list[Key] = []
         for index, attempt in enumerate(self.ledger.attempts):
-            if attempt.state == "dispatched":
+            if attempt.state == AttemptLabel.DISPATCHED:
                 self.attempt_input(index, TI.ATTEMPT_FAILED)
-            elif attempt.state == "reserved":
+            elif attempt.state == AttemptLabel.RESERVED:
                 self.attempt_input(index, TI.ABANDON)
             else:
                 continue
@@ -235,7 +249,7 @@ class LedgerSide(ParticipantSide, ABC):
         assert self.ledger is not None
         sealed = self.ledger.group.sealed
         for sibling, latest in sorted(latest_attempts(self.ledger).items()):
-            if sealed >> sibling & 1 or latest.state not in ("failed", "abandoned"):
+            if sealed >> sibling & 1 or latest.state not in _ENDED:
                 continue
             if not self.replace_attempt(latest, 0):
                 return
@@ -254,7 +268,9 @@ class LedgerSide(ParticipantSide, ABC):
         if self.attempt_input(index, TI.SUPERSEDE) is None:
             self.flag("I2", f"s{latest.sibling}#{latest.attempt} replaced twice")
             return True
-        new = Attempt(latest.sibling, fresh, "reserved", False, False, False, resume_turn)
+        new = Attempt(
+            latest.sibling, fresh, AttemptLabel.RESERVED, False, False, False, resume_turn
+        )
         self.ledger = self.ledger._replace(attempts=tuple(sorted((*self.ledger.attempts, new))))
         return True
 
@@ -267,10 +283,14 @@ class LedgerSide(ParticipantSide, ABC):
             return
         if "discard_sealed_siblings" in names:
             self.account(
-                *((a.sibling, a.attempt) for a in self.ledger.attempts if a.state == "sealed")
+                *(
+                    (a.sibling, a.attempt)
+                    for a in self.ledger.attempts
+                    if a.state == AttemptLabel.SEALED
+                )
             )
         for index, attempt in enumerate(self.ledger.attempts):
-            if attempt.state in ("reserved", "dispatched"):
+            if attempt.state in LIVE_ATTEMPTS:
                 self.attempt_input(index, TI.ABANDON)
                 self.retires = tuple(sorted({*self.retires, (attempt.sibling, attempt.attempt)}))
         self.deliver_retires()

@@ -54,8 +54,18 @@ from typing import Any
 
 from quiesce.check import Action, Always, Model, Trace, always
 from quiesce.fsm import Table
+from quiesce.models.design._labels import (
+    AttemptLabel,
+    ExecLabel,
+    FenceLabel,
+    GateLabel,
+    GroupLabel,
+    M1Label,
+    RegistryLabel,
+)
 from quiesce.models.design._state import (
     AGENT,
+    LIVE_ATTEMPTS,
     NAMES,
     Controller,
     DesignParams,
@@ -78,8 +88,12 @@ from quiesce.protocol.machines import CheckpointInput, GroupInput, RegistryInput
 
 __all__ = ["DesignModel", "Reached"]
 
-_PENDING = ("abort_pending", "release_pending")
-_LEFT_LIVE = ("running", "park_requested", "parked", "frozen", "completed")  # I9
+_PENDING = (M1Label.ABORT_PENDING, M1Label.RELEASE_PENDING)
+_TRIGGERED = (M1Label.IDLE, *_PENDING)  # where a checkpoint trigger fires
+_AT_REST = (M1Label.IDLE, M1Label.STOPPED)  # no checkpoint holds the gate or the registry
+_RUNNING = (ExecLabel.RUNNING, ExecLabel.PARK_REQUESTED)  # its turns go on
+_LEFT_LIVE = (*_RUNNING, ExecLabel.PARKED, ExecLabel.FROZEN, ExecLabel.COMPLETED)  # I9
+_TRAINED = (GroupLabel.FINALIZED, GroupLabel.ABANDONED)  # I9
 
 
 class Reached:
@@ -178,7 +192,7 @@ class DesignModel(Model[Reached]):
             delay = state.world.delayed is None
             moves += self._call_moves(p, op, op_id, c.walk.not_ready, state.world.faults, delay)
         m1 = c.m1
-        if m1.state == "preparing" and c.deadline and c.deadline == m1.attempt:
+        if m1.state == M1Label.PREPARING and c.deadline and c.deadline == m1.attempt:
             moves.append(self._action(f"prepare deadline of {m1.attempt} fires", ("deadline",)))
         if m1.state in _PENDING and c.retry and c.retry == m1.attempt:
             moves.append(self._action(f"retry timer of {m1.attempt} fires", ("retry",)))
@@ -220,13 +234,13 @@ class DesignModel(Model[Reached]):
                 moves += self._background_moves("retire", budget)
             if c.registry[3]:
                 live = c.ledger is not None and any(
-                    a.state == "dispatched" for a in c.ledger.attempts
+                    a.state == AttemptLabel.DISPATCHED for a in c.ledger.attempts
                 )
                 moves += self._background_moves("expire", budget if live else 0)
             if self._between_phases(state):
                 moves += self._trainer_moves(state)
         for e in parts.executions:
-            if e.state in ("running", "park_requested"):
+            if e.state in _RUNNING:
                 moves += self._rollout_moves(e.sibling, e.attempt, e.turn, budget)
         if w.delayed is not None:
             who, op, op_id, _ = w.delayed
@@ -321,11 +335,11 @@ class DesignModel(Model[Reached]):
         """The checkpoint trigger, the optimizer step, the weight sync, the train switch."""
         c, w, p, act = state.controller, state.world, self.p, self._action
         moves = []
-        if w.triggers > 0 and c.m9 is None and c.m1.state in ("idle", *_PENDING):
+        if w.triggers > 0 and c.m9 is None and c.m1.state in _TRIGGERED:
             moves.append(act("checkpoint trigger", ("trigger",)))
         ledger = c.ledger
         if w.optimizer == 0 and p.optimizer_steps and c.m9 is None and ledger is not None:
-            if ledger.group.state == "ready_to_finalize":
+            if ledger.group.state == GroupLabel.READY_TO_FINALIZE:
                 moves.append(act("optimizer step begins (trains the group)", ("optimizer", 1)))
         elif w.optimizer == 1:
             moves.append(act("optimizer step ends", ("optimizer", 2)))
@@ -372,17 +386,18 @@ class DesignModel(Model[Reached]):
         if c.stopped:
             return self._stopped_by_budget(state)
         return (
-            c.m1.state == "idle"
+            c.m1.state == M1Label.IDLE
             and c.m9 is None
-            and c.gate[0] == "open"
-            and all(f.state == "idle" for f in state.parts.fences)
+            and c.gate[0] == GateLabel.OPEN
+            and all(f.state == FenceLabel.IDLE for f in state.parts.fences)
         )
 
     def _stopped_by_budget(self, state: DesignState) -> bool:
         """Did M1 stop after more than `max_consecutive_failures` attempts in a row failed
         (the world's count, §4)?"""
         failed = state.world.failed_attempts
-        return state.controller.m1.state == "stopped" and failed > self.p.max_consecutive_failures
+        stopped = state.controller.m1.state == M1Label.STOPPED
+        return stopped and failed > self.p.max_consecutive_failures
 
     def _i9(self, state: DesignState) -> bool:
         """I9: the group is trained or counted abandoned, nothing is dispatched, and no
@@ -392,11 +407,11 @@ class DesignModel(Model[Reached]):
             return self._stopped_by_budget(state)
         ledger = c.ledger
         return (
-            c.m1.state == "idle"
+            c.m1.state == M1Label.IDLE
             and c.m9 is None
             and ledger is not None
-            and ledger.group.state in ("finalized", "abandoned")
-            and not any(a.state in ("reserved", "dispatched") for a in ledger.attempts)
+            and ledger.group.state in _TRAINED
+            and not any(a.state in LIVE_ATTEMPTS for a in ledger.attempts)
             and not any(e.state in _LEFT_LIVE for e in state.parts.executions)
         )
 
@@ -408,8 +423,12 @@ class DesignModel(Model[Reached]):
             return True
         waiting = set()
         if ledger is not None:
-            waiting = {(a.sibling, a.attempt) for a in ledger.attempts if a.state == "sealed"}
-        held = {(e.sibling, e.attempt) for e in state.parts.executions if e.state == "completed"}
+            waiting = {
+                (a.sibling, a.attempt) for a in ledger.attempts if a.state == AttemptLabel.SEALED
+            }
+        held = {
+            (e.sibling, e.attempt) for e in state.parts.executions if e.state == ExecLabel.COMPLETED
+        }
         return w.unaccounted <= waiting | held
 
     def _i3(self, state: DesignState) -> bool:
@@ -419,21 +438,23 @@ class DesignModel(Model[Reached]):
         c = state.controller
         if _flagged(state, "I3"):
             return False
-        if c.m1.state != "idle" or c.m9 is not None or c.stopped:
+        if c.m1.state != M1Label.IDLE or c.m9 is not None or c.stopped:
             return True
-        return not state.world.unresolved and all(f.state == "idle" for f in state.parts.fences)
+        fences = state.parts.fences
+        return not state.world.unresolved and all(f.state == FenceLabel.IDLE for f in fences)
 
     def _i4(self, state: DesignState) -> bool:
         """The gate is open iff nobody holds it and the deadlines run iff nobody suspends
         them; the holders are exactly the owners whose work is in progress."""
         c, w = state.controller, state.world
         gate, holders = c.gate
-        if (gate == "open") != (not holders):
+        if (gate == GateLabel.OPEN) != (not holders):
             return False
         label, suspenders, _, armed = c.registry
-        if (label == "running") != (not suspenders) or (armed and label != "running"):
+        running = label == RegistryLabel.RUNNING
+        if running != (not suspenders) or (armed and not running):
             return False
-        checkpoint = c.m1.state not in ("idle", "stopped")
+        checkpoint = c.m1.state not in _AT_REST
         expected_gate = {"checkpoint"} if checkpoint else set()
         expected_registry = set(expected_gate)
         if c.m9 is not None:
@@ -444,7 +465,7 @@ class DesignModel(Model[Reached]):
         if w.train_switch == 1:
             expected_gate.add("train_switch")
             expected_registry.add("train_switch")
-        ignore = {"checkpoint"} if c.m1.state == "stopped" else set()
+        ignore = {"checkpoint"} if c.m1.state == M1Label.STOPPED else set()
         return (
             set(holders) - ignore == expected_gate - ignore
             and set(suspenders) - ignore == expected_registry - ignore
@@ -453,7 +474,7 @@ class DesignModel(Model[Reached]):
     def _i6(self, state: DesignState) -> bool:
         """A busy controller (an attempt or a restore in progress) has a move of its own."""
         c = state.controller
-        if c.stopped or (c.m1.state == "idle" and c.m9 is None):
+        if c.stopped or (c.m1.state == M1Label.IDLE and c.m9 is None):
             return True
         if self._next_call(c) is not None:
             return True
@@ -544,7 +565,7 @@ def _apply_expire(step: Step, payload: tuple[Any, ...]) -> bool:
 def _apply_trigger(step: Step, payload: tuple[Any, ...]) -> bool:
     w = step.w
     step.w = w._replace(triggers=w.triggers - 1)
-    if step.m1.state != "idle":
+    if step.m1.state != M1Label.IDLE:
         step.fire(CheckpointInput.TRIGGER, (step.m1.attempt, step.m1.step, None))
         return True
     # A trigger skipped because nothing mutated leaves the controller as if it never came
@@ -564,7 +585,8 @@ def _apply_optimizer(step: Step, payload: tuple[Any, ...]) -> bool:
     step.w = w._replace(optimizer=2, trainer_step=w.trainer_step + 1)
     if ledger is None or step.group_input(GroupInput.TRAINER_ACCEPTED) is None:
         return True
-    step.account(*((a.sibling, a.attempt) for a in ledger.attempts if a.state == "sealed"))
+    sealed = (a for a in ledger.attempts if a.state == AttemptLabel.SEALED)
+    step.account(*((a.sibling, a.attempt) for a in sealed))
     return True
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from quiesce.models.design._labels import ExecLabel, FenceLabel, PolicyLabel, ResourcesLabel
 from quiesce.models.design._scratch import LIVE, Scratch
 from quiesce.models.design._state import AGENT, NAMES, POLICY, RESOURCES, Key
 from quiesce.protocol.machines import (
@@ -31,8 +32,15 @@ from quiesce.protocol.machines import (
 
 __all__ = ["ParticipantSide"]
 
-AI, FI = AgentInput, FenceInput
-_WORKING = ("running", "park_requested")
+AI, FI, EL = AgentInput, FenceInput, ExecLabel
+_BUSY = (EL.RUNNING, EL.PARK_REQUESTED, EL.COMPLETED)  # the agent is not ready to commit
+_SAVED = (EL.PARKED, EL.FROZEN)  # what the agent's commit saves
+_DROPPED = (EL.ACKED, EL.TOMBSTONED)  # only the refusal key is left
+_AFTER_CRASH = {
+    FenceLabel.COMMITTING: FenceLabel.PREPARED,
+    FenceLabel.RESTORING: FenceLabel.RESTORE_FAILED_PAUSED,
+}
+"""A fence's state after its participant restarts, where it differs (§6)."""
 
 
 class ParticipantSide(Scratch):
@@ -117,7 +125,7 @@ class ParticipantSide(Scratch):
 
     def _held(self) -> tuple[Key, ...]:
         """The agent's completed, un-ACKed results (its restore reply lists them)."""
-        return tuple(k for k, (st, _) in sorted(self.executions.items()) if st == "completed")
+        return tuple(k for k, (st, _) in sorted(self.executions.items()) if st == EL.COMPLETED)
 
     def digest(self, p: int, op_id: int) -> tuple[Any, ...]:
         """What `p` commits for `op_id`: the agent saves its parked and frozen executions at
@@ -126,9 +134,7 @@ class ParticipantSide(Scratch):
         saved: tuple[tuple[int, int, int], ...] = ()
         if p == AGENT:
             saved = tuple(
-                (s, a, t)
-                for (s, a), (st, t) in sorted(self.executions.items())
-                if st in ("parked", "frozen")
+                (s, a, t) for (s, a), (st, t) in sorted(self.executions.items()) if st in _SAVED
             )
         return (NAMES[p], op_id, saved)
 
@@ -152,7 +158,7 @@ class ParticipantSide(Scratch):
             if stepped is None:
                 return
             self.policy = stepped[0]
-            agent_idle = self.fences[AGENT].state == "idle"
+            agent_idle = self.fences[AGENT].state == FenceLabel.IDLE
             for key in waiting:
                 if key not in self.policy[1]:
                     self.execution_input(key, AI.POLICY_RESUMED, agent_idle)
@@ -165,12 +171,12 @@ class ParticipantSide(Scratch):
     def ready(self, p: int) -> bool:
         """May `p` commit now (prepare's answer)?"""
         if p == POLICY:
-            return self.policy[0] == "paused"
+            return self.policy[0] == PolicyLabel.PAUSED
         if p == RESOURCES:
-            return self.resources == "frozen"
-        return not any(st in (*_WORKING, "completed") for st, _ in self.executions.values())
+            return self.resources == ResourcesLabel.FROZEN
+        return not any(st in _BUSY for st, _ in self.executions.values())
 
-    def _resources(self, input: ResourcesInput) -> str | None:
+    def _resources(self, input: ResourcesInput) -> ResourcesLabel | None:
         stepped = self.t.resources(self.resources, input)
         if stepped is None:
             return None
@@ -192,9 +198,9 @@ class ParticipantSide(Scratch):
             return ()
         state, turn, answers = stepped
         self._executions_changed = True
-        if state in ("acked", "tombstoned"):
+        if state in _DROPPED:
             del self.executions[key]
-            self.retire_key(key, acked=state == "acked")
+            self.retire_key(key, acked=state == EL.ACKED)
         else:
             self.executions[key] = (state, turn)
         return answers
@@ -219,8 +225,8 @@ class ParticipantSide(Scratch):
         if key not in self.executions:
             if key[1] <= self.refusals[key[0]][0]:
                 return ExecAnswer.ALREADY_RETIRED
-            stepped = self.t.execution("new", key, 0, AI.RETIRE, None)  # retire overtook begin
-            if stepped is not None and stepped[0] == "tombstoned":
+            stepped = self.t.execution(EL.NEW, key, 0, AI.RETIRE, None)  # retire overtook begin
+            if stepped is not None and stepped[0] == EL.TOMBSTONED:
                 self.retire_key(key, acked=False)
             return ExecAnswer.TOMBSTONED
         if ExecAnswer.COMPLETED_UNACKNOWLEDGED in self.execution_input(key, AI.RETIRE):
@@ -233,8 +239,11 @@ class ParticipantSide(Scratch):
         sibling = key[0]
         if key in self.executions:
             return  # duplicate_execution
-        admission = (self.fences[AGENT].state == "idle", key[1] <= self.refusals[sibling][0])
-        stepped = self.t.execution("new", key, resume_turn, AI.BEGIN, admission)
+        admission = (
+            self.fences[AGENT].state == FenceLabel.IDLE,
+            key[1] <= self.refusals[sibling][0],
+        )
+        stepped = self.t.execution(EL.NEW, key, resume_turn, AI.BEGIN, admission)
         if stepped is None or ExecAnswer.STARTED not in stepped[2]:
             return
         if resume_turn:
@@ -268,7 +277,7 @@ class ParticipantSide(Scratch):
         self.resources = label
         _, turn = self.executions[key]
         self.execution_input(key, AI.TURN_BOUNDARY, turn + 1)
-        if self.executions.get(key, ("",))[0] == "running":
+        if self.executions.get(key, ("",))[0] == EL.RUNNING:
             self.policy_call(key)
         return True
 
@@ -288,24 +297,24 @@ class ParticipantSide(Scratch):
         """`p` restarts with its journal (§6): fence, completed results, refusal keys,
         restored continuations; running executions die; the role reopens unless fenced."""
         fence = self.fences[p]
-        after_crash = {"committing": "prepared", "restoring": "restore_failed_paused"}
-        self.fences[p] = fence._replace(state=after_crash.get(fence.state, fence.state))
-        fenced = self.fences[p].state != "idle"
+        self.fences[p] = fence._replace(state=_AFTER_CRASH.get(fence.state, fence.state))
+        fenced = self.fences[p].state != FenceLabel.IDLE
         if p == POLICY:
             # A fenced policy comes back paused; the calls it held are made again by their
             # agents, so they wait again (an unfenced policy holds none).
             waiters = self.policy[1] if fenced else ()
-            self.policy = ("accepting", ())
+            self.policy = (PolicyLabel.ACCEPTING, ())
             if fenced:
                 stepped = self.t.policy(self.policy, PolicyInput.FENCE_PREPARE, None)
                 if stepped is not None:
                     self.policy = (stepped[0][0], waiters)
         elif p == RESOURCES:
-            self.resources = "accepting"
+            self.resources = ResourcesLabel.ACCEPTING
             if fenced:
-                self.resources = self._resources(ResourcesInput.FENCE_PREPARE) or "accepting"
+                prepared = self._resources(ResourcesInput.FENCE_PREPARE)
+                self.resources = prepared or ResourcesLabel.ACCEPTING
         else:
-            self.executions = {k: v for k, v in self.executions.items() if v[0] == "completed"}
+            self.executions = {k: v for k, v in self.executions.items() if v[0] == EL.COMPLETED}
             self._executions_changed = True
 
     def serve_status(self) -> tuple[tuple[Key, ...], tuple[Key, ...]] | None:
@@ -316,5 +325,5 @@ class ParticipantSide(Scratch):
             return None
         items = sorted(self.executions.items())
         live = tuple(key for key, (state, _) in items if state in LIVE)
-        held = tuple(key for key, (state, _) in items if state == "completed")
+        held = tuple(key for key, (state, _) in items if state == EL.COMPLETED)
         return live, held

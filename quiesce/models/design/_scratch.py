@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from quiesce.models.design._labels import ExecLabel
 from quiesce.models.design._state import (
     Controller,
     DesignParams,
@@ -27,7 +28,7 @@ from quiesce.protocol.machines import FenceInput, FenceOp
 
 __all__ = ["LIVE", "REQUESTS", "Scratch"]
 
-LIVE = ("running", "park_requested", "parked", "frozen")
+LIVE = (ExecLabel.RUNNING, ExecLabel.PARK_REQUESTED, ExecLabel.PARKED, ExecLabel.FROZEN)
 """Execution states that can still run (and be tombstoned)."""
 
 REQUESTS = {

@@ -8,7 +8,8 @@ decide that, through `_design_tables`), or which actions exist (`_design_model`)
 Why compact. The explorer keeps every distinct state in a hash set and hashes a state on
 every lookup; CPython does not cache a tuple's hash, so a state is a tree of tuples of
 strings, small ints and bools (their hashes are cheap or cached) and never a frozen
-dataclass (its `__hash__` runs Python code per field). The tables' own values (`Value`,
+dataclass (its `__hash__` runs Python code per field). A machine's state is a label of
+`_labels` (a `StrEnum`: a string to the hash). The tables' own values (`Value`,
 `FenceData`, `CheckpointData`, ...) are built from these only when a step is not yet
 memoised (`_design_tables`).
 
@@ -28,12 +29,27 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple, Protocol
 
+from quiesce.models.design._labels import (
+    AttemptLabel,
+    ExecLabel,
+    FenceLabel,
+    GateLabel,
+    GroupLabel,
+    M1Label,
+    M9Label,
+    PolicyLabel,
+    RegistryLabel,
+    ResourcesLabel,
+)
+
 __all__ = [
     "AGENT",
     "ALL",
     "EMPTY_WALK",
+    "LIVE_ATTEMPTS",
     "M1",
     "M1_PHASE",
+    "M9",
     "M9_PHASE",
     "NAMES",
     "ORDERS",
@@ -46,10 +62,13 @@ __all__ = [
     "DesignState",
     "Execution",
     "Fence",
+    "Gate",
     "Group",
     "Key",
     "Ledger",
     "Participants",
+    "Policy",
+    "Registry",
     "Snapshot",
     "Store",
     "Walk",
@@ -80,24 +99,35 @@ ORDERS: dict[str, tuple[int, ...]] = {
 """§3: the order each walk calls the participants in."""
 
 M1_PHASE = {
-    "flush": "flushing_acks",
-    "prepare": "preparing",
-    "commit": "committing",
-    "reflush": "capturing",
-    "release": "releasing",
-    "abort": "aborting",
+    "flush": M1Label.FLUSHING_ACKS,
+    "prepare": M1Label.PREPARING,
+    "commit": M1Label.COMMITTING,
+    "reflush": M1Label.CAPTURING,
+    "release": M1Label.RELEASING,
+    "abort": M1Label.ABORTING,
 }
 """The M1 state each walk of a checkpoint belongs to (outside it the walk is dormant)."""
 M9_PHASE = {
-    "restore": "restoring",
-    "discard": "discarding",
-    "resume_rs": "resuming",
-    "abort_rs": "selecting",
+    "restore": M9Label.RESTORING,
+    "discard": M9Label.DISCARDING,
+    "resume_rs": M9Label.RESUMING,
+    "abort_rs": M9Label.SELECTING,
 }
 """The M9 state each walk of a restore belongs to."""
 
 Key = tuple[int, int]
 """A rollout attempt: `(sibling, attempt)`."""
+LIVE_ATTEMPTS = (AttemptLabel.RESERVED, AttemptLabel.DISPATCHED)
+"""The M8 attempt states still to run or running (neither sealed nor ended)."""
+Policy = tuple[PolicyLabel, tuple[Key, ...]]
+"""M4 `policy_admission`: its label and the calls it holds as waiters (by execution key)."""
+Gate = tuple[GateLabel, tuple[str, ...]]
+"""M6 `admission_gate`: its label and its holders (sorted)."""
+Registry = tuple[RegistryLabel, tuple[str, ...], bool, bool]
+"""M7 `deadline_registry`: its label, its holders (sorted), whether the group has a
+deadline and whether that deadline's timer is armed."""
+M9 = tuple[M9Label, int, int, tuple[int, ...]]
+"""M9 `restore`: its label, the snapshot id, the retries and the rejected snapshot ids."""
 
 
 @dataclass(frozen=True)
@@ -134,7 +164,7 @@ class Fence(NamedTuple):
     """M2 `control_fence` of one participant: state label, active id and high-watermark
     (0: none), recorded results `((id, op label, result), ...)`."""
 
-    state: str
+    state: FenceLabel
     active: int
     hwm: int
     recorded: tuple[tuple[int, str, Any], ...]
@@ -145,7 +175,7 @@ class Execution(NamedTuple):
 
     sibling: int
     attempt: int
-    state: str
+    state: ExecLabel
     turn: int
 
 
@@ -155,7 +185,7 @@ class Attempt(NamedTuple):
 
     sibling: int
     attempt: int
-    state: str
+    state: AttemptLabel
     receipt: bool
     ack_owed: bool
     superseded: bool
@@ -165,7 +195,7 @@ class Attempt(NamedTuple):
 class Group(NamedTuple):
     """M8 `prompt_group`: state label, sealed siblings (a bit each), reopened."""
 
-    state: str
+    state: GroupLabel
     sealed: int
     reopened: bool
 
@@ -194,7 +224,7 @@ class M1(NamedTuple):
     for it (`""`: none; the table counts an attempt's failure once, when it notes its first
     cause), and M1's own count of consecutive failures (I7 is judged by the world's)."""
 
-    state: str
+    state: M1Label
     attempt: int
     step: int
     published: bool
@@ -246,9 +276,9 @@ class Controller(NamedTuple):
     attempted: int
     conflicts: tuple[tuple[int, int], ...]
     staged: tuple[Any, ...]
-    gate: tuple[str, tuple[str, ...]]
-    registry: tuple[str, tuple[str, ...], bool, bool]
-    m9: tuple[str, int, int, tuple[int, ...]] | None
+    gate: Gate
+    registry: Registry
+    m9: M9 | None
     rs: int
     ledger: Ledger | None
     outbox: tuple[Key, ...]
@@ -265,8 +295,8 @@ class Participants(NamedTuple):
     continuations `(sibling, attempt, turn)` installed by a restore."""
 
     fences: tuple[Fence, Fence, Fence]
-    policy: tuple[str, tuple[Key, ...]]
-    resources: str
+    policy: Policy
+    resources: ResourcesLabel
     executions: tuple[Execution, ...]
     refusals: tuple[tuple[int, bool], ...]
     restored: tuple[tuple[int, int, int], ...]
@@ -323,18 +353,18 @@ class DesignState(NamedTuple):
 # ----------------------------------------------------------------------------- queries
 
 
+_PREPARE_DONE = (FenceLabel.PREPARED, FenceLabel.COMMITTING, FenceLabel.COMMITTED_PAUSED)
+"""The fence states of a participant that has done the prepare of its active id."""
+
+
 def fence_done(fence: Fence, op: str, op_id: int) -> bool:
     """Has a participant whose fence is `fence` finished `op` under `op_id` (I5)?"""
     if op == "prepare":
-        return fence.active == op_id and fence.state in (
-            "prepared",
-            "committing",
-            "committed_paused",
-        )
+        return fence.active == op_id and fence.state in _PREPARE_DONE
     if op == "commit":
-        return fence.active == op_id and fence.state == "committed_paused"
+        return fence.active == op_id and fence.state == FenceLabel.COMMITTED_PAUSED
     if op == "restore":
-        return fence.active == op_id and fence.state == "restored_paused"
+        return fence.active == op_id and fence.state == FenceLabel.RESTORED_PAUSED
     return fence.active != op_id  # resume: the id is no longer active there
 
 
@@ -355,7 +385,7 @@ class ControllerView(Protocol):
     @property
     def walk(self) -> Walk: ...
     @property
-    def m9(self) -> tuple[str, int, int, tuple[int, ...]] | None: ...
+    def m9(self) -> M9 | None: ...
     @property
     def rs(self) -> int: ...
     @property

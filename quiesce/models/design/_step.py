@@ -35,11 +35,22 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from quiesce.fsm import work
+from quiesce.models.design._labels import (
+    FenceLabel,
+    GateLabel,
+    GroupLabel,
+    M1Label,
+    M9Label,
+    PolicyLabel,
+    RegistryLabel,
+    ResourcesLabel,
+)
 from quiesce.models.design._ledger import LedgerSide
 from quiesce.models.design._state import (
     AGENT,
     ALL,
     EMPTY_WALK,
+    LIVE_ATTEMPTS,
     M1,
     M1_PHASE,
     M9_PHASE,
@@ -51,9 +62,11 @@ from quiesce.models.design._state import (
     DesignParams,
     DesignState,
     Fence,
+    Gate,
     Group,
     Ledger,
     Participants,
+    Registry,
     Snapshot,
     Store,
     Walk,
@@ -101,22 +114,28 @@ TRANSIENT = {
 request lost for the model: the participant changed nothing, the cause is as retryable)."""
 
 
+# What the controller process starts with (and a crashed one restarts with).
+_M1_IDLE = M1(M1Label.IDLE, 0, 0, False, "", 0)
+_GATE_OPEN: Gate = (GateLabel.OPEN, ())
+_REGISTRY_RUNNING: Registry = (RegistryLabel.RUNNING, (), False, False)
+
+
 def initial_state(p: DesignParams, steppers: Steppers) -> DesignState:
     """Discovery done, the prompt group opened and every sibling dispatched."""
-    fence = Fence("idle", 0, 0, ())
+    fence = Fence(FenceLabel.IDLE, 0, 0, ())
     controller = Controller(
-        M1("idle", 0, 0, False, "", 0),
+        _M1_IDLE,
         EMPTY_WALK,
         0,
         0,
         0,
         (),
         (None, None, None),
-        ("open", ()),
-        ("running", (), False, False),
+        _GATE_OPEN,
+        _REGISTRY_RUNNING,
         None,
         0,
-        Ledger(Group("generating", 0, False), ()),
+        Ledger(Group(GroupLabel.GENERATING, 0, False), ()),
         (),
         (),
         0,
@@ -125,8 +144,8 @@ def initial_state(p: DesignParams, steppers: Steppers) -> DesignState:
     )
     parts = Participants(
         (fence, fence, fence),
-        ("accepting", ()),
-        "accepting",
+        (PolicyLabel.ACCEPTING, ()),
+        ResourcesLabel.ACCEPTING,
         (),
         tuple((-1, False) for _ in range(p.siblings)),
         (),
@@ -180,20 +199,20 @@ class Step(LedgerSide):
         before, (self.m1, names) = self.m1, stepped
         for name in names:
             _M1_WORK[name](self, arg)
-        if self.m1.state == "stopped" and not self.stopped:
+        if self.m1.state == M1Label.STOPPED and not self.stopped:
             self.stopped = "stopped"  # a row that stops without naming the `stop` work
-        if input is CI.ROLES_DONE and before.state in ("releasing", "aborting"):
-            self.resolved(before.attempt, released=before.state == "releasing")
-        if self.m1.state == "idle" and before.state != "idle":
+        if input is CI.ROLES_DONE and before.state in (M1Label.RELEASING, M1Label.ABORTING):
+            self.resolved(before.attempt, released=before.state == M1Label.RELEASING)
+        if self.m1.state == M1Label.IDLE and before.state != M1Label.IDLE:
             # The attempt is over: what the controller tracked about it goes with it.
             self.staged, self.attempted, self.conflicts = (None, None, None), 0, ()
             self.deadline = self.retry = 0
             self.judge_end(before.attempt)
         if (
             self.m9 is not None
-            and self.m9[0] == "finishing_intent"
-            and before.state != "idle"
-            and self.m1.state == "idle"
+            and self.m9[0] == M9Label.FINISHING_INTENT
+            and before.state != M1Label.IDLE
+            and self.m1.state == M1Label.IDLE
         ):
             self.restore_input(RestoreInput.INTENT_FINISHED)
 
@@ -251,7 +270,7 @@ class Step(LedgerSide):
             recorded = next(
                 (r[2] for r in fence.recorded if r[0] == op_id and r[1] == "commit"), None
             )
-            if fence.state != "committed_paused" or fence.active != op_id:
+            if fence.state != FenceLabel.COMMITTED_PAUSED or fence.active != op_id:
                 self.flag("I8", f"{op_id} published while {NAMES[p]} is not committed to it")
             elif recorded != self.staged[p]:
                 self.flag("I8", f"{op_id} staged digest of {NAMES[p]} differs from its commit")
@@ -303,7 +322,7 @@ class Step(LedgerSide):
             self.capture(reflushed=True)
         elif phase == "restore":
             self.restore_input(RestoreInput.RECV_RESTORED)
-            if self.m9 is not None and self.m9[0] == "restored_paused":
+            if self.m9 is not None and self.m9[0] == M9Label.RESTORED_PAUSED:
                 self.check_restored()
                 self.restore_input(RestoreInput.DISCARD_BEGIN, len(self._discards()))
         elif phase == "discard":
@@ -417,7 +436,11 @@ class Step(LedgerSide):
     def seen_restart(self, p: int) -> bool:
         """A reply shows `p`'s new incarnation (S19). True if the reply must not be used."""
         self.stale &= ~(1 << p)
-        if p == AGENT and self.ledger is not None and self.ledger.group.state == "generating":
+        if (
+            p == AGENT
+            and self.ledger is not None
+            and self.ledger.group.state == GroupLabel.GENERATING
+        ):
             # Its running executions died with the old process, but a completed result whose
             # report was lost survives in its journal: retiring the attempts finds it.
             self.expire_group()
@@ -465,10 +488,10 @@ class Step(LedgerSide):
             for name in names:
                 _M9_WORK[name](self, arg)
             self._m9_queue.pop(0)
-            if self.m9 is not None and self.m9[0] == "idle":
+            if self.m9 is not None and self.m9[0] == M9Label.IDLE:
                 self.m9 = None
                 self.release("restore", deadlines=True)
-            elif self.m9 is not None and self.m9[0] == "restore_failed":
+            elif self.m9 is not None and self.m9[0] == M9Label.RESTORE_FAILED:
                 self.stopped = "restore_failed"
         self._m9_queue.clear()
         self.select_if_due()
@@ -476,7 +499,7 @@ class Step(LedgerSide):
     def select_if_due(self) -> None:
         """In `selecting` with no abort of a rejected restore still out, select at once
         (the store and the trainer anchor are read locally)."""
-        if self.m9 is not None and self.m9[0] == "selecting" and not self.walk.phase:
+        if self.m9 is not None and self.m9[0] == M9Label.SELECTING and not self.walk.phase:
             self.select()
 
     def read_intent(self) -> None:
@@ -521,14 +544,15 @@ class Step(LedgerSide):
         if snapshot is None:
             self.retire_lost_interval()
             if self.w.trainer_step > 0:  # the trainer has the group
-                self.ledger = Ledger(Group("finalized", (1 << self.p.siblings) - 1, False), ())
+                trained = Group(GroupLabel.FINALIZED, (1 << self.p.siblings) - 1, False)
+                self.ledger = Ledger(trained, ())
                 return
-            self.ledger = Ledger(Group("generating", 0, False), ())
+            self.ledger = Ledger(Group(GroupLabel.GENERATING, 0, False), ())
             self.open_group()
             return
         assert snapshot.cut is not None
         self.ledger = snapshot.cut
-        if snapshot.cut.group.state != "generating":
+        if snapshot.cut.group.state != GroupLabel.GENERATING:
             return
         # The continuations the agent still holds from the snapshot (the discarded ones left
         # the plan as they were answered): N+1 resumes from N's turn.
@@ -539,7 +563,7 @@ class Step(LedgerSide):
                 continue
             key = (latest.sibling, latest.attempt)
             self.retires = tuple(sorted({*self.retires, key}))
-            if latest.state in ("reserved", "dispatched"):
+            if latest.state in LIVE_ATTEMPTS:
                 index = self.owned(key)
                 assert index is not None
                 self.attempt_input(index, TI.ABANDON)
@@ -579,11 +603,11 @@ class Step(LedgerSide):
             weight_sync=2 if w.weight_sync == 1 else w.weight_sync,
             train_switch=2 if w.train_switch == 1 else w.train_switch,
         )
-        self.m1 = M1("idle", 0, 0, False, "", 0)
+        self.m1 = _M1_IDLE
         self.walk, self.deadline, self.retry, self.attempted = EMPTY_WALK, 0, 0, 0
         self.conflicts, self.staged = (), (None, None, None)
-        self.gate, self.registry = ("open", ()), ("running", (), False, False)
-        self.m9, self.rs, self.ledger = ("finishing_intent", 0, 0, ()), 0, None
+        self.gate, self.registry = _GATE_OPEN, _REGISTRY_RUNNING
+        self.m9, self.rs, self.ledger = (M9Label.FINISHING_INTENT, 0, 0, ()), 0, None
         self.outbox, self.retires, self.stale, self.stopped, self.continuations = (), (), 0, "", ()
         self.hold("restore", deadlines=True)
         self.read_intent()  # the new process starts by reading the intent record (§6)

@@ -24,7 +24,29 @@ from enum import Enum
 from typing import Any, TypeVar, cast
 
 from quiesce.fsm import Effect, Table, Value
-from quiesce.models.design._state import M1, Attempt, Fence, Group, Key
+from quiesce.models.design._labels import (
+    AttemptLabel,
+    ExecLabel,
+    FenceLabel,
+    GateLabel,
+    GroupLabel,
+    M1Label,
+    M9Label,
+    PolicyLabel,
+    RegistryLabel,
+    ResourcesLabel,
+)
+from quiesce.models.design._state import (
+    M1,
+    M9,
+    Attempt,
+    Fence,
+    Gate,
+    Group,
+    Key,
+    Policy,
+    Registry,
+)
 from quiesce.protocol import Cause, Disposition, OpId, classify
 from quiesce.protocol.controller.lowlevel import ArmTimer, CancelTimer
 from quiesce.protocol.machines import (
@@ -82,6 +104,8 @@ __all__ = ["GROUP", "DesignTables", "Steppers"]
 
 GROUP = "g0"
 """The one prompt group of the design model."""
+_RESULT_HELD = (ExecLabel.COMPLETED, ExecLabel.ACKED)
+"""The execution states whose value holds the result (its receipt)."""
 _TIMER = deadline_timer(GROUP)
 _BUDGET = DeadlineArg(GROUP, 0.0, 1.0)
 
@@ -204,7 +228,7 @@ class Steppers:
         kept = after.data.attempt
         return (
             M1(
-                after.state.value,
+                M1Label(after.state.value),
                 0 if kept is None else _rank(kept.op_id),
                 0 if kept is None else kept.trainer_step,
                 False if kept is None else kept.published,
@@ -247,20 +271,19 @@ class Steppers:
                 compact.append(("late",))
         d = after.data
         back = tuple((_rank(r), o.value, x) for r, o, x in d.recorded)
-        return Fence(after.state.value, _rank(d.active), _rank(d.high_watermark), back), tuple(
-            compact
-        )
+        label = FenceLabel(after.state.value)
+        return Fence(label, _rank(d.active), _rank(d.high_watermark), back), tuple(compact)
 
     # ------------------------------------------------------------------ M3
 
     @_memo
     def execution(
-        self, state: str, key: Key, turn: int, input: Enum, arg: Hashable
-    ) -> tuple[str, int, tuple[ExecAnswer, ...]] | None:
+        self, state: ExecLabel, key: Key, turn: int, input: Enum, arg: Hashable
+    ) -> tuple[ExecLabel, int, tuple[ExecAnswer, ...]] | None:
         """Fire M3 `input` on execution `key`; its answers come back as the rows bind them.
         `arg`: BEGIN `(fence idle, retired)`, TURN_BOUNDARY the turn, POLICY_RESUMED the
         agent's fence idle; RUN_FINISHED and RECV_ACK take the key's receipt (given here)."""
-        done = state in ("completed", "acked")
+        done = state in _RESULT_HELD
         data = ExecutionData(
             f"s{key[0]}",
             key[1],
@@ -282,14 +305,14 @@ class Steppers:
         if not table.enabled(value, input, real):
             return None
         after, answers = table.step(value, input, real)
-        return after.state.value, after.data.turn, answers
+        return ExecLabel(after.state.value), after.data.turn, answers
 
     # ------------------------------------------------------------------ M4, M5
 
     @_memo
     def policy(
-        self, policy: tuple[str, tuple[Key, ...]], input: Enum, call: Key | None
-    ) -> tuple[tuple[str, tuple[Key, ...]], tuple[str, ...]] | None:
+        self, policy: Policy, input: Enum, call: Key | None
+    ) -> tuple[Policy, tuple[str, ...]] | None:
         """Fire M4 `input` (calls are named by the execution that makes them). Calls are
         atomic: an admitted call has finished by the end of the step, so in-flight is 0
         between steps; `release_waiters` admits the waiters, whose calls then finish."""
@@ -309,10 +332,12 @@ class Steppers:
         left = tuple(w for w in waiters if _receipt(w) in after.data.waiters)
         if "hold_as_waiter" in names and call is not None:
             left = tuple(sorted((*left, call)))  # released all at once: order is irrelevant
-        return (after.state.value, left), names
+        return (PolicyLabel(after.state.value), left), names
 
     @_memo
-    def resources(self, label: str, input: Enum) -> tuple[str, tuple[str, ...]] | None:
+    def resources(
+        self, label: ResourcesLabel, input: Enum
+    ) -> tuple[ResourcesLabel, tuple[str, ...]] | None:
         """Fire M5 `input`. A mutation (one turn's resource call) is atomic too: admitted,
         it finishes in the same step; revisions are abstracted away (nothing reads them)."""
         table = self.tables.resources
@@ -324,26 +349,22 @@ class Steppers:
         finished = type(input)("mutation_finished")
         if after.data.in_flight and table.enabled(after, finished, arg):
             after = table.step(after, finished, arg)[0]
-        return after.state.value, _names(effects)
+        return ResourcesLabel(after.state.value), _names(effects)
 
     # ------------------------------------------------------------------ M6, M7
 
     @_memo
-    def gate(
-        self, gate: tuple[str, tuple[str, ...]], input: Enum, owner: str
-    ) -> tuple[str, tuple[str, ...]] | None:
+    def gate(self, gate: Gate, input: Enum, owner: str) -> Gate | None:
         """Fire M6 `input` for `owner`; the holders come back sorted."""
         value = Value(type(self.tables.gate.initial)(gate[0]), frozenset(map(Holder, gate[1])))
         table = self.tables.gate
         if not table.enabled(value, input, owner):
             return None
         after = table.step(value, input, owner)[0]
-        return after.state.value, tuple(sorted(after.data))
+        return GateLabel(after.state.value), tuple(sorted(after.data))
 
     @_memo
-    def registry(
-        self, registry: tuple[str, tuple[str, ...], bool, bool], input: Enum, key: str
-    ) -> tuple[tuple[str, tuple[str, ...], bool, bool], bool] | None:
+    def registry(self, registry: Registry, input: Enum, key: str) -> tuple[Registry, bool] | None:
         """Fire M7 `input` for `key` (a holder, or the group). Returns the registry (its
         group deadline's timer armed or not, from the arm/cancel effects) and whether the
         group's deadline expired."""
@@ -365,7 +386,7 @@ class Steppers:
                 armed = isinstance(effect, ArmTimer)
         return (
             (
-                after.state.value,
+                RegistryLabel(after.state.value),
                 tuple(sorted(after.data.holders)),
                 after.data.remaining(GROUP) is not None,
                 armed,
@@ -391,7 +412,7 @@ class Steppers:
         d = after.data
         return (
             attempt._replace(
-                state=after.state.value,
+                state=AttemptLabel(after.state.value),
                 receipt=d.receipt is not None,
                 ack_owed=d.ack_owed,
                 superseded=d.superseded,
@@ -411,14 +432,12 @@ class Steppers:
             return None
         after, effects = table.step(value, input, sibling)
         bits = sum(1 << s for s in after.data.sealed)
-        return Group(after.state.value, bits, after.data.reopened), _names(effects)
+        return Group(GroupLabel(after.state.value), bits, after.data.reopened), _names(effects)
 
     # ------------------------------------------------------------------ M9
 
     @_memo
-    def restore(
-        self, m9: tuple[str, int, int, tuple[int, ...]], input: Enum, arg: Hashable
-    ) -> tuple[tuple[str, int, int, tuple[int, ...]], tuple[str, ...]] | None:
+    def restore(self, m9: M9, input: Enum, arg: Hashable) -> tuple[M9, tuple[str, ...]] | None:
         """Fire M9 `input`. `arg`: INTENT_READ the `IntentAction`, SNAPSHOT_SELECTED a
         snapshot id, DISCARD_BEGIN a count, RESTORE_REJECTED a reason."""
         label, snapshot, retries, rejected = m9
@@ -440,7 +459,7 @@ class Steppers:
         d = after.data
         return (
             (
-                after.state.value,
+                M9Label(after.state.value),
                 int(d.snapshot) if d.snapshot else 0,
                 d.retries,
                 tuple(int(r) for r, _ in d.rejected),

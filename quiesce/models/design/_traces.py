@@ -14,6 +14,7 @@ from typing import Any
 
 from quiesce.check import Trace
 from quiesce.fsm import Table
+from quiesce.models.design._labels import ExecLabel, M9Label
 from quiesce.models.design._state import NAMES, DesignParams, DesignState
 from quiesce.models.design._tables import GROUP, DesignTables
 from quiesce.models.projection import (
@@ -101,7 +102,7 @@ def _view_registry(state: DesignState, _key: str) -> str | None:
 def _view_restore(state: DesignState, _key: str) -> str | None:
     # The design drops M9's value once it reaches `idle` (and has none before a crash).
     m9 = state.controller.m9
-    return "idle" if m9 is None else m9[0]
+    return M9Label.IDLE if m9 is None else m9[0]
 
 
 def _view_fence(state: DesignState, key: str) -> str | None:
@@ -120,7 +121,7 @@ def _view_execution(state: DesignState, key: str) -> str | None:
     highest, acked = parts.refusals[sibling]
     if attempt != highest:
         return None
-    return "acked" if acked else "tombstoned"
+    return ExecLabel.ACKED if acked else ExecLabel.TOMBSTONED
 
 
 _VIEWS: dict[str, Callable[[DesignState, str], str | None]] = {
