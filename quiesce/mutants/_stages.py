@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -432,7 +432,6 @@ class Judgement:
     states: int = 0
     seconds: float = 0.0
     detail: str = ""
-    stages_run: tuple[str, ...] = field(default=())
 
 
 def judge(site: Site, hooks: Hooks, name: str, prepare: Callable[[Model[Any]], None]) -> Judgement:
@@ -448,26 +447,25 @@ def judge(site: Site, hooks: Hooks, name: str, prepare: Callable[[Model[Any]], N
         return Judgement("dead_by_design", detail=_unreached(site))
     states = 0
     for stage in reaching:
-        ran = tuple(s.name for s in reaching[: reaching.index(stage) + 1])
         try:
             result = stage.run(site, hooks, name, prepare)
         except StageRaised as error:
             seconds = time.perf_counter() - started
             detail = f"{stage.name}: the mutated table raised {error}"
-            return Judgement("killed", "raised", stage.name, states, seconds, detail, ran)
+            return Judgement("killed", "raised", stage.name, states, seconds, detail)
         if not isinstance(result, CheckResult):  # the participant stage: the kit's verdict
             if result.violation is not None:
                 seconds = time.perf_counter() - started
                 killed_by = f"kit:{result.violation.rule_id}"
                 detail = f"{stage.name}: {_describe_kit(result)}"
-                return Judgement("killed", killed_by, stage.name, states, seconds, detail, ran)
+                return Judgement("killed", killed_by, stage.name, states, seconds, detail)
             continue
         states += result.distinct_states
         if result.violations:
             violation = result.violations[0]
             seconds = time.perf_counter() - started
             detail = f"{stage.name}: {describe_violation(violation)}"
-            return Judgement("killed", violation.property, stage.name, states, seconds, detail, ran)
+            return Judgement("killed", violation.property, stage.name, states, seconds, detail)
     ran = tuple(s.name for s in reaching)
     detail = f"no violation in the stages that reach it ({', '.join(ran)})"
-    return Judgement("survived", None, None, states, time.perf_counter() - started, detail, ran)
+    return Judgement("survived", None, None, states, time.perf_counter() - started, detail)
