@@ -88,25 +88,25 @@ def design_table(tables: DesignTables, table: str) -> Table[Any, Any]:
 
 
 def _view_checkpoint(state: DesignState, _key: str) -> str | None:
-    return state.controller.m1.state
+    return state.controller.m1.state.value
 
 
 def _view_gate(state: DesignState, _key: str) -> str | None:
-    return state.controller.gate[0]
+    return state.controller.gate[0].value
 
 
 def _view_registry(state: DesignState, _key: str) -> str | None:
-    return state.controller.registry[0]
+    return state.controller.registry[0].value
 
 
 def _view_restore(state: DesignState, _key: str) -> str | None:
     # The design drops M9's value once it reaches `idle` (and has none before a crash).
     m9 = state.controller.m9
-    return M9Label.IDLE if m9 is None else m9[0]
+    return (M9Label.IDLE if m9 is None else m9[0]).value
 
 
 def _view_fence(state: DesignState, key: str) -> str | None:
-    return state.parts.fences[NAMES.index(key)].state
+    return state.parts.fences[NAMES.index(key)].state.value
 
 
 def _view_execution(state: DesignState, key: str) -> str | None:
@@ -114,14 +114,14 @@ def _view_execution(state: DesignState, key: str) -> str | None:
     parts = state.parts
     for execution in parts.executions:
         if (execution.sibling, execution.attempt) == (sibling, attempt):
-            return execution.state
+            return execution.state.value
     # An ended execution leaves only the agent's refusal key for its rollout: the highest
     # retired attempt and whether that one was ACKed. How an older attempt ended is no
     # longer told, so it shows as nothing (its trace keeps the end it was seen to take).
     highest, acked = parts.refusals[sibling]
     if attempt != highest:
         return None
-    return ExecLabel.ACKED if acked else ExecLabel.TOMBSTONED
+    return ExecLabel.ACKED.value if acked else ExecLabel.TOMBSTONED.value
 
 
 _VIEWS: dict[str, Callable[[DesignState, str], str | None]] = {

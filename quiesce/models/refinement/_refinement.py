@@ -106,7 +106,7 @@ def design_view(state: DesignState) -> View:
     return View(
         tuple(
             (
-                f.state,
+                f.state.value,
                 f.active or None,
                 f.hwm or None,
                 tuple(sorted((r, o) for r, o, _ in f.recorded)),

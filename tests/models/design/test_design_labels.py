@@ -1,36 +1,64 @@
-"""The design model's state labels mirror the protocol's state enums and read as strings."""
+"""The design model's state labels are the protocol's states and read as strings."""
 
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 
 from quiesce.models.design._labels import (
+    AttemptLabel,
+    ExecLabel,
+    FenceLabel,
     GateLabel,
-    LabelMismatch,
+    GroupLabel,
     M1Label,
-    _check_mirrors,
-    _Label,
+    M9Label,
+    PolicyLabel,
+    RegistryLabel,
+    ResourcesLabel,
 )
-from quiesce.protocol.machines import CheckpointState, GateState
+from quiesce.protocol.machines import (
+    AttemptState,
+    CheckpointState,
+    ExecState,
+    FenceState,
+    GateState,
+    GroupState,
+    PolicyState,
+    RegistryState,
+    ResourcesState,
+    RestoreState,
+)
+
+PAIRS = [
+    (M1Label, CheckpointState),
+    (FenceLabel, FenceState),
+    (ExecLabel, ExecState),
+    (PolicyLabel, PolicyState),
+    (ResourcesLabel, ResourcesState),
+    (GateLabel, GateState),
+    (RegistryLabel, RegistryState),
+    (AttemptLabel, AttemptState),
+    (GroupLabel, GroupState),
+    (M9Label, RestoreState),
+]
 
 
-def test_a_label_is_its_string_to_hash_equality_order_repr_and_json() -> None:
+@pytest.mark.parametrize(("labels", "states"), PAIRS, ids=[p[1].__name__ for p in PAIRS])
+def test_each_machine_has_one_label_per_state_of_its_name_and_value(
+    labels: type, states: type
+) -> None:
+    assert [(label.name, label.value) for label in labels] == [(s.name, s.value) for s in states]
+    assert all(isinstance(label, str) for label in labels)
+
+
+def test_a_label_is_its_string_to_hash_equality_order_repr_json_and_pickle() -> None:
     idle = M1Label.IDLE
     assert idle == "idle" and hash(idle) == hash("idle") and str(idle) == "idle"
     assert repr((idle, GateLabel.OPEN)) == repr(("idle", "open"))
     assert json.dumps([idle]) == '["idle"]'
     assert sorted(M1Label) == sorted(M1Label, key=str)
     assert CheckpointState(idle) is CheckpointState.IDLE
-
-
-def test_labels_that_do_not_mirror_their_states_raise_naming_the_difference() -> None:
-    class Gate(_Label):
-        OPEN = GateState.OPEN.value
-        SHUT = "shut"
-
-    with pytest.raises(LabelMismatch) as raised:
-        _check_mirrors((M1Label, CheckpointState), (Gate, GateState))
-    assert (raised.value.missing, raised.value.extra) == (["closed"], ["shut"])
-    assert "Gate does not mirror GateState" in str(raised.value)
+    assert pickle.loads(pickle.dumps(idle)) is idle
