@@ -1,4 +1,5 @@
-"""The state labels of the design model: one `StrEnum` per machine whose state it keeps.
+"""The state labels of the design model: one `StrEnum` per machine whose state it keeps,
+and the kinds of M2's answers (`FenceAnswer`).
 
 What lives here: `M1Label`, `FenceLabel`, `ExecLabel`, `PolicyLabel`, `ResourcesLabel`,
 `GateLabel`, `RegistryLabel`, `AttemptLabel`, `GroupLabel` and `M9Label`, each generated
@@ -39,6 +40,7 @@ from quiesce.protocol.machines import (
 __all__ = [
     "AttemptLabel",
     "ExecLabel",
+    "FenceAnswer",
     "FenceLabel",
     "GateLabel",
     "GroupLabel",
@@ -62,6 +64,18 @@ def labels_of(name: str, states: type[Enum]) -> type[StrEnum]:
     name, so a label pickles): one member per state, of the state's name and value."""
     members = [(s.name, s.value) for s in states]
     return _Label(name, members, module=__name__)  # type: ignore[call-arg,return-value]
+
+
+class FenceAnswer(StrEnum):
+    """What M2 answers a request with, in the design's compact effects (`Steppers.fence`):
+    one per kind of the table's bound answer (`FenceStart`, `FenceReplay`, ...)."""
+
+    START = "start"
+    REPLAY = "replay"
+    RETIRE = "retire"
+    REFUSE = "refuse"
+    JOIN = "join"
+    LATE = "late"
 
 
 if TYPE_CHECKING:

@@ -18,7 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from quiesce.models.design._labels import ExecLabel, FenceLabel, PolicyLabel, ResourcesLabel
+from quiesce.models.design._labels import (
+    ExecLabel,
+    FenceAnswer,
+    FenceLabel,
+    PolicyLabel,
+    ResourcesLabel,
+)
 from quiesce.models.design._scratch import LIVE, Scratch
 from quiesce.models.design._state import AGENT, NAMES, POLICY, RESOURCES, Key
 from quiesce.protocol.machines import (
@@ -55,16 +61,16 @@ class ParticipantSide(Scratch):
         if stepped is None:
             return ("refused", "invalid_phase", 0)
         self.fences[p], effects = stepped
-        effect: tuple[Any, ...] = effects[0] if effects else ("none",)
+        effect: tuple[Any, ...] = effects[0] if effects else (None,)
         kind = effect[0]
-        if kind == "refuse":
+        if kind is FenceAnswer.REFUSE:
             return ("refused", effect[1], effect[2])
-        if kind == "replay":
+        if kind is FenceAnswer.REPLAY:
             return self._replayed(p, op, effect[1])
-        if kind == "retire":
+        if kind is FenceAnswer.RETIRE:
             self.reopen(p)
             return ("resumed",)
-        if kind != "start":
+        if kind is not FenceAnswer.START:
             return ("error",)
         if op == "prepare":
             self.close(p)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quiesce.models.design._labels import ExecLabel
+from quiesce.models.design._labels import ExecLabel, FenceAnswer
 from quiesce.models.design._state import (
     Controller,
     DesignParams,
@@ -181,7 +181,7 @@ class Scratch:
         who, op, op_id, _ = self.w.delayed
         stepped = self.request(who, op, op_id)
         return stepped is not None and any(
-            e[0] == "refuse" and e[1] == "stale_checkpoint" for e in stepped[1]
+            e[0] is FenceAnswer.REFUSE and e[1] == "stale_checkpoint" for e in stepped[1]
         )
 
     def snapshot(self) -> Snapshot:

@@ -27,6 +27,7 @@ from quiesce.fsm import Effect, Table, Value
 from quiesce.models.design._labels import (
     AttemptLabel,
     ExecLabel,
+    FenceAnswer,
     FenceLabel,
     GateLabel,
     GroupLabel,
@@ -244,9 +245,9 @@ class Steppers:
     def fence(
         self, fence: Fence, input: Enum, op: FenceOp, rank: int, result: Hashable
     ) -> tuple[Fence, tuple[Any, ...]] | None:
-        """Fire M2 `input` with `FenceCall(op, rank, result)`. Effects come back compact:
-        `("start",)`, `("replay", result)`, `("retire",)`, `("refuse", code, active)`,
-        `("join",)`, `("late",)`."""
+        """Fire M2 `input` with `FenceCall(op, rank, result)`. Effects come back compact, a
+        `FenceAnswer` first: `(START,)`, `(REPLAY, result)`, `(RETIRE,)`, `(REFUSE, code,
+        active)`, `(JOIN,)`, `(LATE,)`."""
         recorded = tuple((OpId(0, r, 0), FenceOp(o), x) for r, o, x in fence.recorded)
         data = FenceData(_op_id(fence.active), _op_id(fence.hwm), recorded)
         value = Value(FenceState(fence.state), data)
@@ -258,17 +259,17 @@ class Steppers:
         compact: list[tuple[Any, ...]] = []
         for effect in effects:
             if isinstance(effect, FenceStart):
-                compact.append(("start",))
+                compact.append((FenceAnswer.START,))
             elif isinstance(effect, FenceReplay):
-                compact.append(("replay", effect.result))
+                compact.append((FenceAnswer.REPLAY, effect.result))
             elif isinstance(effect, FenceRetire):
-                compact.append(("retire",))
+                compact.append((FenceAnswer.RETIRE,))
             elif isinstance(effect, FenceRefusal):
-                compact.append(("refuse", effect.code, _rank(effect.active_id)))
+                compact.append((FenceAnswer.REFUSE, effect.code, _rank(effect.active_id)))
             elif isinstance(effect, FenceJoin):
-                compact.append(("join",))
+                compact.append((FenceAnswer.JOIN,))
             elif isinstance(effect, FenceLateOutcome):
-                compact.append(("late",))
+                compact.append((FenceAnswer.LATE,))
         d = after.data
         back = tuple((_rank(r), o.value, x) for r, o, x in d.recorded)
         label = FenceLabel(after.state.value)
