@@ -1,11 +1,14 @@
 """The state labels of the design model: one `StrEnum` per machine whose state it keeps,
-and the kinds of M2's answers (`FenceAnswer`).
+the kinds of M2's answers (`FenceAnswer`) and the phases of the controller's walk
+(`Phase`).
 
 What lives here: `M1Label`, `FenceLabel`, `ExecLabel`, `PolicyLabel`, `ResourcesLabel`,
 `GateLabel`, `RegistryLabel`, `AttemptLabel`, `GroupLabel` and `M9Label`, each generated
 from its machine's state enum in `quiesce.protocol.machines` (same member names, same
-values), so a state added, dropped or renamed there is one here too. What it does not know:
-how a label moves (`_tables`).
+values), so a state added, dropped or renamed there is one here too; `Phase`, the walk
+`_state.Walk` is in (the design's own: no protocol enum has the capture's re-flush or the
+restore's walks). What it does not know: how a label moves (`_tables`), or what a walk
+calls (`_state.next_call`).
 
 Why `StrEnum`, not the protocol's enums: the explorer hashes every state on every lookup.
 A `StrEnum` member hashes and compares with `str`'s C code and equals its value, so state
@@ -46,6 +49,7 @@ __all__ = [
     "GroupLabel",
     "M1Label",
     "M9Label",
+    "Phase",
     "PolicyLabel",
     "RegistryLabel",
     "ResourcesLabel",
@@ -76,6 +80,31 @@ class FenceAnswer(StrEnum):
     REFUSE = "refuse"
     JOIN = "join"
     LATE = "late"
+
+
+class Phase(_Label):
+    """The controller's walk (`_state.Walk.phase`): which remote phase it calls the
+    participants for, in its §3 order (`_state.ORDERS`), one call a step.
+
+    `NONE` (`""`, false): no walk. Of a checkpoint (M1, `_state.M1_PHASE`): `FLUSH` the
+    ACK outbox, `PREPARE`, `COMMIT`, `REFLUSH` (the capture's re-flush, S7), `RELEASE`,
+    `ABORT`. Of a restore (M9, `_state.M9_PHASE`): `RESTORE`, `DISCARD` (S12),
+    `RESUME_RS` (resume after a restore), `ABORT_RS` (abort a rejected restore). A phase
+    is not an op: the ops a walk sends (`_state.next_call`) are plain strings, though a
+    phase named like one (`prepare`, `commit`, `restore`, `discard`) equals it.
+    """
+
+    NONE = ""
+    FLUSH = "flush"
+    PREPARE = "prepare"
+    COMMIT = "commit"
+    REFLUSH = "reflush"
+    RELEASE = "release"
+    ABORT = "abort"
+    RESTORE = "restore"
+    DISCARD = "discard"
+    RESUME_RS = "resume_rs"
+    ABORT_RS = "abort_rs"
 
 
 if TYPE_CHECKING:

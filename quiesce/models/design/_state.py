@@ -37,12 +37,15 @@ from quiesce.models.design._labels import (
     GroupLabel,
     M1Label,
     M9Label,
+    Phase,
     PolicyLabel,
     RegistryLabel,
     ResourcesLabel,
 )
 
 __all__ = [
+    "ABORT_PHASES",
+    "ACK_PHASES",
     "AGENT",
     "ALL",
     "EMPTY_WALK",
@@ -87,33 +90,37 @@ NAMES = ("policy", "agent", "resources")
 ALL = (1 << POLICY) | (1 << AGENT) | (1 << RESOURCES)
 """Every participant, as a bit set."""
 
-ORDERS: dict[str, tuple[int, ...]] = {
-    "prepare": (POLICY, AGENT, RESOURCES),
-    "commit": (AGENT, POLICY, RESOURCES),  # policy needs the agents' continuation index
-    "release": (RESOURCES, POLICY, AGENT),
-    "abort": (RESOURCES, POLICY, AGENT),
-    "restore": (POLICY, AGENT, RESOURCES),
-    "resume_rs": (RESOURCES, POLICY, AGENT),
-    "abort_rs": (RESOURCES, POLICY, AGENT),
+ORDERS: dict[Phase, tuple[int, ...]] = {
+    Phase.PREPARE: (POLICY, AGENT, RESOURCES),
+    Phase.COMMIT: (AGENT, POLICY, RESOURCES),  # policy needs the agents' continuation index
+    Phase.RELEASE: (RESOURCES, POLICY, AGENT),
+    Phase.ABORT: (RESOURCES, POLICY, AGENT),
+    Phase.RESTORE: (POLICY, AGENT, RESOURCES),
+    Phase.RESUME_RS: (RESOURCES, POLICY, AGENT),
+    Phase.ABORT_RS: (RESOURCES, POLICY, AGENT),
 }
 """§3: the order each walk calls the participants in."""
 
 M1_PHASE = {
-    "flush": M1Label.FLUSHING_ACKS,
-    "prepare": M1Label.PREPARING,
-    "commit": M1Label.COMMITTING,
-    "reflush": M1Label.CAPTURING,
-    "release": M1Label.RELEASING,
-    "abort": M1Label.ABORTING,
+    Phase.FLUSH: M1Label.FLUSHING_ACKS,
+    Phase.PREPARE: M1Label.PREPARING,
+    Phase.COMMIT: M1Label.COMMITTING,
+    Phase.REFLUSH: M1Label.CAPTURING,
+    Phase.RELEASE: M1Label.RELEASING,
+    Phase.ABORT: M1Label.ABORTING,
 }
 """The M1 state each walk of a checkpoint belongs to (outside it the walk is dormant)."""
 M9_PHASE = {
-    "restore": M9Label.RESTORING,
-    "discard": M9Label.DISCARDING,
-    "resume_rs": M9Label.RESUMING,
-    "abort_rs": M9Label.SELECTING,
+    Phase.RESTORE: M9Label.RESTORING,
+    Phase.DISCARD: M9Label.DISCARDING,
+    Phase.RESUME_RS: M9Label.RESUMING,
+    Phase.ABORT_RS: M9Label.SELECTING,
 }
 """The M9 state each walk of a restore belongs to."""
+ACK_PHASES = (Phase.FLUSH, Phase.REFLUSH)
+"""The walks that flush the ACK outbox (one batch call to the agent)."""
+ABORT_PHASES = (Phase.ABORT, Phase.ABORT_RS)
+"""The walks that call only the participants marked attempted."""
 
 Key = tuple[int, int]
 """A rollout attempt: `(sibling, attempt)`."""
@@ -235,19 +242,18 @@ class M1(NamedTuple):
 class Walk(NamedTuple):
     """The controller's walk through one remote phase (§3 order), one atomic call a step.
 
-    `phase`: `""` (none), `flush`, `prepare`, `commit`, `reflush` (the capture's re-flush),
-    `release`, `abort`, `restore`, `discard`, `resume_rs`, `abort_rs`. `done`: the
+    `phase`: a `Phase` (`Phase.NONE`, `""`: no walk), named by its `_labels` doc. `done`: the
     participants (a bit each) that answered; `not_ready`: the next call answered not ready
     and waits for the prepare retry timer; `nr_retries`: those retries used.
     """
 
-    phase: str
+    phase: Phase
     done: int
     not_ready: bool
     nr_retries: int
 
 
-EMPTY_WALK = Walk("", 0, False, 0)
+EMPTY_WALK = Walk(Phase.NONE, 0, False, 0)
 
 
 class Controller(NamedTuple):
@@ -430,26 +436,32 @@ def discards(c: ControllerView, recovery_mode: str) -> tuple[tuple[int, int, int
     return tuple(r for r in c.continuations if r[2] > 0)
 
 
+_OWN_ID_PHASES = (Phase.PREPARE, Phase.COMMIT, Phase.RELEASE)
+"""The walks of a checkpoint's own id that resume no conflicting id first (§4)."""
+_PHASE_OP = {Phase.PREPARE: "prepare", Phase.COMMIT: "commit", Phase.RESTORE: "restore"}
+"""The op a walk's call sends (every other walk of `ORDERS` sends `resume`)."""
+
+
 def next_call(c: ControllerView, recovery_mode: str) -> tuple[int, str, int, Any] | None:
     """The next call of the walk: `(participant, op, id, extra)`, or None when done."""
     phase, done = c.walk.phase, c.walk.done
-    if phase in ("flush", "reflush"):
+    if phase in ACK_PHASES:
         # The batch of the outbox as it is now (ACKs are idempotent, so a batch the
         # background drain already delivered is answered again, harmlessly).
         return None if done else (AGENT, "ack", 0, ack_batch(c))
-    if phase == "discard":
+    if phase is Phase.DISCARD:
         left = discards(c, recovery_mode)
         return (AGENT, "discard", c.rs, left[0]) if left else None
-    if phase not in ("prepare", "commit", "release"):
+    if phase not in _OWN_ID_PHASES:
         # §4: a participant fenced to another id is aborted (resumed) with that id first.
-        for p in ORDERS["abort"]:
+        for p in ORDERS[Phase.ABORT]:
             for who, other in c.conflicts:
                 if who == p:
                     return (p, "resume", other, "conflict")
     op_id = c.rs if phase in M9_PHASE else c.m1.attempt
-    op = {"prepare": "prepare", "commit": "commit", "restore": "restore"}.get(phase, "resume")
-    needed = c.attempted if phase in ("abort", "abort_rs") else ALL
-    extra = c.m9[1] if phase == "restore" and c.m9 is not None else None
+    op = _PHASE_OP.get(phase, "resume")
+    needed = c.attempted if phase in ABORT_PHASES else ALL
+    extra = c.m9[1] if phase is Phase.RESTORE and c.m9 is not None else None
     for p in ORDERS[phase]:
         if needed >> p & 1 and not done >> p & 1:
             return (p, op, op_id, extra)

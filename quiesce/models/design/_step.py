@@ -41,12 +41,15 @@ from quiesce.models.design._labels import (
     GroupLabel,
     M1Label,
     M9Label,
+    Phase,
     PolicyLabel,
     RegistryLabel,
     ResourcesLabel,
 )
 from quiesce.models.design._ledger import LedgerSide
 from quiesce.models.design._state import (
+    ABORT_PHASES,
+    ACK_PHASES,
     AGENT,
     ALL,
     EMPTY_WALK,
@@ -94,8 +97,18 @@ from quiesce.protocol.machines import (
 __all__ = ["DELAYABLE", "TRANSIENT", "Step", "initial_state"]
 
 CI, TI = CheckpointInput, AttemptInput
-_DONE_INPUT = {"prepare": CI.ROLES_DONE, "commit": CI.ROLES_DONE, "release": CI.ROLES_DONE}
-_DONE_INPUT.update(abort=CI.ROLES_DONE, flush=CI.ACKS_FLUSHED)
+_DONE_INPUT = {
+    Phase.PREPARE: CI.ROLES_DONE,
+    Phase.COMMIT: CI.ROLES_DONE,
+    Phase.RELEASE: CI.ROLES_DONE,
+    Phase.ABORT: CI.ROLES_DONE,
+    Phase.FLUSH: CI.ACKS_FLUSHED,
+}
+"""The M1 input a finished walk of a checkpoint fires (the re-flush goes back to the cut)."""
+_RESTORE_CALL_PHASES = (Phase.RESTORE, Phase.DISCARD, Phase.RESUME_RS)
+"""The walks of a restore whose failed call M9 hears of (an abort of one is retried)."""
+_ATTEMPTING_PHASES = (Phase.PREPARE, Phase.RESTORE)
+"""The walks whose call marks its participant attempted before it is sent (S6)."""
 _RESTARTED = classify(Cause.PARTICIPANT_RESTARTED)
 # §4: a refusal answered to a control call is classified by its code.
 _REFUSAL_CAUSE = {
@@ -257,7 +270,7 @@ class Step(LedgerSide):
             if reflushed:
                 self.fail(Cause.ACKS_PENDING)
             else:
-                self.start_walk("reflush")
+                self.start_walk(Phase.REFLUSH)
         else:
             self.fire(CI.CUT_CAPTURED)
 
@@ -282,11 +295,11 @@ class Step(LedgerSide):
         self.published = (*self.published, snapshot)
         self.fire(CI.PUBLISHED)
 
-    def start_walk(self, phase: str) -> None:
+    def start_walk(self, phase: Phase) -> None:
         """Begin a remote phase (a retried abort/release skips who answered)."""
-        keep = self.walk.phase == phase
+        keep = self.walk.phase is phase
         self.walk = Walk(phase, self.walk.done if keep else 0, False, 0)
-        nothing_to_ack = phase in ("flush", "reflush") and not self.ack_batch()
+        nothing_to_ack = phase in ACK_PHASES and not self.ack_batch()
         if nothing_to_ack or self.next_call() is None:
             self.finish_walk()
 
@@ -318,29 +331,29 @@ class Step(LedgerSide):
         self.walk = EMPTY_WALK
         if phase in _DONE_INPUT:
             self.fire(_DONE_INPUT[phase])
-        elif phase == "reflush":
+        elif phase is Phase.REFLUSH:
             self.capture(reflushed=True)
-        elif phase == "restore":
+        elif phase is Phase.RESTORE:
             self.restore_input(RestoreInput.RECV_RESTORED)
             if self.m9 is not None and self.m9[0] == M9Label.RESTORED_PAUSED:
                 self.check_restored()
                 self.restore_input(RestoreInput.DISCARD_BEGIN, len(self._discards()))
-        elif phase == "discard":
+        elif phase is Phase.DISCARD:
             self.restore_input(RestoreInput.RECV_DISCARDED)
-        elif phase == "resume_rs":
+        elif phase is Phase.RESUME_RS:
             self.restore_input(RestoreInput.RECV_RESUMED)
-        elif phase == "abort_rs":
+        elif phase is Phase.ABORT_RS:
             self.select_if_due()
 
     def fail_walk(self, cause: Cause) -> None:
         """The walk's call failed for good (retries spent, or a refusal)."""
         phase = self.walk.phase
         self.walk = self.walk._replace(not_ready=False)
-        if phase == "reflush":
+        if phase is Phase.REFLUSH:
             self.fail(Cause.ACKS_PENDING)
         elif phase in M1_PHASE:
             self.fail(cause)
-        elif phase in ("restore", "discard", "resume_rs"):
+        elif phase in _RESTORE_CALL_PHASES:
             self.restore_input(RestoreInput.CALL_FAILED)
         # abort_rs: retried until it succeeds (the next call goes out again).
 
@@ -361,7 +374,7 @@ class Step(LedgerSide):
         if walk.not_ready:  # the prepare retry timer asks the not-ready participant again
             self.walk = walk._replace(not_ready=False, nr_retries=walk.nr_retries + 1)
         self.check_order(p, op, op_id, extra)
-        if walk.phase in ("prepare", "restore"):
+        if walk.phase in _ATTEMPTING_PHASES:
             self.attempted |= 1 << p  # S6: attempted before the call is sent
         kind, every_try = fault.rstrip("*"), fault.endswith("*")
         tries = self.p.call_retries + 1 if every_try else 1
@@ -462,7 +475,7 @@ class Step(LedgerSide):
         phase = self.walk.phase
         if phase not in ORDERS or extra == "conflict":
             return
-        needed = self.attempted if phase in ("abort", "abort_rs") else ALL
+        needed = self.attempted if phase in ABORT_PHASES else ALL
         # §3 as the spec states it, by the call's op: never the walk's own `ORDERS`.
         order = tuple(NAMES.index(role) for role in SPEC_PHASE_ORDER[op])
         for q in order[: order.index(p)]:
@@ -652,7 +665,7 @@ def _set(**fields: Callable[[Step], Any]) -> Callable[[Step, Any], None]:
     return work
 
 
-def _walk(phase: str) -> Callable[[Step, Any], None]:
+def _walk(phase: Phase) -> Callable[[Step, Any], None]:
     def work(step: Step, arg: Any) -> None:
         step.start_walk(phase)
 
@@ -667,17 +680,17 @@ _M1_WORK: Mapping[str, Callable[[Step, Any], None]] = work(
         "update_intent": _nothing,  # the intent record is its id alone (§6: published is read)
         "write_intent": _write_intent,
         "hold": lambda step, arg: step.hold("checkpoint", deadlines=True),
-        "flush_acks": _walk("flush"),
+        "flush_acks": _walk(Phase.FLUSH),
         "arm_prepare_deadline": _set(deadline=lambda s: s.m1.attempt),
-        "call_prepare": _walk("prepare"),
+        "call_prepare": _walk(Phase.PREPARE),
         "cancel_prepare_timers": _set(deadline=lambda s: 0),
         "call_prepare_again": lambda step, arg: step.call_again(NAMES.index(arg.participant)),
-        "call_commit": _walk("commit"),
+        "call_commit": _walk(Phase.COMMIT),
         "capture_cut": lambda step, arg: step.capture(reflushed=False),
         "validate": _validate,
         "publish": lambda step, arg: step.publish(),
-        "call_release": _walk("release"),
-        "call_abort": _walk("abort"),
+        "call_release": _walk(Phase.RELEASE),
+        "call_abort": _walk(Phase.ABORT),
         "inspect_published": _inspect,
         "clear_intent": _set(intent=lambda s: 0),
         "discard_staging": _set(staged=lambda s: (None, None, None)),
@@ -698,7 +711,7 @@ def _finish_in_flight(step: Step, arg: Any) -> None:
 
 def _send_restore(step: Step, arg: Any) -> None:
     step.rs, step.attempted, step.continuations = step.mint(), 0, ()
-    step.start_walk("restore")
+    step.start_walk(Phase.RESTORE)
 
 
 def _start_at_anchor(step: Step, arg: Any) -> None:
@@ -723,9 +736,9 @@ _M9_WORK: Mapping[str, Callable[[Step, Any], None]] = work(
         "clear_intent": _set(intent=lambda s: 0),
         "send_restore": _send_restore,
         "start_at_anchor": _start_at_anchor,
-        "abort_restore": _walk("abort_rs"),
-        "send_discards": _walk("discard"),
-        "send_resume": _walk("resume_rs"),
+        "abort_restore": _walk(Phase.ABORT_RS),
+        "send_discards": _walk(Phase.DISCARD),
+        "send_resume": _walk(Phase.RESUME_RS),
         "redispatch": _redispatch,
     },
     level="design model",

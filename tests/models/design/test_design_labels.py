@@ -15,6 +15,7 @@ from quiesce.models.design._labels import (
     GroupLabel,
     M1Label,
     M9Label,
+    Phase,
     PolicyLabel,
     RegistryLabel,
     ResourcesLabel,
@@ -62,3 +63,10 @@ def test_a_label_is_its_string_to_hash_equality_order_repr_json_and_pickle() -> 
     assert sorted(M1Label) == sorted(M1Label, key=str)
     assert CheckpointState(idle) is CheckpointState.IDLE
     assert pickle.loads(pickle.dumps(idle)) is idle
+
+
+def test_a_walk_phase_is_its_string_and_no_walk_is_false() -> None:
+    assert Phase.REFLUSH == "reflush" and hash(Phase.ABORT_RS) == hash("abort_rs")
+    assert repr((Phase.DISCARD, Phase.NONE)) == repr(("discard", ""))
+    assert not Phase.NONE and all(phase for phase in Phase if phase is not Phase.NONE)
+    assert pickle.loads(pickle.dumps(Phase.RESUME_RS)) is Phase.RESUME_RS
