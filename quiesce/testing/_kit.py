@@ -315,20 +315,18 @@ def _check(
                 break  # a later search met a sequence answered two ways: report what is found
             if violation is None:
                 break
-            found.append(violation)
-            found = [v for v in found if not any(v.explained_by(o) for o in found)]
+            found = _with(found, violation)
             flaky, unshrunk = flaky or was_flaky, unshrunk or why
             run.known |= {violation.key}
             if run.stuck or len(found) >= max_failures:  # nothing more to search for
                 break
         if not run.stuck and len(found) < max_failures:
             for violation in _sweep(run, machine):
-                if violation.key in run.known or any(violation.explained_by(o) for o in found):
-                    continue
-                found.append(violation)
-                run.known |= {violation.key}
-                if len(found) >= max_failures:
-                    break
+                if violation.key not in run.known:
+                    found = _with(found, violation)
+                    run.known |= {violation.key}
+                    if len(found) >= max_failures:
+                        break
     finally:
         run.disconnect()
     return ConformanceResult(
@@ -416,6 +414,15 @@ def _search(
     if violation is not None and unshrinkable:
         unshrunk = unshrinkable
     return violation, flaky, unshrunk
+
+
+def _with(
+    found: list[ConformanceViolation], violation: ConformanceViolation
+) -> list[ConformanceViolation]:
+    """`found` and `violation`, less every failure another of them explains (a race that a
+    failure of one request explains is not reported apart)."""
+    every = [*found, violation]
+    return [v for v in every if not any(v.explained_by(o) for o in every)]
 
 
 def _sweep(run: KitRun, machine: type[ConformanceMachine]) -> Iterator[ConformanceViolation]:

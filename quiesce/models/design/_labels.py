@@ -1,11 +1,11 @@
 """The state labels of the design model: one `StrEnum` per machine whose state it keeps,
 the kinds of M2's answers (`FenceAnswer`) and the phases of the controller's walk
-(`Phase`).
+(`WalkPhase`).
 
 What lives here: `M1Label`, `FenceLabel`, `ExecLabel`, `PolicyLabel`, `ResourcesLabel`,
 `GateLabel`, `RegistryLabel`, `AttemptLabel`, `GroupLabel` and `M9Label`, each generated
 from its machine's state enum in `quiesce.protocol.machines` (same member names, same
-values), so a state added, dropped or renamed there is one here too; `Phase`, the walk
+values), so a state added, dropped or renamed there is one here too; `WalkPhase`, the walk
 `_state.Walk` is in (the design's own: no protocol enum has the capture's re-flush or the
 restore's walks). What it does not know: how a label moves (`_tables`), or what a walk
 calls (`_state.next_call`).
@@ -49,10 +49,10 @@ __all__ = [
     "GroupLabel",
     "M1Label",
     "M9Label",
-    "Phase",
     "PolicyLabel",
     "RegistryLabel",
     "ResourcesLabel",
+    "WalkPhase",
     "labels_of",
 ]
 
@@ -82,7 +82,7 @@ class FenceAnswer(StrEnum):
     LATE = "late"
 
 
-class Phase(_Label):
+class WalkPhase(_Label):
     """The controller's walk (`_state.Walk.phase`): which remote phase it calls the
     participants for, in its §3 order (`_state.ORDERS`), one call a step.
 

@@ -37,10 +37,10 @@ from quiesce.models.design._labels import (
     GroupLabel,
     M1Label,
     M9Label,
-    Phase,
     PolicyLabel,
     RegistryLabel,
     ResourcesLabel,
+    WalkPhase,
 )
 
 __all__ = [
@@ -90,36 +90,36 @@ NAMES = ("policy", "agent", "resources")
 ALL = (1 << POLICY) | (1 << AGENT) | (1 << RESOURCES)
 """Every participant, as a bit set."""
 
-ORDERS: dict[Phase, tuple[int, ...]] = {
-    Phase.PREPARE: (POLICY, AGENT, RESOURCES),
-    Phase.COMMIT: (AGENT, POLICY, RESOURCES),  # policy needs the agents' continuation index
-    Phase.RELEASE: (RESOURCES, POLICY, AGENT),
-    Phase.ABORT: (RESOURCES, POLICY, AGENT),
-    Phase.RESTORE: (POLICY, AGENT, RESOURCES),
-    Phase.RESUME_RS: (RESOURCES, POLICY, AGENT),
-    Phase.ABORT_RS: (RESOURCES, POLICY, AGENT),
+ORDERS: dict[WalkPhase, tuple[int, ...]] = {
+    WalkPhase.PREPARE: (POLICY, AGENT, RESOURCES),
+    WalkPhase.COMMIT: (AGENT, POLICY, RESOURCES),  # policy needs the agents' continuation index
+    WalkPhase.RELEASE: (RESOURCES, POLICY, AGENT),
+    WalkPhase.ABORT: (RESOURCES, POLICY, AGENT),
+    WalkPhase.RESTORE: (POLICY, AGENT, RESOURCES),
+    WalkPhase.RESUME_RS: (RESOURCES, POLICY, AGENT),
+    WalkPhase.ABORT_RS: (RESOURCES, POLICY, AGENT),
 }
 """§3: the order each walk calls the participants in."""
 
 M1_PHASE = {
-    Phase.FLUSH: M1Label.FLUSHING_ACKS,
-    Phase.PREPARE: M1Label.PREPARING,
-    Phase.COMMIT: M1Label.COMMITTING,
-    Phase.REFLUSH: M1Label.CAPTURING,
-    Phase.RELEASE: M1Label.RELEASING,
-    Phase.ABORT: M1Label.ABORTING,
+    WalkPhase.FLUSH: M1Label.FLUSHING_ACKS,
+    WalkPhase.PREPARE: M1Label.PREPARING,
+    WalkPhase.COMMIT: M1Label.COMMITTING,
+    WalkPhase.REFLUSH: M1Label.CAPTURING,
+    WalkPhase.RELEASE: M1Label.RELEASING,
+    WalkPhase.ABORT: M1Label.ABORTING,
 }
 """The M1 state each walk of a checkpoint belongs to (outside it the walk is dormant)."""
 M9_PHASE = {
-    Phase.RESTORE: M9Label.RESTORING,
-    Phase.DISCARD: M9Label.DISCARDING,
-    Phase.RESUME_RS: M9Label.RESUMING,
-    Phase.ABORT_RS: M9Label.SELECTING,
+    WalkPhase.RESTORE: M9Label.RESTORING,
+    WalkPhase.DISCARD: M9Label.DISCARDING,
+    WalkPhase.RESUME_RS: M9Label.RESUMING,
+    WalkPhase.ABORT_RS: M9Label.SELECTING,
 }
 """The M9 state each walk of a restore belongs to."""
-ACK_PHASES = (Phase.FLUSH, Phase.REFLUSH)
+ACK_PHASES = (WalkPhase.FLUSH, WalkPhase.REFLUSH)
 """The walks that flush the ACK outbox (one batch call to the agent)."""
-ABORT_PHASES = (Phase.ABORT, Phase.ABORT_RS)
+ABORT_PHASES = (WalkPhase.ABORT, WalkPhase.ABORT_RS)
 """The walks that call only the participants marked attempted."""
 
 Key = tuple[int, int]
@@ -242,18 +242,19 @@ class M1(NamedTuple):
 class Walk(NamedTuple):
     """The controller's walk through one remote phase (§3 order), one atomic call a step.
 
-    `phase`: a `Phase` (`Phase.NONE`, `""`: no walk), named by its `_labels` doc. `done`: the
-    participants (a bit each) that answered; `not_ready`: the next call answered not ready
-    and waits for the prepare retry timer; `nr_retries`: those retries used.
+    `phase`: a `WalkPhase` (`WalkPhase.NONE`, `""`: no walk; the others named in
+    `_labels`). `done`: the participants (a bit each) that answered; `not_ready`: the next
+    call answered not ready and waits for the prepare retry timer; `nr_retries`: those
+    retries used.
     """
 
-    phase: Phase
+    phase: WalkPhase
     done: int
     not_ready: bool
     nr_retries: int
 
 
-EMPTY_WALK = Walk(Phase.NONE, 0, False, 0)
+EMPTY_WALK = Walk(WalkPhase.NONE, 0, False, 0)
 
 
 class Controller(NamedTuple):
@@ -436,9 +437,9 @@ def discards(c: ControllerView, recovery_mode: str) -> tuple[tuple[int, int, int
     return tuple(r for r in c.continuations if r[2] > 0)
 
 
-_OWN_ID_PHASES = (Phase.PREPARE, Phase.COMMIT, Phase.RELEASE)
+_OWN_ID_PHASES = (WalkPhase.PREPARE, WalkPhase.COMMIT, WalkPhase.RELEASE)
 """The walks of a checkpoint's own id that resume no conflicting id first (§4)."""
-_PHASE_OP = {Phase.PREPARE: "prepare", Phase.COMMIT: "commit", Phase.RESTORE: "restore"}
+_PHASE_OP = {WalkPhase.PREPARE: "prepare", WalkPhase.COMMIT: "commit", WalkPhase.RESTORE: "restore"}
 """The op a walk's call sends (every other walk of `ORDERS` sends `resume`)."""
 
 
@@ -449,19 +450,19 @@ def next_call(c: ControllerView, recovery_mode: str) -> tuple[int, str, int, Any
         # The batch of the outbox as it is now (ACKs are idempotent, so a batch the
         # background drain already delivered is answered again, harmlessly).
         return None if done else (AGENT, "ack", 0, ack_batch(c))
-    if phase is Phase.DISCARD:
+    if phase is WalkPhase.DISCARD:
         left = discards(c, recovery_mode)
         return (AGENT, "discard", c.rs, left[0]) if left else None
     if phase not in _OWN_ID_PHASES:
         # §4: a participant fenced to another id is aborted (resumed) with that id first.
-        for p in ORDERS[Phase.ABORT]:
+        for p in ORDERS[WalkPhase.ABORT]:
             for who, other in c.conflicts:
                 if who == p:
                     return (p, "resume", other, "conflict")
     op_id = c.rs if phase in M9_PHASE else c.m1.attempt
     op = _PHASE_OP.get(phase, "resume")
     needed = c.attempted if phase in ABORT_PHASES else ALL
-    extra = c.m9[1] if phase is Phase.RESTORE and c.m9 is not None else None
+    extra = c.m9[1] if phase is WalkPhase.RESTORE and c.m9 is not None else None
     for p in ORDERS[phase]:
         if needed >> p & 1 and not done >> p & 1:
             return (p, op, op_id, extra)

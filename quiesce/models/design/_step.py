@@ -41,10 +41,10 @@ from quiesce.models.design._labels import (
     GroupLabel,
     M1Label,
     M9Label,
-    Phase,
     PolicyLabel,
     RegistryLabel,
     ResourcesLabel,
+    WalkPhase,
 )
 from quiesce.models.design._ledger import LedgerSide
 from quiesce.models.design._state import (
@@ -98,16 +98,16 @@ __all__ = ["DELAYABLE", "TRANSIENT", "Step", "initial_state"]
 
 CI, TI = CheckpointInput, AttemptInput
 _DONE_INPUT = {
-    Phase.PREPARE: CI.ROLES_DONE,
-    Phase.COMMIT: CI.ROLES_DONE,
-    Phase.RELEASE: CI.ROLES_DONE,
-    Phase.ABORT: CI.ROLES_DONE,
-    Phase.FLUSH: CI.ACKS_FLUSHED,
+    WalkPhase.PREPARE: CI.ROLES_DONE,
+    WalkPhase.COMMIT: CI.ROLES_DONE,
+    WalkPhase.RELEASE: CI.ROLES_DONE,
+    WalkPhase.ABORT: CI.ROLES_DONE,
+    WalkPhase.FLUSH: CI.ACKS_FLUSHED,
 }
 """The M1 input a finished walk of a checkpoint fires (the re-flush goes back to the cut)."""
-_RESTORE_CALL_PHASES = (Phase.RESTORE, Phase.DISCARD, Phase.RESUME_RS)
+_RESTORE_CALL_PHASES = (WalkPhase.RESTORE, WalkPhase.DISCARD, WalkPhase.RESUME_RS)
 """The walks of a restore whose failed call M9 hears of (an abort of one is retried)."""
-_ATTEMPTING_PHASES = (Phase.PREPARE, Phase.RESTORE)
+_ATTEMPTING_PHASES = (WalkPhase.PREPARE, WalkPhase.RESTORE)
 """The walks whose call marks its participant attempted before it is sent (S6)."""
 _RESTARTED = classify(Cause.PARTICIPANT_RESTARTED)
 # §4: a refusal answered to a control call is classified by its code.
@@ -270,7 +270,7 @@ class Step(LedgerSide):
             if reflushed:
                 self.fail(Cause.ACKS_PENDING)
             else:
-                self.start_walk(Phase.REFLUSH)
+                self.start_walk(WalkPhase.REFLUSH)
         else:
             self.fire(CI.CUT_CAPTURED)
 
@@ -295,7 +295,7 @@ class Step(LedgerSide):
         self.published = (*self.published, snapshot)
         self.fire(CI.PUBLISHED)
 
-    def start_walk(self, phase: Phase) -> None:
+    def start_walk(self, phase: WalkPhase) -> None:
         """Begin a remote phase (a retried abort/release skips who answered)."""
         keep = self.walk.phase is phase
         self.walk = Walk(phase, self.walk.done if keep else 0, False, 0)
@@ -331,25 +331,25 @@ class Step(LedgerSide):
         self.walk = EMPTY_WALK
         if phase in _DONE_INPUT:
             self.fire(_DONE_INPUT[phase])
-        elif phase is Phase.REFLUSH:
+        elif phase is WalkPhase.REFLUSH:
             self.capture(reflushed=True)
-        elif phase is Phase.RESTORE:
+        elif phase is WalkPhase.RESTORE:
             self.restore_input(RestoreInput.RECV_RESTORED)
             if self.m9 is not None and self.m9[0] == M9Label.RESTORED_PAUSED:
                 self.check_restored()
                 self.restore_input(RestoreInput.DISCARD_BEGIN, len(self._discards()))
-        elif phase is Phase.DISCARD:
+        elif phase is WalkPhase.DISCARD:
             self.restore_input(RestoreInput.RECV_DISCARDED)
-        elif phase is Phase.RESUME_RS:
+        elif phase is WalkPhase.RESUME_RS:
             self.restore_input(RestoreInput.RECV_RESUMED)
-        elif phase is Phase.ABORT_RS:
+        elif phase is WalkPhase.ABORT_RS:
             self.select_if_due()
 
     def fail_walk(self, cause: Cause) -> None:
         """The walk's call failed for good (retries spent, or a refusal)."""
         phase = self.walk.phase
         self.walk = self.walk._replace(not_ready=False)
-        if phase is Phase.REFLUSH:
+        if phase is WalkPhase.REFLUSH:
             self.fail(Cause.ACKS_PENDING)
         elif phase in M1_PHASE:
             self.fail(cause)
@@ -665,7 +665,7 @@ def _set(**fields: Callable[[Step], Any]) -> Callable[[Step, Any], None]:
     return work
 
 
-def _walk(phase: Phase) -> Callable[[Step, Any], None]:
+def _walk(phase: WalkPhase) -> Callable[[Step, Any], None]:
     def work(step: Step, arg: Any) -> None:
         step.start_walk(phase)
 
@@ -680,17 +680,17 @@ _M1_WORK: Mapping[str, Callable[[Step, Any], None]] = work(
         "update_intent": _nothing,  # the intent record is its id alone (§6: published is read)
         "write_intent": _write_intent,
         "hold": lambda step, arg: step.hold("checkpoint", deadlines=True),
-        "flush_acks": _walk(Phase.FLUSH),
+        "flush_acks": _walk(WalkPhase.FLUSH),
         "arm_prepare_deadline": _set(deadline=lambda s: s.m1.attempt),
-        "call_prepare": _walk(Phase.PREPARE),
+        "call_prepare": _walk(WalkPhase.PREPARE),
         "cancel_prepare_timers": _set(deadline=lambda s: 0),
         "call_prepare_again": lambda step, arg: step.call_again(NAMES.index(arg.participant)),
-        "call_commit": _walk(Phase.COMMIT),
+        "call_commit": _walk(WalkPhase.COMMIT),
         "capture_cut": lambda step, arg: step.capture(reflushed=False),
         "validate": _validate,
         "publish": lambda step, arg: step.publish(),
-        "call_release": _walk(Phase.RELEASE),
-        "call_abort": _walk(Phase.ABORT),
+        "call_release": _walk(WalkPhase.RELEASE),
+        "call_abort": _walk(WalkPhase.ABORT),
         "inspect_published": _inspect,
         "clear_intent": _set(intent=lambda s: 0),
         "discard_staging": _set(staged=lambda s: (None, None, None)),
@@ -711,7 +711,7 @@ def _finish_in_flight(step: Step, arg: Any) -> None:
 
 def _send_restore(step: Step, arg: Any) -> None:
     step.rs, step.attempted, step.continuations = step.mint(), 0, ()
-    step.start_walk(Phase.RESTORE)
+    step.start_walk(WalkPhase.RESTORE)
 
 
 def _start_at_anchor(step: Step, arg: Any) -> None:
@@ -736,9 +736,9 @@ _M9_WORK: Mapping[str, Callable[[Step, Any], None]] = work(
         "clear_intent": _set(intent=lambda s: 0),
         "send_restore": _send_restore,
         "start_at_anchor": _start_at_anchor,
-        "abort_restore": _walk(Phase.ABORT_RS),
-        "send_discards": _walk(Phase.DISCARD),
-        "send_resume": _walk(Phase.RESUME_RS),
+        "abort_restore": _walk(WalkPhase.ABORT_RS),
+        "send_discards": _walk(WalkPhase.DISCARD),
+        "send_resume": _walk(WalkPhase.RESUME_RS),
         "redispatch": _redispatch,
     },
     level="design model",

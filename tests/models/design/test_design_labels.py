@@ -15,10 +15,10 @@ from quiesce.models.design._labels import (
     GroupLabel,
     M1Label,
     M9Label,
-    Phase,
     PolicyLabel,
     RegistryLabel,
     ResourcesLabel,
+    WalkPhase,
 )
 from quiesce.protocol.machines import (
     AttemptState,
@@ -66,7 +66,7 @@ def test_a_label_is_its_string_to_hash_equality_order_repr_json_and_pickle() -> 
 
 
 def test_a_walk_phase_is_its_string_and_no_walk_is_false() -> None:
-    assert Phase.REFLUSH == "reflush" and hash(Phase.ABORT_RS) == hash("abort_rs")
-    assert repr((Phase.DISCARD, Phase.NONE)) == repr(("discard", ""))
-    assert not Phase.NONE and all(phase for phase in Phase if phase is not Phase.NONE)
-    assert pickle.loads(pickle.dumps(Phase.RESUME_RS)) is Phase.RESUME_RS
+    assert WalkPhase.REFLUSH == "reflush" and hash(WalkPhase.ABORT_RS) == hash("abort_rs")
+    assert repr((WalkPhase.DISCARD, WalkPhase.NONE)) == repr(("discard", ""))
+    assert not WalkPhase.NONE and all(phase for phase in WalkPhase if phase is not WalkPhase.NONE)
+    assert pickle.loads(pickle.dumps(WalkPhase.RESUME_RS)) is WalkPhase.RESUME_RS
