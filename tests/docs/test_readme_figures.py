@@ -1,8 +1,8 @@
 """The figures of README.md and the pages it leads to (docs/simulate.md, docs/checking.md,
 docs/conformance.md, docs/protocol.md) are what the commands print: each quoted number is
-produced here by the command (or the model call it wraps, or read from the test that pins
-and exhausts it on every run) and compared with its page, so a change that moves a figure
-fails until the page moves with it.
+produced here by the command (or the model call it wraps, or read from `tests/pins.py`, whose
+counts the tests exhaust on every run) and compared with its page, so a change that moves a
+figure fails until the page moves with it.
 
 A figure is a regex over its page (whitespace-normalised, so reflowing a paragraph does
 not matter) whose groups are the quoted numbers, and the run that produces them. Left out,
@@ -28,6 +28,7 @@ from click.testing import CliRunner
 from quiesce.check import check
 from quiesce.cli import main
 from quiesce.models import ProtocolModel, ProtocolParams
+from tests import pins
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -123,29 +124,6 @@ def _protocol_states(symmetry: bool = False, **changes: Any) -> int:
     return check(model, symmetry=symmetry).distinct_states
 
 
-def _pinned(config: dict[str, Any]) -> int:
-    """The state count `tests/models/implementation/test_protocol_model.py` pins and
-    exhausts for `config` on every run: the two largest rows take minutes on a loaded
-    machine, so they are checked against that run's pin instead of being explored twice."""
-    from tests.models.implementation import test_protocol_model as pins
-
-    [mark] = pins.test_pinned_state_count_and_no_violation.pytestmark  # type: ignore[attr-defined]
-    return next(int(distinct) for params, distinct in mark.args[1] if params == config)
-
-
-def _design_pins() -> list[object]:
-    """The design model's counts the tests pin and exhaust on every run (the reference size,
-    the mutant stages' designs): checked against those pins, not explored twice."""
-    from tests.models.design import test_design_model as design
-    from tests.mutants import test_mutant_stages as stages
-
-    return [
-        design.REFERENCE_STATES,
-        stages.DESIGN_STAGE_STATES,
-        stages.TWO_FAULT_DESIGN_STAGE_STATES,
-    ]
-
-
 def _mutant_counts() -> list[object]:
     summary = _run("mutants")["summary"]["by_kind"]
     return [summary["scenario"], summary["generated"]]
@@ -219,13 +197,13 @@ FIGURES: list[Any] = [
     Figure(
         "protocol: two siblings, one checkpoint",
         r"\| two siblings, one trigger, two prepare retries, no faults \| ([\d,]+) \|",
-        lambda: [_pinned({**_ONE_ROLLOUT, "siblings": 2, "prepare_retries": 2})],
+        lambda: [pins.PROTOCOL_STATES["two_siblings_one_checkpoint"]],
     ),
     Figure(
         "protocol: every fault",
         r"\| one sibling, one trigger, two prepare retries, \*\*every fault kind\*\*"
         r" \(budget 1, crashes included\) \| ([\d,]+) \|",
-        lambda: [_pinned({**_ONE_ROLLOUT, "prepare_retries": 2, "faults": 1, "crashes": True})],
+        lambda: [pins.PROTOCOL_STATES["every_fault"]],
     ),
     Figure(
         "mutants: first checked at the small configuration",
@@ -235,19 +213,19 @@ FIGURES: list[Any] = [
     Figure(
         "design: the reference size",
         r"run in CI\) \| \*\*([\d,]+)\*\* \|",
-        lambda: _design_pins()[:1],
+        lambda: [pins.DESIGN_REFERENCE_STATES],
     ),
     Figure(
         "design: the reference size (protocol page)",
         r"exhausted at the reference size with fault budget 1 \(([\d,]+) states\) in CI",
-        lambda: _design_pins()[:1],
+        lambda: [pins.DESIGN_REFERENCE_STATES],
         "docs/protocol.md",
     ),
     Figure(
         "mutants: the design stages",
         r"one fault or crash: ([\d,]+) states unmutated;.*?"
         r"design model again with one attempt and two faults \(([\d,]+) states;",
-        lambda: _design_pins()[1:],
+        lambda: [pins.DESIGN_STAGE_STATES, pins.TWO_FAULT_DESIGN_STAGE_STATES],
     ),
     Figure(
         "mutants: the catalog",

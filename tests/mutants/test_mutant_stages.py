@@ -32,13 +32,7 @@ from quiesce.protocol.machines import (
     ExecState,
 )
 from quiesce.testing import ENDINGS, kit_rules
-
-DESIGN_STAGE_STATES = 3405
-"""Distinct states of the design stage, unmutated (docs/checking.md quotes it). 3,421 until
-a participant restarted while its role was prepared was prepared again instead of failing
-the attempt (issue 23)."""
-TWO_FAULT_DESIGN_STAGE_STATES = 9911
-"""Distinct states of the two-fault design stage, unmutated (docs/checking.md quotes it)."""
+from tests import pins
 
 
 def _stage(name: str) -> ProtocolStage:
@@ -191,7 +185,7 @@ def test_a_trigger_meeting_a_pending_abort_is_reached_only_with_two_triggers() -
 def test_the_unmutated_design_stage_finds_no_violation() -> None:
     design = next(stage for stage in STAGES if isinstance(stage, DesignStage))
     result = check(DesignModel(DesignParams(**small(**design.params))))
-    assert result.ok and result.distinct_states == DESIGN_STAGE_STATES
+    assert result.ok and result.distinct_states == pins.DESIGN_STAGE_STATES
 
 
 def test_a_row_only_the_design_model_fires_is_killed_there() -> None:
@@ -249,7 +243,7 @@ def test_the_unmutated_two_fault_design_stage_finds_no_violation() -> None:
     [stage] = [s for s in STAGES if s.name == "design, two faults"]
     assert isinstance(stage, DesignStage)
     result = check(DesignModel(DesignParams(**small(**stage.params))))
-    assert result.ok and result.distinct_states == TWO_FAULT_DESIGN_STAGE_STATES
+    assert result.ok and result.distinct_states == pins.TWO_FAULT_DESIGN_STAGE_STATES
 
 
 PARTICIPANT_KIT = STAGES[-1]

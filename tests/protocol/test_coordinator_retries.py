@@ -32,6 +32,7 @@ from quiesce.protocol.controller.lowlevel import (
     prepare_deadline_timer,
 )
 from quiesce.protocol.machines import TRANSIENT_CAUSES, CheckpointState
+from tests import pins
 from tests.protocol.test_coordinator import Harness, of, outcome
 
 S = CheckpointState
@@ -230,12 +231,4 @@ def test_the_model_with_retries_on_is_exhausted_without_violation() -> None:
     )
     assert result.complete and not result.truncated
     assert result.violations == ()
-    # 55,829 while release and abort calls went straight to their pending state and one
-    # try of a prepare could wait out the whole prepare deadline; now release and abort are
-    # retried inside the attempt first and a try waits at most control_timeout_s, so paths
-    # that differed only in which of those waits ran merge.
-    # 52,199 while a background ACK batch or retire and the strict flush were sent once
-    # (they are calls now, §4 amended, each retried on its own backoff: 62,357), and while
-    # a participant restarted while its role was prepared failed the attempt (it is prepared
-    # again: 66,960).
-    assert result.distinct_states == 66_960
+    assert result.distinct_states == pins.PROTOCOL_RETRIES_ON_STATES

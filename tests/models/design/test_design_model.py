@@ -17,12 +17,9 @@ from quiesce.cli import main
 from quiesce.models import DesignModel, DesignParams, ProtocolParams
 from quiesce.mutants import DESIGN_MUTANTS, small
 from quiesce.protocol.machines import AGENT_EXECUTION, CONTROL_FENCE
+from tests import pins
 
 PROPERTIES = ("I1", "I2", "I3", "I4", "I5", "I6", "I8", "I7", "I9")
-REFERENCE_STATES = 215_432
-"""Distinct states of the §8 reference size with fault budget 1 (siblings identified).
-216,092 until a participant restarted while preparing was prepared again instead of failing
-the attempt (M1 `restarted`, issue 23): the aborts those restarts began are gone."""
 
 
 def test_reference_size_is_protocol_md_section_8() -> None:
@@ -44,23 +41,21 @@ def test_quiesce_check_exhausts_the_design_at_the_reference_size_by_default() ->
     assert document["model"] == "design" and document["params"] == DesignParams().describe()
     assert document["complete"] and not document["truncated"]
     assert document["violations"] == [] and document["properties"] == list(PROPERTIES)
-    assert document["distinct_states"] == REFERENCE_STATES
+    assert document["distinct_states"] == pins.DESIGN_REFERENCE_STATES
 
 
-@pytest.mark.parametrize(
-    ("params", "distinct"),
-    [
-        ({"faults": 0}, 13_005),
-        # 1,225 and 4,399 while a restart seen while preparing failed the attempt.
-        ({**small(), "faults": 1, "crashes": True}, 1_212),
-        ({**small(siblings=2, attempts=2), "faults": 1, "crashes": True}, 4_381),
-    ],
-    ids=["reference_fault_free", "one_rollout_every_fault", "two_siblings_every_fault"],
-)
-def test_pinned_state_count_and_no_violation(params: dict[str, Any], distinct: int) -> None:
-    result = check(DesignModel(DesignParams(**params)), stop_on_violation=False)
+SMALL_DESIGNS: dict[str, dict[str, Any]] = {
+    "reference_fault_free": {"faults": 0},
+    "one_rollout_every_fault": {**small(), "faults": 1, "crashes": True},
+    "two_siblings_every_fault": {**small(siblings=2, attempts=2), "faults": 1, "crashes": True},
+}
+
+
+@pytest.mark.parametrize("name", list(SMALL_DESIGNS))
+def test_pinned_state_count_and_no_violation(name: str) -> None:
+    result = check(DesignModel(DesignParams(**SMALL_DESIGNS[name])), stop_on_violation=False)
     assert result.complete and result.violations == ()
-    assert result.distinct_states == distinct
+    assert result.distinct_states == pins.DESIGN_SMALL_STATES[name]
 
 
 def _first_call(model: DesignModel, label: str) -> tuple[Any, Action]:

@@ -30,8 +30,9 @@ from quiesce.models.refinement._transition_cover import (
 )
 from quiesce.protocol.machines import CONTROL_FENCE, FenceCall, FenceData
 from quiesce.protocol.participant import ParticipantRules
+from tests import pins
 
-# COVER_PARAMS without crashes: 343 design states, 71 step labels, about 4 s CPU.
+# COVER_PARAMS without crashes: about 4 s CPU.
 NO_CRASHES = dataclasses.replace(COVER_PARAMS, crashes=False)
 
 
@@ -49,8 +50,8 @@ def _forgets_resume() -> Hooks:
 def test_every_design_step_replays_on_the_system() -> None:
     report = transition_cover(NO_CRASHES)
     assert report.ok, "\n".join(m.explain() for m in report.mismatches)
-    assert (report.design_states, len(report.replays)) == (343, 71)
-    assert report.count(ReplayOutcome.REPLAYED) == 71
+    assert (report.design_states, len(report.replays)) == pins.COVER_REPLAYS
+    assert report.count(ReplayOutcome.REPLAYED) == len(report.replays)
     assert report.system_states > 0
 
 
@@ -58,8 +59,10 @@ def test_every_design_step_replays_on_the_system() -> None:
 def test_every_design_step_replays_with_crashes() -> None:
     report = transition_cover(COVER_PARAMS)
     assert report.ok, "\n".join(m.explain() for m in report.mismatches)
-    # 654 before the design's M1 kept the attempt's noted cause (as 354 -> 343 without crashes)
-    assert (report.design_states, report.count(ReplayOutcome.REPLAYED)) == (643, 82)
+    assert (
+        report.design_states,
+        report.count(ReplayOutcome.REPLAYED),
+    ) == pins.COVER_REPLAYS_WITH_CRASHES
 
 
 def test_a_participant_that_misrecords_a_resume_fails_the_replay_naming_the_step() -> None:
@@ -140,8 +143,7 @@ def test_no_trace_takes_an_abstracted_step_before_its_last() -> None:
     for trace in cover.traces:
         assert all(abstraction(label) is None for label in trace.labels()[:-1]), trace.label
     assert not set(cover.beyond) & {t.label for t in cover.traces}
-    # 4,294 while a restart seen while preparing failed the attempt (issue 23).
-    assert cover.states == 4305
+    assert cover.states == pins.TWO_FAULT_COVER_STATES
 
 
 @pytest.mark.slow

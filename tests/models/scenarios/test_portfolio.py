@@ -17,22 +17,10 @@ from quiesce.models import PORTFOLIO
 from quiesce.models.scenarios import PORTFOLIO_BOUND
 from quiesce.models.scenarios._portfolio import distinct_configurations
 from quiesce.mutants import MUTANTS
+from tests import pins
 
-# The configurations' state counts, in order of first use (S1, S2, S3, S4, S5, S9, S11,
-# S12/S18, S16, S17, S19). A change to the protocol or the model that moves one must say why.
-# 31 CPU seconds in all (`/usr/bin/time` user time, under load).
-# The fault configurations moved (12,086 -> 11,672, 10,568 -> 10,210, 37,138 -> 35,474) when
-# a failed attempt began to count once however often its abort fails (§4): states that
-# differed only in that count fell together. S17's moved (428 -> 122) and S11's became
-# exhaustible (7,012; past 300,000 before) when the coordinator began to keep at most one
-# background ACK batch per agent in flight: completions no longer pile up ACK batches.
-# Three moved when ACK batches and retires became calls retried on their backoff, and a
-# participant restarted while preparing began to be prepared again instead of failing the
-# attempt (issue 23): 16,386 -> 18,063, 11,672 -> 12,402, 35,474 -> 38,527 (the
-# configurations with faults and retries or crashes reach more interleavings; none violates).
-# S16's (2,158) joined when the model got a budget of wrong digests of its own
-# (`digest_faults`): a crash and a wrong digest at its restore, with no rollout (issue 28).
-PINNED = (1655, 4965, 18063, 12402, 10210, 7194, 7012, 38527, 2158, 122, 46)
+# The configurations' state counts are pinned in tests/pins.py (`PORTFOLIO_STATES`); the
+# whole portfolio takes about 31 CPU seconds (`/usr/bin/time` user time, under load).
 
 
 def test_one_entry_per_scenario_in_order() -> None:
@@ -58,7 +46,7 @@ def test_the_portfolio_is_exhausted_within_the_bound_at_its_pinned_counts() -> N
     counts = tuple(c["distinct_states"] for c in configurations)
     assert all(c["complete"] and not c["violations"] for c in configurations)
     assert all(count <= PORTFOLIO_BOUND for count in counts)
-    assert counts == PINNED
+    assert counts == pins.PORTFOLIO_STATES
     scenarios = {s for c in configurations for s in c["scenarios"]}
     assert scenarios == {e.scenario for e in PORTFOLIO if e.params is not None}
 
