@@ -429,29 +429,25 @@ class SystemRun:
         self.world.budget = max(self.world.budget, prompt + 1)
         self._submit(GroupOpened(f"p{prompt}", size, self._agent(prompt), str(prompt)))
 
+    def _now(self, act: Callable[..., T], *args: Any) -> T:
+        """Run the plain `act(*args)` as one command in the director."""
+
+        async def command() -> T:
+            return act(*args)
+
+        return self._do(command)
+
     def open_group(self, size: int) -> None:
         """The dataloader opens the next prompt as a group of `size` siblings."""
-
-        async def command() -> None:
-            self._open_next(size)
-
-        self._do(command)
+        self._now(self._open_next, size)
 
     def advance(self, seconds: float) -> None:
         """Let `seconds` of virtual time pass: rollouts run turns, timers fire."""
-
-        async def command() -> None:
-            await self.clock.sleep(seconds)
-
-        self._do(command)
+        self._do(lambda: self.clock.sleep(seconds))
 
     def submit(self, event: ControllerInput) -> None:
         """Hand `event` (a trigger, a switch, a sync) to the controller."""
-
-        async def command() -> None:
-            self._submit(event)
-
-        self._do(command)
+        self._now(self._submit, event)
 
     def toggle_train_switch(self) -> None:
         """The trainer begins a train switch, or ends the one it began."""
@@ -465,25 +461,20 @@ class SystemRun:
 
     def optimizer_begin(self, max_groups: int = 2) -> bool:
         """The trainer starts an optimizer step over the queued groups (False if none)."""
+        return self._now(self._optimizer_begin, max_groups)
 
-        async def command() -> bool:
-            if self.world.training is not None or not self.plane.queued():
-                return False
-            groups = self.plane.take_finished(max_groups)
-            self.trainer.begin_optimizer_step(groups)
-            self.world.training = groups
-            self._submit(OptimizerStepBegin())
-            return True
-
-        return self._do(command)
+    def _optimizer_begin(self, max_groups: int) -> bool:
+        if self.world.training is not None or not self.plane.queued():
+            return False
+        groups = self.plane.take_finished(max_groups)
+        self.trainer.begin_optimizer_step(groups)
+        self.world.training = groups
+        self._submit(OptimizerStepBegin())
+        return True
 
     def optimizer_end(self) -> bool:
         """The trainer commits its step (anchor moves), then the boundary trigger."""
-
-        async def command() -> bool:
-            return self._optimizer_end()
-
-        return self._do(command)
+        return self._now(self._optimizer_end)
 
     def _optimizer_end(self) -> bool:
         groups = self.world.training
@@ -510,12 +501,8 @@ class SystemRun:
 
     def crash_participant(self, participant: str) -> None:
         """`participant` crashes and restarts from its journal (§6)."""
-
-        async def command() -> None:
-            self.fleet.crash_restart(participant)
-
         self.world.crashes += 1
-        self._do(command)
+        self._now(self.fleet.crash_restart, participant)
 
     def restart_controller(self) -> None:
         """The controller crashes now; a new one starts from the durable store (§6, M9)."""
@@ -689,13 +676,8 @@ class SystemRun:
                     return driver.stopped.reason
                 while self.plane.position < self.world.budget:
                     self._open_next(1)  # re-consumed after a rewind: its recorded size
-                if self.world.training is not None:
-                    self._optimizer_end()
-                elif self.plane.queued():
-                    groups = self.plane.take_finished(2)
-                    self.trainer.begin_optimizer_step(groups)
-                    self.world.training = groups
-                    self._submit(OptimizerStepBegin())
+                if not self._optimizer_end():
+                    self._optimizer_begin(2)
                 if self._drained():
                     return None
                 await self.clock.sleep(1.0)
