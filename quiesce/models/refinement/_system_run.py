@@ -67,7 +67,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -92,6 +92,7 @@ from quiesce.adapters import (
 from quiesce.check import UnsupportedOption
 from quiesce.fsm import QuiesceError
 from quiesce.models.implementation import Hooks
+from quiesce.models.oracles import SPEC_PHASE_ORDER
 from quiesce.models.refinement._log_validation import JudgingFenceLog
 from quiesce.models.refinement._refined_model import REFINEMENT
 from quiesce.models.refinement._system_ledger import (
@@ -117,7 +118,6 @@ from quiesce.protocol.controller import (
     WeightSyncEnd,
 )
 from quiesce.protocol.controller.lowlevel import (
-    PHASE_OPS,
     Dispatch,
     GroupRecord,
     Redispatch,
@@ -125,11 +125,9 @@ from quiesce.protocol.controller.lowlevel import (
     restore_active,
 )
 from quiesce.protocol.machines import (
-    PHASE_ORDER,
     CheckpointState,
     GateState,
     GroupState,
-    Phase,
     group_of_timer,
 )
 from quiesce.protocol.participant import ParticipantOp, from_journal
@@ -138,13 +136,6 @@ from quiesce.protocol.wire import Role
 __all__ = ["SystemRun", "system_config"]
 
 T = TypeVar("T")
-
-_ORDER: Mapping[ParticipantOp, tuple[Role, ...]] = {
-    ParticipantOp(PHASE_OPS[phase].value): tuple(slot.role for slot in PHASE_ORDER[phase])
-    for phase in (Phase.PREPARE, Phase.COMMIT, Phase.RESTORE, Phase.RESUME)
-}
-"""PROTOCOL.md §3, per op (resume = release = abort): the §3 table itself, never the
-coordinator's injectable `policy.phase_order`, so I5 catches a coordinator that swaps it."""
 
 _EPSILON = 1e-9
 
@@ -581,14 +572,16 @@ class SystemRun:
                         f"{call.op.value}({call.op_id}) to {call.participant} got deadline "
                         f"{call.deadline:.3f}, more than {longest}s after its start",
                     )
-            if call.op in _ORDER and call.op_id is not None:
+            # I5 judges by §3 as the oracle states it, never by the coordinator's injectable
+            # `policy.phase_order`, so it catches a coordinator that swaps it.
+            if call.op.value in SPEC_PHASE_ORDER and call.op_id is not None:
                 groups.setdefault((call.generation, call.op_id, call.op), []).append(call)
         for (_, op_id, op), calls in groups.items():
             self._check_order(op_id, op, calls)
 
     def _check_order(self, op_id: OpId, op: ParticipantOp, calls: list[CallRecord]) -> None:
         """I5 for one (controller, id, op): calls are recorded in the order they started."""
-        rank: dict[str, int] = {role: i for i, role in enumerate(_ORDER[op])}
+        rank = {role: i for i, role in enumerate(SPEC_PHASE_ORDER[op.value])}
         first: dict[str, float] = {}
         for call in calls:
             first.setdefault(call.role, call.started)
