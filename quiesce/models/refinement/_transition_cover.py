@@ -282,14 +282,12 @@ class _System:
         self._trail: list[tuple[tuple[str, Reached], set[PState]]] = []
 
     def initial(self) -> list[tuple[PState, Projection]]:
-        return [(s, by_rank(implementation_view(s).fences)) for s in self.model.init_states()]
+        return _projected(self.model.init_states())
 
     def successors(self, state: PState) -> list[tuple[PState, Projection]]:
         found = self._next.get(state)
         if found is None:
-            found = self._next[state] = [
-                (s, by_rank(implementation_view(s).fences)) for _, s in self.model.successors(state)
-            ]
+            found = self._next[state] = _projected(s for _, s in self.model.successors(state))
         return found
 
     @property
@@ -316,6 +314,10 @@ class _System:
     def remember(self, step: tuple[str, Reached], states: set[PState]) -> None:
         """The System states reached after `step`, the next step of the trace being replayed."""
         self._trail.append((step, states))
+
+
+def _projected(states: Iterable[PState]) -> list[tuple[PState, Projection]]:
+    return [(s, by_rank(implementation_view(s).fences)) for s in states]
 
 
 def replay(trace: DesignTrace, system: ProtocolModel | _System) -> TransitionReplay:
