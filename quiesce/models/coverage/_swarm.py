@@ -173,11 +173,6 @@ class WalkerResult:
     bitstate: bytes
     violations: tuple[FoundViolation, ...]
 
-    @property
-    def states_per_s(self) -> float:
-        """Successors generated and checked per CPU second."""
-        return self.generated / self.cpu_seconds if self.cpu_seconds > 0 else 0.0
-
 
 Runner = Callable[[SwarmRequest, Sequence[WalkerPlan]], Iterable[WalkerResult]]
 """Runs the walkers of one wave, yielding each result as it is ready (in any order)."""

@@ -177,9 +177,8 @@ def _attempt_id(state: SystemState) -> OpId:
 
 def _parked(system: System) -> SystemState:
     """Open one group of two, trigger, get the agent to park both at a boundary."""
-    state, _ = _drain(
-        system, _start(system, group=2, trigger=True)
-    )  # policy ready, agent not ready (both running)
+    # The policy is ready, the agent not (both siblings run).
+    state, _ = _drain(system, _start(system, group=2, trigger=True))
     for rollout in ("g0/0", "g0/1"):
         state, _, _ = system.turn(state, "agent", rollout, 0, 1)
     state, _ = system.fire_timer(state, prepare_retry_timer(_attempt_id(state)))
@@ -194,9 +193,7 @@ def _restore_outcome(effects: Iterable[Any]) -> RestoreOutcome:
     return found[0]
 
 
-def _published_with_parked(
-    system: System, restart_only: tuple[str, ...] = ()
-) -> tuple[SystemState, OpId]:
+def _published_with_parked(system: System, restart_only: tuple[str, ...] = ()) -> SystemState:
     """One group of two, both parked at the boundary of turn 1 (`restart_only` siblings'
     turn touched a restart_only resource), snapshot published and released."""
     state, _ = _drain(system, _start(system, group=2, trigger=True))
@@ -209,8 +206,7 @@ def _published_with_parked(
     state, effects = _drain(system, state)
     _same(_outcomes(effects), [("completed", "completed")], "the checkpoint's outcome")
     _same(len(state.store.published), 1, "published snapshots")
-    [snapshot] = state.store.published
-    return state, snapshot
+    return state
 
 
 # ============================================================================ S1-S19
@@ -542,7 +538,7 @@ def s19_a_participant_restart_mid_checkpoint_keeps_its_fence_and_aborts(system: 
 def s12_composed_restart_only_continuation_is_discarded_in_restored_paused(
     system: System,
 ) -> None:
-    state, _ = _published_with_parked(system, restart_only=("g0/0",))
+    state = _published_with_parked(system, restart_only=("g0/0",))
     state, restart = system.crash_controller(state, epoch=2)
     effects = list(restart)
     seen_discard = False
@@ -645,7 +641,7 @@ def s18_composed_restart_after_publish_releases_and_restores_that_snapshot(
 def s19_composed_a_participant_restart_mid_restore_keeps_its_restored_state(
     system: System,
 ) -> None:
-    state, _ = _published_with_parked(system)
+    state = _published_with_parked(system)
     state, restart = system.crash_controller(state, epoch=2)
     effects = list(restart)
 
