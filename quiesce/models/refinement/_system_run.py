@@ -410,15 +410,13 @@ class SystemRun:
         assert self.driver is not None
         self.driver.submit(event)
 
-    def _agent(self, prompt: int) -> str:
-        agents = self.fleet.names(Role.AGENT)
-        return agents[prompt % len(agents)]
-
     def _open_next(self, size: int) -> None:
         prompt = self.plane.next_prompt()
         size = self.world.sizes.setdefault(prompt, size)
         self.world.budget = max(self.world.budget, prompt + 1)
-        self._submit(GroupOpened(f"p{prompt}", size, self._agent(prompt), str(prompt)))
+        agents = self.fleet.names(Role.AGENT)
+        agent = agents[prompt % len(agents)]
+        self._submit(GroupOpened(f"p{prompt}", size, agent, str(prompt)))
 
     def _now(self, act: Callable[..., T], *args: Any) -> T:
         """Run the plain `act(*args)` as one command in the director."""
