@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from enum import Enum
-from typing import Any
 
-from quiesce.fsm import RowEvent, RowLog, Table, recording
+from quiesce.fsm import RowEvent, RowLog, recording
 from quiesce.models.design import DesignTables
 from quiesce.models.implementation import Hooks
 
@@ -82,20 +81,15 @@ def recording_hooks(hooks: Hooks) -> tuple[Hooks, RowRecorder]:
     admission gate and deadline registry, the participant's fence and agent executions)
     recording into one fresh recorder."""
     recorder = RowRecorder()
-
-    def wrap(table: Table[Any, Any]) -> Table[Any, Any]:
-        return recording(table, recorder)
-
+    rules = hooks.participant
     participant = replace(
-        hooks.participant,
-        fence=wrap(hooks.participant.fence),
-        agent=wrap(hooks.participant.agent),
+        rules, fence=recording(rules.fence, recorder), agent=recording(rules.agent, recorder)
     )
     recorded = replace(
         hooks,
-        checkpoint=wrap(hooks.checkpoint),
-        gate=wrap(hooks.gate),
-        deadlines=wrap(hooks.deadlines),
+        checkpoint=recording(hooks.checkpoint, recorder),
+        gate=recording(hooks.gate, recorder),
+        deadlines=recording(hooks.deadlines, recorder),
         participant=participant,
     )
     return recorded, recorder

@@ -371,8 +371,7 @@ def s9_optimizer_step_between_commit_and_capture_skips_and_aborts_same_id(
 def s10_completion_after_the_flush_is_acked_and_prepare_retried_until_ready(
     system: System,
 ) -> None:
-    state = _start(system, group=1, trigger=True)
-    state, early = _drain(system, state)
+    state, early = _drain(system, _start(system, group=1, trigger=True))
     attempt = state.controller.attempt
     if attempt is None:
         raise ScenarioFailed(f"the attempt ended before its retry: {_outcomes(early)}")
@@ -573,8 +572,7 @@ def s12_composed_restart_only_continuation_is_discarded_in_restored_paused(
 def s16_composed_restore_digest_mismatch_falls_back_to_the_older_snapshot(
     system: System,
 ) -> None:
-    state = _start(system, trigger=True)
-    state, _ = _drain(system, state)
+    state, _ = _drain(system, _start(system, trigger=True))
     [older] = state.store.published
     state, _ = system.input(state, GroupOpened("g0", 1, "agent"), now=2.0)
     state, _, _ = system.finish(state, "agent", "g0/0", 0)
