@@ -16,68 +16,62 @@ stateful test asks.
 import importlib
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from quiesce.models.coverage import (
-        DEFAULT_BITSTATE_BITS,
-        ReplayFailed,
-        RowReport,
-        SwarmRayError,
-        SwarmRequest,
-        SwarmResult,
-        SwarmSettings,
-        WalkerResult,
-        ray_runner,
-        swarm,
-    )
-    from quiesce.models.design import DESIGN_SPEC, DesignModel, DesignParams
-    from quiesce.models.implementation import (
-        PROTOCOL_SPEC,
-        Hooks,
-        InFlight,
-        ProtocolModel,
-        ProtocolParams,
-        Store,
-        System,
-        SystemState,
-    )
-    from quiesce.models.refinement import (
-        COVER_PARAMS,
-        MAX_FAULTS,
-        REFINEMENT,
-        CallRecord,
-        CoverReport,
-        DesignTooLarge,
-        FenceLogJudge,
-        JudgingFenceLog,
-        LoggedLine,
-        LogVerdict,
-        MalformedFenceLog,
-        RefinedModel,
-        RefinementUnsupported,
-        ReplayOutcome,
-        StepKind,
-        SystemMachine,
-        SystemRun,
-        SystemViolation,
-        TransitionReplay,
-        Unmapped,
-        design_size,
-        read_fence_logs,
-        refine,
-        system_machine,
-        transition_cover,
-        validate_fence_log,
-    )
-    from quiesce.models.scenarios import (
-        PORTFOLIO,
-        SCENARIOS,
-        PortfolioEntry,
-        PortfolioRun,
-        Scenario,
-        ScenarioFailed,
-        run_portfolio,
-        scenario_system,
-    )
+if TYPE_CHECKING:  # `X as X`: an explicit re-export for the type checker (PEP 484)
+    from quiesce.models.coverage import DEFAULT_BITSTATE_BITS as DEFAULT_BITSTATE_BITS
+    from quiesce.models.coverage import ReplayFailed as ReplayFailed
+    from quiesce.models.coverage import RowReport as RowReport
+    from quiesce.models.coverage import SwarmRayError as SwarmRayError
+    from quiesce.models.coverage import SwarmRequest as SwarmRequest
+    from quiesce.models.coverage import SwarmResult as SwarmResult
+    from quiesce.models.coverage import SwarmSettings as SwarmSettings
+    from quiesce.models.coverage import WalkerResult as WalkerResult
+    from quiesce.models.coverage import ray_runner as ray_runner
+    from quiesce.models.coverage import swarm as swarm
+    from quiesce.models.design import DESIGN_SPEC as DESIGN_SPEC
+    from quiesce.models.design import DesignModel as DesignModel
+    from quiesce.models.design import DesignParams as DesignParams
+    from quiesce.models.implementation import PROTOCOL_SPEC as PROTOCOL_SPEC
+    from quiesce.models.implementation import Hooks as Hooks
+    from quiesce.models.implementation import InFlight as InFlight
+    from quiesce.models.implementation import ProtocolModel as ProtocolModel
+    from quiesce.models.implementation import ProtocolParams as ProtocolParams
+    from quiesce.models.implementation import Store as Store
+    from quiesce.models.implementation import System as System
+    from quiesce.models.implementation import SystemState as SystemState
+    from quiesce.models.refinement import COVER_PARAMS as COVER_PARAMS
+    from quiesce.models.refinement import MAX_FAULTS as MAX_FAULTS
+    from quiesce.models.refinement import REFINEMENT as REFINEMENT
+    from quiesce.models.refinement import CallRecord as CallRecord
+    from quiesce.models.refinement import CoverReport as CoverReport
+    from quiesce.models.refinement import DesignTooLarge as DesignTooLarge
+    from quiesce.models.refinement import FenceLogJudge as FenceLogJudge
+    from quiesce.models.refinement import JudgingFenceLog as JudgingFenceLog
+    from quiesce.models.refinement import LoggedLine as LoggedLine
+    from quiesce.models.refinement import LogVerdict as LogVerdict
+    from quiesce.models.refinement import MalformedFenceLog as MalformedFenceLog
+    from quiesce.models.refinement import RefinedModel as RefinedModel
+    from quiesce.models.refinement import RefinementUnsupported as RefinementUnsupported
+    from quiesce.models.refinement import ReplayOutcome as ReplayOutcome
+    from quiesce.models.refinement import StepKind as StepKind
+    from quiesce.models.refinement import SystemMachine as SystemMachine
+    from quiesce.models.refinement import SystemRun as SystemRun
+    from quiesce.models.refinement import SystemViolation as SystemViolation
+    from quiesce.models.refinement import TransitionReplay as TransitionReplay
+    from quiesce.models.refinement import Unmapped as Unmapped
+    from quiesce.models.refinement import design_size as design_size
+    from quiesce.models.refinement import read_fence_logs as read_fence_logs
+    from quiesce.models.refinement import refine as refine
+    from quiesce.models.refinement import system_machine as system_machine
+    from quiesce.models.refinement import transition_cover as transition_cover
+    from quiesce.models.refinement import validate_fence_log as validate_fence_log
+    from quiesce.models.scenarios import PORTFOLIO as PORTFOLIO
+    from quiesce.models.scenarios import SCENARIOS as SCENARIOS
+    from quiesce.models.scenarios import PortfolioEntry as PortfolioEntry
+    from quiesce.models.scenarios import PortfolioRun as PortfolioRun
+    from quiesce.models.scenarios import Scenario as Scenario
+    from quiesce.models.scenarios import ScenarioFailed as ScenarioFailed
+    from quiesce.models.scenarios import run_portfolio as run_portfolio
+    from quiesce.models.scenarios import scenario_system as scenario_system
 
 _LAZY: dict[str, str] = {
     "COVER_PARAMS": "quiesce.models.refinement",
@@ -136,7 +130,7 @@ _LAZY: dict[str, str] = {
     "transition_cover": "quiesce.models.refinement",
     "validate_fence_log": "quiesce.models.refinement",
 }
-"""The room each name lives in."""
+"""The room each public name lives in: this face's `__all__`."""
 
 
 def __getattr__(name: str) -> Any:
@@ -147,60 +141,4 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = [
-    "COVER_PARAMS",
-    "DEFAULT_BITSTATE_BITS",
-    "DESIGN_SPEC",
-    "MAX_FAULTS",
-    "PORTFOLIO",
-    "PROTOCOL_SPEC",
-    "REFINEMENT",
-    "SCENARIOS",
-    "CallRecord",
-    "CoverReport",
-    "DesignModel",
-    "DesignParams",
-    "DesignTooLarge",
-    "FenceLogJudge",
-    "Hooks",
-    "InFlight",
-    "JudgingFenceLog",
-    "LogVerdict",
-    "LoggedLine",
-    "MalformedFenceLog",
-    "PortfolioEntry",
-    "PortfolioRun",
-    "ProtocolModel",
-    "ProtocolParams",
-    "RefinedModel",
-    "RefinementUnsupported",
-    "ReplayFailed",
-    "ReplayOutcome",
-    "RowReport",
-    "Scenario",
-    "ScenarioFailed",
-    "StepKind",
-    "Store",
-    "SwarmRayError",
-    "SwarmRequest",
-    "SwarmResult",
-    "SwarmSettings",
-    "System",
-    "SystemMachine",
-    "SystemRun",
-    "SystemState",
-    "SystemViolation",
-    "TransitionReplay",
-    "Unmapped",
-    "WalkerResult",
-    "design_size",
-    "ray_runner",
-    "read_fence_logs",
-    "refine",
-    "run_portfolio",
-    "scenario_system",
-    "swarm",
-    "system_machine",
-    "transition_cover",
-    "validate_fence_log",
-]
+__all__ = sorted(_LAZY)

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from enum import Enum
-from typing import Any
 
-from quiesce.fsm import RowEvent, RowLog, Table, recording
+from quiesce.fsm import RowEvent, RowLog, recording
 from quiesce.models.design import DesignTables
 from quiesce.models.implementation import Hooks
 
-__all__ = ["RowCoverage", "recording_design_tables", "recording_hooks"]
+__all__ = ["RowCoverage", "RowRecorder", "recording_design_tables", "recording_hooks"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class RowCoverage:
         return frozenset(r for t, r, _ in self.fired if t == table)
 
 
-class _Recorder(RowLog):
+class RowRecorder(RowLog):
     """The log a recording run fills (one per run, never shared between runs): `fired` and
     `refused` since the last `take`, and every event before it."""
 
@@ -77,34 +76,29 @@ class _Recorder(RowLog):
         )
 
 
-def recording_hooks(hooks: Hooks) -> tuple[Hooks, _Recorder]:
+def recording_hooks(hooks: Hooks) -> tuple[Hooks, RowRecorder]:
     """`hooks` with every table the generated mutants mutate (the controller's checkpoint,
     admission gate and deadline registry, the participant's fence and agent executions)
     recording into one fresh recorder."""
-    recorder = _Recorder()
-
-    def wrap(table: Table[Any, Any]) -> Table[Any, Any]:
-        return recording(table, recorder)
-
+    recorder = RowRecorder()
+    rules = hooks.participant
     participant = replace(
-        hooks.participant,
-        fence=wrap(hooks.participant.fence),
-        agent=wrap(hooks.participant.agent),
+        rules, fence=recording(rules.fence, recorder), agent=recording(rules.agent, recorder)
     )
     recorded = replace(
         hooks,
-        checkpoint=wrap(hooks.checkpoint),
-        gate=wrap(hooks.gate),
-        deadlines=wrap(hooks.deadlines),
+        checkpoint=recording(hooks.checkpoint, recorder),
+        gate=recording(hooks.gate, recorder),
+        deadlines=recording(hooks.deadlines, recorder),
         participant=participant,
     )
     return recorded, recorder
 
 
-def recording_design_tables(tables: DesignTables) -> tuple[DesignTables, _Recorder]:
+def recording_design_tables(tables: DesignTables) -> tuple[DesignTables, RowRecorder]:
     """`tables` (the design model's ten machines) with every one recording into one fresh
     recorder."""
-    recorder = _Recorder()
+    recorder = RowRecorder()
     wrapped = {
         f.name: recording(getattr(tables, f.name), recorder)
         for f in fields(tables)

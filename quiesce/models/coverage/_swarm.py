@@ -36,7 +36,7 @@ import random
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, TypeVar
 
 from quiesce.check import (
     Action,
@@ -58,6 +58,7 @@ from quiesce.check import (
 from quiesce.fsm import QuiesceError, RowEvent, Table, label
 from quiesce.models.coverage._row_coverage import (
     RowCoverage,
+    RowRecorder,
     recording_design_tables,
     recording_hooks,
 )
@@ -172,11 +173,6 @@ class WalkerResult:
     bitstate: bytes
     violations: tuple[FoundViolation, ...]
 
-    @property
-    def states_per_s(self) -> float:
-        """Successors generated and checked per CPU second."""
-        return self.generated / self.cpu_seconds if self.cpu_seconds > 0 else 0.0
-
 
 Runner = Callable[[SwarmRequest, Sequence[WalkerPlan]], Iterable[WalkerResult]]
 """Runs the walkers of one wave, yielding each result as it is ready (in any order)."""
@@ -248,7 +244,7 @@ class _Directed(Generic[St]):
         self,
         walks: Walks[St],
         seen: Bitstate,
-        log: _Log | None,
+        log: RowRecorder | None,
         known: set[RowEvent],
         fault_rate: float,
     ) -> None:
@@ -301,7 +297,7 @@ class _Directed(Generic[St]):
             return _best(self._faults, rng)[1]
         return move
 
-    def _learned(self, log: _Log) -> bool:
+    def _learned(self, log: RowRecorder) -> bool:
         """Did the last step fire an event no walker had fired? (Learn the new ones.)"""
         new = log.fired - self.known
         self.known |= new
@@ -316,17 +312,7 @@ def _best(moves: list[tuple[int, Move[St]]], rng: random.Random) -> tuple[int, M
     return top, rng.choice([move for rank, move in moves if rank == top])
 
 
-class _Log(Protocol):
-    """What a walker reads of a row recorder (`_row_coverage`'s `_Recorder`)."""
-
-    fired: set[RowEvent]
-
-    def coverage(self) -> RowCoverage:
-        """The rows fired so far, and the guards found false."""
-        ...
-
-
-def _recording(model: Model[Any]) -> tuple[Model[Any], _Log | None]:
+def _recording(model: Model[Any]) -> tuple[Model[Any], RowRecorder | None]:
     """`model` rebuilt with the tables of `_tracked_tables` recording the rows they fire,
     and the recorder (the model itself and None when its rows are not recorded)."""
     if isinstance(model, ProtocolModel):

@@ -44,7 +44,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -224,15 +224,10 @@ class Unmapped:
     def describe(self) -> dict[str, Any]:
         """The step as a JSON-ready mapping (both fences in the log's own form)."""
         return {
-            "where": self.where,
-            "line": self.line,
-            "participant": self.participant,
-            "op": self.op,
-            "op_id": self.op_id,
+            **_fields(self),
             "kind": self.kind.value,
             "before": self.before.model_dump(mode="json"),
             "after": self.after.model_dump(mode="json"),
-            "reason": self.reason,
         }
 
     def explain(self) -> str:
@@ -280,16 +275,15 @@ class LogVerdict:
         """The verdict as a JSON-ready mapping (`quiesce validate --json`)."""
         return {
             "ok": self.ok,
-            "lines": self.lines,
-            "participants": self.participants,
-            "moves": self.moves,
-            "stutters": self.stutters,
-            "unlogged": self.unlogged,
-            "restarts": self.restarts,
+            **_fields(self),
             "design": self.design.describe(),
-            "design_states": self.design_states,
             "unmapped": None if self.unmapped is None else self.unmapped.describe(),
         }
+
+
+def _fields(record: Unmapped | LogVerdict) -> dict[str, Any]:
+    """A record's fields by name, in order (its `describe` then replaces some values)."""
+    return {f.name: getattr(record, f.name) for f in fields(record)}
 
 
 class _Step(NamedTuple):

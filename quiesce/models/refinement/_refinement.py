@@ -30,7 +30,8 @@ as the design allows but never in that combination.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable
+from dataclasses import fields
 from typing import Any, NamedTuple
 
 from quiesce.fsm import QuiesceError
@@ -43,6 +44,7 @@ __all__ = [
     "DesignSteps",
     "RefinementUnsupported",
     "View",
+    "by_rank",
     "design_params",
     "design_view",
     "fence_view",
@@ -84,21 +86,9 @@ def design_params(p: ProtocolParams) -> DesignParams:
         raise RefinementUnsupported(f"agents={p.agents} (the design has one agent)")
     if p.group_scored:
         raise RefinementUnsupported("group_scored=true (the design's group is not scored)")
-    return DesignParams(
-        siblings=p.siblings,
-        turns=p.turns,
-        attempts=p.attempts,
-        triggers=p.triggers,
-        optimizer_steps=p.optimizer_steps,
-        weight_sync=p.weight_sync,
-        train_switch=p.train_switch,
-        prepare_retries=p.prepare_retries,
-        call_retries=p.call_retries,
-        faults=max(1, p.faults),
-        max_consecutive_failures=p.max_consecutive_failures,
-        recovery_mode=p.recovery_mode,
-        crashes=p.crashes,
-    )
+    # Every size and knob the two levels share, as the implementation sets it.
+    shared = {f.name: getattr(p, f.name) for f in fields(DesignParams) if hasattr(p, f.name)}
+    return DesignParams(**{**shared, "faults": max(1, p.faults)})
 
 
 def design_view(state: DesignState) -> View:
@@ -151,20 +141,18 @@ def changes(before: View, after: View) -> Iterable[Change]:
 
 
 def _change(participant: str, was: Fence, now: Fence) -> Change:
-    return (f"fence of {participant}", *_renamed(was, now))
+    renamed_was, renamed_now = by_rank((was, now))
+    return (f"fence of {participant}", renamed_was, renamed_now)
 
 
-def _renamed(was: Fence, now: Fence) -> tuple[Fence, Fence]:
-    """Both fences with the ids they mention renamed 1, 2, ... in order (None stays)."""
-    mentioned = (*was[1:3], *now[1:3], *(r for r, _ in (*was[3], *now[3])))
-    ids = sorted({i for i in mentioned if i is not None})
-    rank: Mapping[Any, int] = {i: n for n, i in enumerate(ids, 1)}
-
-    def rename(fence: Fence) -> Fence:
-        state, active, hwm, recorded = fence
-        return (state, rank.get(active), rank.get(hwm), tuple((rank[r], o) for r, o in recorded))
-
-    return rename(was), rename(now)
+def by_rank(fences: tuple[Fence, ...]) -> tuple[Fence, ...]:
+    """`fences` with the ids they mention renamed 1, 2, ... in order, jointly (None stays)."""
+    mentioned = (i for f in fences for i in (f[1], f[2], *(r for r, _ in f[3])))
+    rank = {i: n for n, i in enumerate(sorted({i for i in mentioned if i is not None}), 1)}
+    return tuple(
+        (state, rank.get(active), rank.get(hwm), tuple((rank[r], op) for r, op in recorded))
+        for state, active, hwm, recorded in fences
+    )
 
 
 class DesignSteps:

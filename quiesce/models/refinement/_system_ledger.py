@@ -17,7 +17,7 @@ from quiesce.adapters import CompletionsReply, FinishedGroup, Participant
 from quiesce.fsm import QuiesceError
 from quiesce.protocol import OpId
 from quiesce.protocol.participant import ParticipantOp
-from quiesce.protocol.wire import BeginRequest, ControlRequest, ErrorReply, Message
+from quiesce.protocol.wire import BeginRequest, ErrorReply, Message
 
 __all__ = ["CallLog", "CallRecord", "LoggedParticipant", "SystemViolation", "World"]
 
@@ -80,8 +80,7 @@ class LoggedParticipant(Participant):
         self, op: ParticipantOp, request: Message | None, deadline_at: float | None = None
     ) -> Message:
         """Carry the call through the wrapped client and record it."""
-        op_id = request.op_id if isinstance(request, ControlRequest) else None
-        op_id = getattr(request, "op_id", op_id)
+        op_id = getattr(request, "op_id", None)
         key = (request.rollout_id, request.attempt) if isinstance(request, BeginRequest) else None
         record = CallRecord(
             self._log.generation,

@@ -82,9 +82,8 @@ class SystemMachine(RuleBasedStateMachine):
         return self.run
 
     def _steady(self) -> bool:
-        return self.run is not None and (
-            self.run.driver is not None and self.run.driver.stopped is None
-        )
+        driver = None if self.run is None else self.run.driver
+        return driver is not None and driver.stopped is None
 
     @precondition(lambda self: self._steady() and self._run.world.budget < self.max_groups)
     @rule(size=st.integers(1, 3))

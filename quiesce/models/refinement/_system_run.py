@@ -67,7 +67,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -92,6 +92,7 @@ from quiesce.adapters import (
 from quiesce.check import UnsupportedOption
 from quiesce.fsm import QuiesceError
 from quiesce.models.implementation import Hooks
+from quiesce.models.oracles import SPEC_PHASE_ORDER
 from quiesce.models.refinement._log_validation import JudgingFenceLog
 from quiesce.models.refinement._refined_model import REFINEMENT
 from quiesce.models.refinement._system_ledger import (
@@ -117,7 +118,6 @@ from quiesce.protocol.controller import (
     WeightSyncEnd,
 )
 from quiesce.protocol.controller.lowlevel import (
-    PHASE_OPS,
     Dispatch,
     GroupRecord,
     Redispatch,
@@ -125,11 +125,9 @@ from quiesce.protocol.controller.lowlevel import (
     restore_active,
 )
 from quiesce.protocol.machines import (
-    PHASE_ORDER,
     CheckpointState,
     GateState,
     GroupState,
-    Phase,
     group_of_timer,
 )
 from quiesce.protocol.participant import ParticipantOp, from_journal
@@ -138,13 +136,6 @@ from quiesce.protocol.wire import Role
 __all__ = ["SystemRun", "system_config"]
 
 T = TypeVar("T")
-
-_ORDER: Mapping[ParticipantOp, tuple[Role, ...]] = {
-    ParticipantOp(PHASE_OPS[phase].value): tuple(slot.role for slot in PHASE_ORDER[phase])
-    for phase in (Phase.PREPARE, Phase.COMMIT, Phase.RESTORE, Phase.RESUME)
-}
-"""PROTOCOL.md §3, per op (resume = release = abort): the §3 table itself, never the
-coordinator's injectable `policy.phase_order`, so I5 catches a coordinator that swaps it."""
 
 _EPSILON = 1e-9
 
@@ -419,39 +410,33 @@ class SystemRun:
         assert self.driver is not None
         self.driver.submit(event)
 
-    def _agent(self, prompt: int) -> str:
-        agents = self.fleet.names(Role.AGENT)
-        return agents[prompt % len(agents)]
-
     def _open_next(self, size: int) -> None:
         prompt = self.plane.next_prompt()
         size = self.world.sizes.setdefault(prompt, size)
         self.world.budget = max(self.world.budget, prompt + 1)
-        self._submit(GroupOpened(f"p{prompt}", size, self._agent(prompt), str(prompt)))
+        agents = self.fleet.names(Role.AGENT)
+        agent = agents[prompt % len(agents)]
+        self._submit(GroupOpened(f"p{prompt}", size, agent, str(prompt)))
+
+    def _now(self, act: Callable[..., T], *args: Any) -> T:
+        """Run the plain `act(*args)` as one command in the director."""
+
+        async def command() -> T:
+            return act(*args)
+
+        return self._do(command)
 
     def open_group(self, size: int) -> None:
         """The dataloader opens the next prompt as a group of `size` siblings."""
-
-        async def command() -> None:
-            self._open_next(size)
-
-        self._do(command)
+        self._now(self._open_next, size)
 
     def advance(self, seconds: float) -> None:
         """Let `seconds` of virtual time pass: rollouts run turns, timers fire."""
-
-        async def command() -> None:
-            await self.clock.sleep(seconds)
-
-        self._do(command)
+        self._do(lambda: self.clock.sleep(seconds))
 
     def submit(self, event: ControllerInput) -> None:
         """Hand `event` (a trigger, a switch, a sync) to the controller."""
-
-        async def command() -> None:
-            self._submit(event)
-
-        self._do(command)
+        self._now(self._submit, event)
 
     def toggle_train_switch(self) -> None:
         """The trainer begins a train switch, or ends the one it began."""
@@ -465,25 +450,20 @@ class SystemRun:
 
     def optimizer_begin(self, max_groups: int = 2) -> bool:
         """The trainer starts an optimizer step over the queued groups (False if none)."""
+        return self._now(self._optimizer_begin, max_groups)
 
-        async def command() -> bool:
-            if self.world.training is not None or not self.plane.queued():
-                return False
-            groups = self.plane.take_finished(max_groups)
-            self.trainer.begin_optimizer_step(groups)
-            self.world.training = groups
-            self._submit(OptimizerStepBegin())
-            return True
-
-        return self._do(command)
+    def _optimizer_begin(self, max_groups: int) -> bool:
+        if self.world.training is not None or not self.plane.queued():
+            return False
+        groups = self.plane.take_finished(max_groups)
+        self.trainer.begin_optimizer_step(groups)
+        self.world.training = groups
+        self._submit(OptimizerStepBegin())
+        return True
 
     def optimizer_end(self) -> bool:
         """The trainer commits its step (anchor moves), then the boundary trigger."""
-
-        async def command() -> bool:
-            return self._optimizer_end()
-
-        return self._do(command)
+        return self._now(self._optimizer_end)
 
     def _optimizer_end(self) -> bool:
         groups = self.world.training
@@ -510,12 +490,8 @@ class SystemRun:
 
     def crash_participant(self, participant: str) -> None:
         """`participant` crashes and restarts from its journal (§6)."""
-
-        async def command() -> None:
-            self.fleet.crash_restart(participant)
-
         self.world.crashes += 1
-        self._do(command)
+        self._now(self.fleet.crash_restart, participant)
 
     def restart_controller(self) -> None:
         """The controller crashes now; a new one starts from the durable store (§6, M9)."""
@@ -594,14 +570,16 @@ class SystemRun:
                         f"{call.op.value}({call.op_id}) to {call.participant} got deadline "
                         f"{call.deadline:.3f}, more than {longest}s after its start",
                     )
-            if call.op in _ORDER and call.op_id is not None:
+            # I5 judges by §3 as the oracle states it, never by the coordinator's injectable
+            # `policy.phase_order`, so it catches a coordinator that swaps it.
+            if call.op.value in SPEC_PHASE_ORDER and call.op_id is not None:
                 groups.setdefault((call.generation, call.op_id, call.op), []).append(call)
         for (_, op_id, op), calls in groups.items():
             self._check_order(op_id, op, calls)
 
     def _check_order(self, op_id: OpId, op: ParticipantOp, calls: list[CallRecord]) -> None:
         """I5 for one (controller, id, op): calls are recorded in the order they started."""
-        rank: dict[str, int] = {role: i for i, role in enumerate(_ORDER[op])}
+        rank = {role: i for i, role in enumerate(SPEC_PHASE_ORDER[op.value])}
         first: dict[str, float] = {}
         for call in calls:
             first.setdefault(call.role, call.started)
@@ -689,13 +667,8 @@ class SystemRun:
                     return driver.stopped.reason
                 while self.plane.position < self.world.budget:
                     self._open_next(1)  # re-consumed after a rewind: its recorded size
-                if self.world.training is not None:
-                    self._optimizer_end()
-                elif self.plane.queued():
-                    groups = self.plane.take_finished(2)
-                    self.trainer.begin_optimizer_step(groups)
-                    self.world.training = groups
-                    self._submit(OptimizerStepBegin())
+                if not self._optimizer_end():
+                    self._optimizer_begin(2)
                 if self._drained():
                     return None
                 await self.clock.sleep(1.0)

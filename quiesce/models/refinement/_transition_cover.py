@@ -51,6 +51,7 @@ from quiesce.models.implementation import Hooks, ProtocolModel, ProtocolParams, 
 from quiesce.models.refinement._refinement import (
     Fence,
     View,
+    by_rank,
     design_params,
     design_view,
     implementation_view,
@@ -281,14 +282,12 @@ class _System:
         self._trail: list[tuple[tuple[str, Reached], set[PState]]] = []
 
     def initial(self) -> list[tuple[PState, Projection]]:
-        return [(s, _projection(implementation_view(s))) for s in self.model.init_states()]
+        return _projected(self.model.init_states())
 
     def successors(self, state: PState) -> list[tuple[PState, Projection]]:
         found = self._next.get(state)
         if found is None:
-            found = self._next[state] = [
-                (s, _projection(implementation_view(s))) for _, s in self.model.successors(state)
-            ]
+            found = self._next[state] = _projected(s for _, s in self.model.successors(state))
         return found
 
     @property
@@ -317,6 +316,10 @@ class _System:
         self._trail.append((step, states))
 
 
+def _projected(states: Iterable[PState]) -> list[tuple[PState, Projection]]:
+    return [(s, by_rank(implementation_view(s).fences)) for s in states]
+
+
 def replay(trace: DesignTrace, system: ProtocolModel | _System) -> TransitionReplay:
     """Replay `trace` on the System (see the module doc); a `ProtocolModel` is wrapped."""
     runner = system if isinstance(system, _System) else _System(system)
@@ -324,7 +327,7 @@ def replay(trace: DesignTrace, system: ProtocolModel | _System) -> TransitionRep
     if why is not None:
         return TransitionReplay(trace.label, trace.labels(), ReplayOutcome.ABSTRACTED, why)
     before = design_view(trace.initial.state)
-    start = _projection(before)
+    start = by_rank(before.fences)
     current = {s for s, p in runner.initial() if p == start}
     if not current:
         reached = tuple(sorted({p for _, p in runner.initial()}))
@@ -339,7 +342,7 @@ def replay(trace: DesignTrace, system: ProtocolModel | _System) -> TransitionRep
         if not following:
             why = "no System path moves the fences as this design step does"
             return _mismatch(
-                trace, index, label, _projection(before), _projection(after), elsewhere, why
+                trace, index, label, by_rank(before.fences), by_rank(after.fences), elsewhere, why
             )
         runner.remember((label, reached_state), following)
         current, before = following, after
@@ -356,11 +359,11 @@ def _follow(
     """The System states reachable from `current` with every fence at its value in
     `before` or `after` throughout, whose projection is `after`'s; and, for a report, a few
     projections the System left that band for, the nearest to `after`'s first."""
-    target = _projection(after)
+    target = by_rank(after.fences)
     band = _interleavings(before, after)
     seen = set(current)
     stack = list(current)
-    following = {s for s in current if target == _projection(before)}
+    following = {s for s in current if target == by_rank(before.fences)}
     elsewhere: set[Projection] = set()
     while stack:
         for state, projection in runner.successors(stack.pop()):
@@ -383,17 +386,7 @@ def _interleavings(before: View, after: View) -> frozenset[Projection]:
     """Every projection with each fence at its value in `before` or in `after`."""
     pairs = zip(before.fences, after.fences, strict=True)
     choices = [(was,) if was == now else (was, now) for was, now in pairs]
-    return frozenset(_projection(View(fences)) for fences in itertools.product(*choices))
-
-
-def _projection(view: View) -> Projection:
-    """`view` with the ids it mentions renamed 1, 2, ... in order (None stays)."""
-    mentioned = (i for f in view.fences for i in (f[1], f[2], *(r for r, _ in f[3])))
-    rank = {i: n for n, i in enumerate(sorted({i for i in mentioned if i is not None}), 1)}
-    return tuple(
-        (state, rank.get(active), rank.get(hwm), tuple((rank[r], op) for r, op in recorded))
-        for state, active, hwm, recorded in view.fences
-    )
+    return frozenset(by_rank(fences) for fences in itertools.product(*choices))
 
 
 _BEYOND = "every design run taking it takes an abstracted step first (see `ABSTRACTIONS`)"

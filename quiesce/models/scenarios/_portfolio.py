@@ -221,10 +221,7 @@ class PortfolioRun:
 
     def result_of(self, entry: PortfolioEntry) -> CheckResult[Any] | None:
         """The check of `entry`'s configuration (None: it has none)."""
-        for params, result in self.results:
-            if params == entry.params:
-                return result
-        return None
+        return next((result for params, result in self.results if params == entry.params), None)
 
     def to_json(self) -> dict[str, Any]:
         """The `quiesce check --portfolio --json` document."""

@@ -27,6 +27,7 @@ from quiesce.fsm import QuiesceError, Value
 from quiesce.models.implementation import Hooks, ProtocolModel, ProtocolParams, System, SystemState
 from quiesce.protocol import (
     Cause,
+    DiscoveryRefused,
     OpId,
     UnknownRecoveryMode,
     UnmanagedMultiProcess,
@@ -116,8 +117,9 @@ def _refused(reply: Any, code: str, what: str) -> None:
 # ============================================================================ building blocks
 
 
-def _start(system: System, **agent: Any) -> SystemState:
-    """One policy, one agent (configured by `agent`) and one stateless resources server."""
+def _start(system: System, *, group: int = 0, trigger: bool = False, **agent: Any) -> SystemState:
+    """One policy, one agent (configured by `agent`) and one stateless resources server;
+    then a group `g0` of `group` siblings opened, and the periodic trigger at t=1, if asked."""
     participants = [
         new_participant({"name": "policy", "role": "policy"}, "p1"),
         new_participant({"name": "agent", "role": "agent", **agent}, "a1"),
@@ -126,6 +128,10 @@ def _start(system: System, **agent: Any) -> SystemState:
         ),
     ]
     state, _ = system.start(participants)
+    if group:
+        state, _ = system.input(state, GroupOpened("g0", group, "agent"))
+    if trigger:
+        state, _ = system.input(state, PeriodElapsed(), now=1.0)
     return state
 
 
@@ -169,11 +175,10 @@ def _attempt_id(state: SystemState) -> OpId:
     return attempt.op_id
 
 
-def _parked(system: System, state: SystemState) -> SystemState:
+def _parked(system: System) -> SystemState:
     """Open one group of two, trigger, get the agent to park both at a boundary."""
-    state, _ = system.input(state, GroupOpened("g0", 2, "agent"))
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
-    state, _ = _drain(system, state)  # policy ready, agent not ready (both running)
+    # The policy is ready, the agent not (both siblings run).
+    state, _ = _drain(system, _start(system, group=2, trigger=True))
     for rollout in ("g0/0", "g0/1"):
         state, _, _ = system.turn(state, "agent", rollout, 0, 1)
     state, _ = system.fire_timer(state, prepare_retry_timer(_attempt_id(state)))
@@ -188,14 +193,10 @@ def _restore_outcome(effects: Iterable[Any]) -> RestoreOutcome:
     return found[0]
 
 
-def _published_with_parked(
-    system: System, state: SystemState, restart_only: tuple[str, ...] = ()
-) -> tuple[SystemState, OpId]:
+def _published_with_parked(system: System, restart_only: tuple[str, ...] = ()) -> SystemState:
     """One group of two, both parked at the boundary of turn 1 (`restart_only` siblings'
     turn touched a restart_only resource), snapshot published and released."""
-    state, _ = system.input(state, GroupOpened("g0", 2, "agent"))
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
-    state, _ = _drain(system, state)
+    state, _ = _drain(system, _start(system, group=2, trigger=True))
     for rollout in ("g0/0", "g0/1"):
         request = BoundaryRequest(
             rollout_id=rollout, attempt=0, turn=1, restart_only_dependency=rollout in restart_only
@@ -205,15 +206,14 @@ def _published_with_parked(
     state, effects = _drain(system, state)
     _same(_outcomes(effects), [("completed", "completed")], "the checkpoint's outcome")
     _same(len(state.store.published), 1, "published snapshots")
-    [snapshot] = state.store.published
-    return state, snapshot
+    return state
 
 
 # ============================================================================ S1-S19
 
 
 def s1_a_deadline_cannot_expire_while_the_checkpoint_holds_the_registry(system: System) -> None:
-    state = _parked(system, _start(system))
+    state = _parked(system)
     _same(state.controller.phase, S.COMMITTING, "phase once both siblings parked")
     _check(deadline_timer("g0") not in dict(state.timers), "the deadline was not cancelled")
     # Even a timer already on its way expires nothing while suspended.
@@ -227,8 +227,7 @@ def s1_a_deadline_cannot_expire_while_the_checkpoint_holds_the_registry(system: 
 
 
 def s2_two_holders_first_resume_keeps_clocks_stopped(system: System) -> None:
-    state = _start(system)
-    state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
+    state = _start(system, group=1)
     state, _ = system.input(state, TrainSwitchBegin())
     state, _ = system.input(state, PeriodElapsed(), now=1.0)
     state, effects = system.input(state, TrainSwitchEnd(), now=2.0)
@@ -248,7 +247,7 @@ def s2_two_holders_first_resume_keeps_clocks_stopped(system: System) -> None:
 
 
 def s3_5xx_on_commit_is_retryable_and_aborts(system: System) -> None:
-    state = _parked(system, _start(system))
+    state = _parked(system)
     [commit] = state.requests(Op.COMMIT)
     state, effects = system.fail(state, commit, Cause.PARTICIPANT_ERROR)
     state, more = _drain(system, state)
@@ -286,8 +285,7 @@ def s4_failed_resume_leaves_release_pending_and_is_retried_with_the_same_id(
 
 
 def s5_failed_prepare_and_failed_rollback_abort_the_same_id_first(system: System) -> None:
-    state = _start(system)
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
+    state = _start(system, trigger=True)
     x = _attempt_id(state)
     state, _ = system.deliver(state, 0)  # policy prepared to x
     state, _ = system.fail(state, 0, Cause.PARTICIPANT_ERROR)  # its reply is a 5xx
@@ -305,8 +303,7 @@ def s5_failed_prepare_and_failed_rollback_abort_the_same_id_first(system: System
 
 
 def s6_prepare_applied_reply_lost_is_still_aborted(system: System) -> None:
-    state = _start(system)
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
+    state = _start(system, trigger=True)
     state, _ = system.deliver(state, 0)
     state, _ = system.drop(state, 0)  # the ready reply is lost
     state, _ = _drain(system, state)
@@ -315,9 +312,7 @@ def s6_prepare_applied_reply_lost_is_still_aborted(system: System) -> None:
 
 
 def s7_pending_acks_at_capture_are_reflushed_inside_the_cut(system: System) -> None:
-    state = _start(system)
-    state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
+    state = _start(system, group=1, trigger=True)
     state, _ = _drain(system, state)  # agent not ready: g0/0 running
     state, _, _ = system.finish(state, "agent", "g0/0", 0)
     [ack] = state.requests(Op.ACK)
@@ -337,8 +332,7 @@ def s7_pending_acks_at_capture_are_reflushed_inside_the_cut(system: System) -> N
 
 
 def s8_background_ack_failure_is_caught_by_the_strict_flush(system: System) -> None:
-    state = _start(system)
-    state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
+    state = _start(system, group=1)
     state, _, _ = system.finish(state, "agent", "g0/0", 0)
     [ack] = state.requests(Op.ACK)
     state, _ = system.fail(state, ack, Cause.IO_ERROR)  # the drain dies
@@ -351,8 +345,7 @@ def s8_background_ack_failure_is_caught_by_the_strict_flush(system: System) -> N
 def s8_a_background_ack_failure_landing_during_the_strict_flush_does_not_fail_it(
     system: System,
 ) -> None:
-    state = _start(system)
-    state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
+    state = _start(system, group=1)
     state, _, _ = system.finish(state, "agent", "g0/0", 0)
     [background] = state.requests(Op.ACK)
     state, _ = system.input(state, PeriodElapsed(), now=1.0)
@@ -366,7 +359,7 @@ def s8_a_background_ack_failure_landing_during_the_strict_flush_does_not_fail_it
 def s9_optimizer_step_between_commit_and_capture_skips_and_aborts_same_id(
     system: System,
 ) -> None:
-    state = _parked(system, _start(system))
+    state = _parked(system)
     x = _attempt_id(state)
     state, _ = system.input(state, OptimizerStepEnd(1))
     state, effects = _drain(system, state)
@@ -378,10 +371,7 @@ def s9_optimizer_step_between_commit_and_capture_skips_and_aborts_same_id(
 def s10_completion_after_the_flush_is_acked_and_prepare_retried_until_ready(
     system: System,
 ) -> None:
-    state = _start(system)
-    state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
-    state, early = _drain(system, state)
+    state, early = _drain(system, _start(system, group=1, trigger=True))
     attempt = state.controller.attempt
     if attempt is None:
         raise ScenarioFailed(f"the attempt ended before its retry: {_outcomes(early)}")
@@ -394,8 +384,7 @@ def s10_completion_after_the_flush_is_acked_and_prepare_retried_until_ready(
 
 
 def s11_a_group_scored_sibling_is_never_retried_alone(system: System) -> None:
-    state = _start(system, group_scored=True, group_size=2)
-    state, _ = system.input(state, GroupOpened("g0", 2, "agent"))
+    state = _start(system, group=2, group_scored=True, group_size=2)
     state, _, _ = system.finish(state, "agent", "g0/0", 0)
     state, effects = system.fire_timer(state, deadline_timer("g0"))
     _check(Redispatch("g0", "prompt_group") in effects, f"no whole-group rerun in {effects}")
@@ -422,48 +411,38 @@ def s12_restart_only_continuations_are_discarded_before_resume(system: System) -
         raise ScenarioFailed("discards were planned outside restored_paused")
 
 
+_S12_SAVED: dict[str, Any] = {"attempt": 1, "group_id": "g0", "turn": 1, "turns": 2}
 _S12_RESTORED = (
-    (
-        "agent",
-        Continuation(
-            rollout_id="g0/0",
-            attempt=1,
-            group_id="g0",
-            turn=1,
-            turns=2,
-            restart_only_dependency=True,
-        ),
-    ),
-    ("agent", Continuation(rollout_id="g0/1", attempt=1, group_id="g0", turn=1, turns=2)),
+    ("agent", Continuation(rollout_id="g0/0", restart_only_dependency=True, **_S12_SAVED)),
+    ("agent", Continuation(rollout_id="g0/1", **_S12_SAVED)),
 )
 
 
-def s13_unknown_recovery_mode_is_refused_at_setup_naming_the_server(system: System) -> None:
-    odd = new_participant(
-        {"name": "res-7", "role": "resources", "recovery_mode": "snapshotty"}, "r"
-    )
+def _refused_at_setup(
+    system: System, config: dict[str, str], refusal: type[DiscoveryRefused], what: str
+) -> DiscoveryRefused:
+    """Starting the one server `config` describes raises `refusal`, naming that server."""
     try:
-        system.start([odd])
-    except UnknownRecoveryMode as error:
-        _same(error.server, "res-7", "the server the refusal names")
-        _check("res-7" in str(error), f"the message does not name the server: {error}")
-    else:
-        raise ScenarioFailed("an unknown recovery mode was accepted at setup")
+        system.start([new_participant(config, "x")])
+    except refusal as error:
+        _same(error.server, config["name"], "the server the refusal names")
+        return error
+    raise ScenarioFailed(f"{what} was accepted at setup")
+
+
+def s13_unknown_recovery_mode_is_refused_at_setup_naming_the_server(system: System) -> None:
+    odd = {"name": "res-7", "role": "resources", "recovery_mode": "snapshotty"}
+    error = _refused_at_setup(system, odd, UnknownRecoveryMode, "an unknown recovery mode")
+    _check("res-7" in str(error), f"the message does not name the server: {error}")
 
 
 def s14_unmanaged_multi_worker_server_is_refused_at_setup(system: System) -> None:
-    many = new_participant({"name": "pol-3", "role": "policy", "multi_process": "unmanaged"}, "p")
-    try:
-        system.start([many])
-    except UnmanagedMultiProcess as error:
-        _same(error.server, "pol-3", "the server the refusal names")
-    else:
-        raise ScenarioFailed("an unmanaged multi-process server was accepted at setup")
+    many = {"name": "pol-3", "role": "policy", "multi_process": "unmanaged"}
+    _refused_at_setup(system, many, UnmanagedMultiProcess, "an unmanaged multi-process server")
 
 
 def s15_a_delayed_prepare_after_its_resume_is_stale(system: System) -> None:
-    state = _start(system)
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
+    state = _start(system, trigger=True)
     state, delayed = system.delay(state, 0)  # prepare(x) to the policy, held in the network
     state, _ = system.input(state, TimerDue(prepare_deadline_timer(_attempt_id(state))))
     state, _ = _drain(system, state)  # the attempt times out and resume(x) retires x
@@ -494,8 +473,7 @@ def s16_restore_digest_mismatch_rejects_the_snapshot(system: System) -> None:
 
 
 def s17_retire_of_a_completed_unacked_execution_keeps_it_until_the_ack(system: System) -> None:
-    state = _start(system)
-    state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
+    state = _start(system, group=1)
     # The agent completes, but the report to the controller is lost.
     finish = FinishRequest(rollout_id="g0/0", attempt=0)
     agent, _, _ = handle(state.participant("agent"), "finish", finish, rules=system.rules)
@@ -513,8 +491,7 @@ def s17_retire_of_a_completed_unacked_execution_keeps_it_until_the_ack(system: S
 
 
 def s18_controller_crash_mid_checkpoint_aborts_that_id_on_restart(system: System) -> None:
-    state = _start(system)
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
+    state = _start(system, trigger=True)
     x = _attempt_id(state)
     state, _ = system.deliver(state, 0)  # the policy is fenced to x
     state, restart = system.crash_controller(state, epoch=2)
@@ -533,8 +510,7 @@ def s18_controller_crash_mid_checkpoint_aborts_that_id_on_restart(system: System
 
 
 def s19_a_participant_restart_mid_checkpoint_keeps_its_fence_and_aborts(system: System) -> None:
-    state = _start(system)
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
+    state = _start(system, trigger=True)
     x = _attempt_id(state)
     state, _ = system.deliver(state, 0)
     state, _ = system.deliver(state, 0)  # the policy is prepared; the agent's call is out
@@ -561,7 +537,7 @@ def s19_a_participant_restart_mid_checkpoint_keeps_its_fence_and_aborts(system: 
 def s12_composed_restart_only_continuation_is_discarded_in_restored_paused(
     system: System,
 ) -> None:
-    state, _ = _published_with_parked(system, _start(system), restart_only=("g0/0",))
+    state = _published_with_parked(system, restart_only=("g0/0",))
     state, restart = system.crash_controller(state, epoch=2)
     effects = list(restart)
     seen_discard = False
@@ -596,9 +572,7 @@ def s12_composed_restart_only_continuation_is_discarded_in_restored_paused(
 def s16_composed_restore_digest_mismatch_falls_back_to_the_older_snapshot(
     system: System,
 ) -> None:
-    state = _start(system)
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
-    state, _ = _drain(system, state)
+    state, _ = _drain(system, _start(system, trigger=True))
     [older] = state.store.published
     state, _ = system.input(state, GroupOpened("g0", 1, "agent"), now=2.0)
     state, _, _ = system.finish(state, "agent", "g0/0", 0)
@@ -626,8 +600,7 @@ def s16_composed_restore_digest_mismatch_falls_back_to_the_older_snapshot(
 
 
 def s18_composed_restart_aborts_the_in_flight_id_then_restores(system: System) -> None:
-    state = _start(system)
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
+    state = _start(system, trigger=True)
     x = _attempt_id(state)
     state, _ = system.deliver(state, 0)  # the policy is fenced to x
     state, restart = system.crash_controller(state, epoch=2)
@@ -646,8 +619,7 @@ def s18_composed_restart_aborts_the_in_flight_id_then_restores(system: System) -
 def s18_composed_restart_after_publish_releases_and_restores_that_snapshot(
     system: System,
 ) -> None:
-    state = _start(system)
-    state, _ = system.input(state, PeriodElapsed(), now=1.0)
+    state = _start(system, trigger=True)
     x = _attempt_id(state)
     while not state.requests(Op.RESUME) and state.messages:
         state, _ = system.deliver(state, 0)
@@ -667,7 +639,7 @@ def s18_composed_restart_after_publish_releases_and_restores_that_snapshot(
 def s19_composed_a_participant_restart_mid_restore_keeps_its_restored_state(
     system: System,
 ) -> None:
-    state, _ = _published_with_parked(system, _start(system))
+    state = _published_with_parked(system)
     state, restart = system.crash_controller(state, epoch=2)
     effects = list(restart)
 
