@@ -32,6 +32,7 @@ from abc import ABC, abstractmethod
 from array import array
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, Literal, TypeVar
@@ -54,6 +55,7 @@ __all__ = [
     "always",
     "check",
     "mermaid_sequence",
+    "paused_gc",
 ]
 
 St = TypeVar("St", bound=Hashable)
@@ -395,15 +397,21 @@ def check(
     the visited set; `False` keeps 64-bit fingerprints (about n**2 / 2**65 odds that two
     of n states collide and one goes unexplored); `None`: the model's `fingerprints` choice.
     """
-    # Millions of live state tuples make every cyclic-GC pass rescan them all; states are
-    # immutable and acyclic, so collection finds nothing. Pause it for the search.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        exact = not model.fingerprints if exact is None else exact
+    exact = not model.fingerprints if exact is None else exact
+    with paused_gc():
         return _explore(
             model, max_states, symmetry, stop_on_violation, progress, progress_every, exact
         )
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a search: states are immutable and acyclic,
+    so a collection finds nothing, yet every pass rescans all the live states."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
     finally:
         if collecting:
             gc.enable()

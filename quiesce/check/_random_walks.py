@@ -26,11 +26,9 @@ True
 
 from __future__ import annotations
 
-import gc
 import random
 import time
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from quiesce.check._explorer import (
@@ -41,9 +39,10 @@ from quiesce.check._explorer import (
     Step,
     Trace,
     Violation,
+    paused_gc,
 )
 
-__all__ = ["Chooser", "Move", "Uniform", "Walks", "paused_gc", "property_names", "walk"]
+__all__ = ["Chooser", "Move", "Uniform", "Walks", "property_names", "walk"]
 
 St = TypeVar("St", bound=Hashable)
 Kind = Literal["always", "deadlock", "cycle"]
@@ -88,19 +87,6 @@ def walk(
         return runner.result(
             distinct_states=len(chooser.seen), seconds=time.perf_counter() - started
         )
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a search: states are immutable and acyclic,
-    so a collection finds nothing, yet every pass rescans all the live states."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def property_names(model: Model[Any]) -> tuple[str, ...]:

@@ -23,57 +23,38 @@ from typing import Any
 
 import quiesce.mutants._bugs as bugs
 from quiesce.check import CheckResult, add_mutants, check, with_faults
+from quiesce.fsm import Table
 from quiesce.models.design import DesignModel, DesignParams, DesignTables
 
-__all__ = ["DESIGN_MUTANTS", "DesignMutant", "kill", "small"]
+__all__ = ["DESIGN_MUTANTS", "DesignMutant", "design_tables", "kill", "small"]
 
 
 @dataclass(frozen=True)
 class DesignMutant:
-    """One design bug: the tables that carry it, the property that must kill it (`I1`..`I9`)
-    and the smallest configuration that does (`params`, over `small()`)."""
+    """One design bug (`_bugs.KNOWN_BUGS`, under its name, scenario and doc): the table that
+    carries it, the property that must kill it (`killed_by`, `I1`..`I9`) and the smallest
+    configuration that does (`params`, over `small()`)."""
 
-    bug: bugs.KnownBug
+    name: str
+    scenario: str
+    doc: str
+    table: bugs.Derive
+    killed_by: str
+    params: Mapping[str, Any]
 
-    def __post_init__(self) -> None:
-        if self.bug.design is None or self.bug.table is None:
+    @classmethod
+    def of(cls, bug: bugs.KnownBug) -> DesignMutant:
+        """The design mutant of `bug`, which must live in a table and name a design check."""
+        if bug.design is None or bug.table is None:
             raise ValueError(
-                f"known bug {self.bug.name} has no design check or lives outside the tables:"
+                f"known bug {bug.name} has no design check or lives outside the tables:"
                 " the design model composes tables, so it can carry only a bug in one"
             )
-
-    @property
-    def killed_by(self) -> str:
-        """The property that must kill it (`I1`..`I9`)."""
-        assert self.bug.design is not None  # checked at construction
-        return self.bug.design.check
-
-    @property
-    def params(self) -> Mapping[str, Any]:
-        """The smallest configuration that kills it, over `small()`."""
-        assert self.bug.design is not None  # checked at construction
-        return self.bug.design.params
-
-    @property
-    def name(self) -> str:
-        """The bug's name, as the protocol model's catalog names it too."""
-        return self.bug.name
-
-    @property
-    def scenario(self) -> str:
-        """The §7 scenario the bug re-introduces."""
-        return self.bug.scenario
-
-    @property
-    def doc(self) -> str:
-        """What goes wrong."""
-        return self.bug.doc
+        return cls(bug.name, bug.scenario, bug.doc, bug.table, bug.design.check, bug.design.params)
 
     def tables(self) -> DesignTables:
         """The design's tables with the bug's table in the place of the machine it changes."""
-        assert self.bug.table is not None  # checked at construction
-        table = self.bug.table()
-        return _BASE.derive(self.scenario, **{_SLOTS[table.name]: table})
+        return design_tables(self.scenario, self.table())
 
     def model(self) -> DesignModel:
         """The design model carrying this bug, at its killing configuration."""
@@ -110,8 +91,14 @@ _SLOTS = {getattr(_BASE, f.name).name: f.name for f in fields(DesignTables) if f
 """The `DesignTables` field that plays each machine, by the machine's table name."""
 
 
+def design_tables(variant: str, table: Table[Any, Any]) -> DesignTables:
+    """The design's tables, as `variant`, with `table` in the place of the machine of its
+    name."""
+    return _BASE.derive(variant, **{_SLOTS[table.name]: table})
+
+
 DESIGN_MUTANTS: Mapping[str, DesignMutant] = {
-    bug.name: DesignMutant(bug) for bug in bugs.KNOWN_BUGS.values() if bug.design is not None
+    bug.name: DesignMutant.of(bug) for bug in bugs.KNOWN_BUGS.values() if bug.design is not None
 }
 """Every design mutant by name (`quiesce check design --mutant NAME`)."""
 

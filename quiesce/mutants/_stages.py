@@ -45,6 +45,7 @@ from quiesce.models.coverage import RowCoverage, recording_design_tables
 from quiesce.models.design import DesignModel, DesignParams, DesignTables
 from quiesce.models.implementation import UNREACHED_INPUTS, Hooks, ProtocolParams, PState
 from quiesce.models.scenarios import small_params
+from quiesce.mutants._design import design_tables
 from quiesce.mutants._design import small as small_design
 from quiesce.mutants._kit_programs import KIT_PROGRAMS
 from quiesce.mutants._memo import RecordingModel, SharingModel, StepMemo
@@ -134,16 +135,6 @@ class ProtocolStage:
         return self.search(model)
 
 
-_DESIGN_FIELDS: Mapping[str, str] = {
-    "checkpoint": "checkpoint",
-    "admission_gate": "gate",
-    "deadline_registry": "deadlines",
-    "control_fence": "fence",
-    "agent_execution": "execution",
-}
-"""The `DesignTables` field that plays each table the generated mutants mutate."""
-
-
 @dataclass(frozen=True)
 class DesignStage:
     """One check a generated mutant must survive: the design model at `params` (over
@@ -166,7 +157,7 @@ class DesignStage:
 
     def model(self, site: Site, name: str) -> DesignModel:
         """The design model carrying the mutant at `site`."""
-        tables = DesignTables().derive(name, **{_DESIGN_FIELDS[site.table.name]: site.mutated()})
+        tables = design_tables(name, site.mutated())
         return DesignModel(self._params(), tables=tables, name=f"design[{name}]")
 
     def run(
