@@ -266,19 +266,16 @@ class Trace(Generic[St]):
 
     def to_json(self, model: Model[St]) -> list[dict[str, Any]]:
         """Numbered steps, step 0 being the initial state (`action` null)."""
-        doc: list[dict[str, Any]] = [
-            {"step": 0, "action": None, "fault": False, "state": model.describe_state(self.initial)}
+        actions: list[Action | None] = [None, *(step.action for step in self.steps)]
+        return [
+            {
+                "step": number,
+                "action": None if action is None else action.label,
+                "fault": action is not None and action.fault,
+                "state": model.describe_state(state),
+            }
+            for number, (action, state) in enumerate(zip(actions, self.states(), strict=True))
         ]
-        for number, step in enumerate(self.steps, 1):
-            doc.append(
-                {
-                    "step": number,
-                    "action": step.action.label,
-                    "fault": step.action.fault,
-                    "state": model.describe_state(step.state),
-                }
-            )
-        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -825,13 +822,13 @@ class TableStepper:
 
     Models keep control states as label strings (hashing an `Enum` member runs Python
     code; a string's hash is cached), and ask the table itself whether an input may fire.
-    `step` returns `(target_label, data, effects)` or `None` when the table refuses (a
+    `steps` returns `(target_label, data, effects)`, or `None` where the table refuses (a
     forbidden pair or every guard false); `inputs_in(label)` lists the inputs worth trying
     in a control state (mapped or ignored there), straight from the table.
 
     >>> gate = TableStepper(ADMISSION_GATE)  # doctest: +SKIP
-    >>> gate.step("open", frozenset(), GateInput.HOLD, "checkpoint")  # doctest: +SKIP
-    ('closed', frozenset({'checkpoint'}), (Effect(...),))
+    >>> gate.steps("open", frozenset(), [(GateInput.HOLD, "checkpoint")])  # doctest: +SKIP
+    [('closed', frozenset({'checkpoint'}), (Effect(...),))]
     """
 
     def __init__(self, table: Table[Any, Any]) -> None:
@@ -843,24 +840,15 @@ class TableStepper:
             for s in table.states
         }
 
-    def member(self, state: str) -> Enum:
-        """The `Enum` member of a control-state label."""
-        return self._members[state]
-
     def inputs_in(self, state: str) -> tuple[Enum, ...]:
         """The inputs the table does not forbid in control state `state`."""
         return self._inputs[state]
 
-    def step(
-        self, state: str, data: Any, input: Enum, arg: Any = None
-    ) -> tuple[str, Any, tuple[Any, ...]] | None:
-        """Fire `input` on `(state, data)`; `None` if the table refuses it."""
-        return self.steps(state, data, ((input, arg),))[0]
-
     def steps(
         self, state: str, data: Any, calls: Iterable[tuple[Enum, Any]]
     ) -> list[tuple[str, Any, tuple[Any, ...]] | None]:
-        """`step` for each `(input, arg)` of `calls` from the same `(state, data)`."""
+        """Fire each `(input, arg)` of `calls` from the same `(state, data)`; `None` for
+        each the table refuses."""
         current = Value(self._members[state], data)
         table, labels = self.table, self._labels
         results: list[tuple[str, Any, tuple[Any, ...]] | None] = []

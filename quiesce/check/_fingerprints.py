@@ -61,7 +61,9 @@ class FingerprintTable:
         """The number of the state with `fingerprint`; if none has it yet, record `new`
         as its number and return -1. `fingerprint` is any int (`hash()` of a state)."""
         if not -_SIGN <= fingerprint < _SIGN:
-            fingerprint = _to_int64(fingerprint)
+            # `hash()` already is a signed 64-bit int on 64-bit platforms; fold anything wider.
+            fingerprint &= _MASK64
+            fingerprint -= (fingerprint & _SIGN) << 1
         if fingerprint == _EMPTY:
             return self._number_of_zero(new)
         fingerprints, mask = self._fingerprints, self._mask
@@ -117,12 +119,3 @@ class FingerprintTable:
 def _check_number(number: int) -> None:
     if not 0 <= number <= _MAX_NUMBER:
         raise OverflowError(f"state number {number} does not fit the table's 32-bit numbers")
-
-
-def _to_int64(value: int) -> int:
-    """`value` folded into a signed 64-bit int (`hash()` already is one on 64-bit
-    platforms; anything wider is reduced, never rejected)."""
-    if -_SIGN <= value < _SIGN:
-        return value
-    value &= _MASK64
-    return value - (1 << 64) if value & _SIGN else value

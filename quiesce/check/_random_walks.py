@@ -77,12 +77,15 @@ def walk(
         started = time.perf_counter()
         runner = Walks(model, max_depth=max_depth, stop_on_violation=stop_on_violation)
         chooser = Uniform(runner, fault_rate)
-        reporter = _Reporter(progress, progress_every)
+        every = max(1, progress_every)
         rng = random.Random(seed)
         for number in range(walks):
             if stop_on_violation and runner.found:
                 break
-            reporter(number, walks, len(chooser.seen), runner.steps_taken, runner.longest, started)
+            if progress is not None and number and number % every == 0:
+                elapsed = time.perf_counter() - started
+                seen, steps = len(chooser.seen), runner.steps_taken
+                progress(Progress(seen, steps, walks - number, elapsed, runner.longest))
             runner.walk(rng, chooser)
         return runner.result(
             distinct_states=len(chooser.seen), seconds=time.perf_counter() - started
@@ -262,20 +265,3 @@ class Uniform(Generic[St]):
                 continue
             return action, following
         return None
-
-
-class _Reporter:
-    """Calls `progress` every `every` walks (nothing when `progress` is None)."""
-
-    __slots__ = ("every", "progress")
-
-    def __init__(self, progress: Callable[[Progress], None] | None, every: int) -> None:
-        self.progress = progress
-        self.every = max(1, every)
-
-    def __call__(
-        self, number: int, walks: int, seen: int, steps: int, longest: int, started: float
-    ) -> None:
-        if self.progress is not None and number and number % self.every == 0:
-            elapsed = time.perf_counter() - started
-            self.progress(Progress(seen, steps, walks - number, elapsed, longest))
