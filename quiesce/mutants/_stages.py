@@ -2,33 +2,29 @@
 
 What lives here: `Site` (the one row a generated mutant changes, and how), `Stage` and
 `STAGES` (the checks a generated mutant must survive, cheapest first), the unmutated run of
-each stage (`stage_memo`: its steps and its row coverage, computed once per process), and
+each stage (`stage_memo`: its steps and row coverage, computed once per process), and
 `judge`, which turns a site into a `Judgement`:
 
 - `equivalent`: the change provably cannot be observed (`EQUIVALENT_EFFECTS`: a refusal
   row whose next state the participant throws away), whatever any stage does;
-- `dead_by_design`: no stage fires the row (or finds its guard false): every stage steps
-  the mutant exactly as the unmutated protocol, so none can kill it. The reason names the
+- `dead_by_design`: no stage fires the row (or finds its guard false), so every stage
+  steps the mutant exactly as the protocol and none can kill it; the reason names the
   input the model never produces there (`UNREACHED_INPUTS`), or the pair;
 - `killed` by the first reaching stage that finds a violation, else `survived`.
 
-Only the stages that reach the row are run: a stage that does not reach it would explore
-the unmutated state space again and find nothing (`_row_coverage` explains why that is
-exact for an exhaustive search and for seeded walks alike). A protocol-model stage that
-does reach it re-uses every step of the unmutated run in which the row took no part
-(`_mutant_memo` explains why the verdict is the same).
+Only the stages that reach the row are run: one that does not would explore the unmutated
+state space again and find nothing (exact for an exhaustive search and for seeded walks
+alike). A protocol-model stage re-uses every step of the unmutated run in which the row
+took no part (`_memo` explains why the verdict is the same).
 
 Three kinds of stage. A `ProtocolStage` runs the implementation model (the real coordinator
 and participants) with the mutant's hooks. A `DesignStage` runs the design model (the
-M1-M9 tables composed atomically, `_design_model`) with the mutated table in place of the
-protocol's: it produces inputs the implementation model never does (a duplicated request, a
-participant-side restore failure, a crash between any two calls), so it reaches rows no
-protocol-model stage fires. It shares nothing with its unmutated run but the coverage: its
+M1-M9 tables composed atomically) with the mutated table: it produces inputs the
+implementation model never does (a duplicated request, a participant-side restore failure,
+a crash between any two calls), so it reaches rows no protocol-model stage fires; its
 graphs are a few thousand states, cheaper to search again than to memoise. A
-`ParticipantStage` (`_participant_stage`) runs the real participant runtime
-(`ParticipantHost`) with the mutant's participant rules under recorded conformance-kit
-programs, and kills by the kit's judge (the reference participant on the protocol's own
-tables): a conformance failure on the wire, named `kit:<rule>`, rather than a property.
+`ParticipantStage` (`_participant_stage`) replays recorded conformance-kit programs on the
+real participant runtime and kills by the kit's judge (`kit:<rule>`), not by a property.
 """
 
 from __future__ import annotations
