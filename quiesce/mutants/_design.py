@@ -4,13 +4,12 @@ model must kill it.
 What lives here: `DESIGN_MUTANTS`, one entry per known bug that lives in a table
 (`_bugs.KNOWN_BUGS`: its name, scenario and table, derived once for both model levels from
 the machines' own, which stay untouched), the property that kills it and the smallest
-configuration that does; `kill` runs one. What it does not know: the
-implementation mutants (`quiesce.mutants._catalog`, for the `protocol` model), or bugs that
-live outside the tables (the controller's digest check of S16, the journal of S19, the
-"attempted before the call" rule of S6): the design model composes tables, so only a bug
-in a table is a design bug it can be asked to find.
+configuration that does. What it does not know: the implementation mutants (`_catalog`,
+for the `protocol` model), or bugs that live outside the tables (S16's digest check, S19's
+journal, S6's "attempted before the call"): the design model composes tables, so only a
+bug in a table is a design bug it can be asked to find.
 
->>> result = kill(DESIGN_MUTANTS["S17_retire_releases_completed"])  # doctest: +SKIP
+>>> result = check(DESIGN_MUTANTS["S17_retire_releases_completed"].model())  # doctest: +SKIP
 >>> result.violation("I1") is not None  # doctest: +SKIP
 True
 """
@@ -22,11 +21,11 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import quiesce.mutants._bugs as bugs
-from quiesce.check import CheckResult, add_mutants, check, with_faults
+from quiesce.check import add_mutants, with_faults
 from quiesce.fsm import Table
 from quiesce.models.design import DesignModel, DesignParams, DesignTables
 
-__all__ = ["DESIGN_MUTANTS", "DesignMutant", "design_tables", "kill", "small"]
+__all__ = ["DESIGN_MUTANTS", "DesignMutant", "design_tables", "small"]
 
 
 @dataclass(frozen=True)
@@ -79,11 +78,6 @@ def small(**overrides: Any) -> dict[str, Any]:
     )
     base.update(overrides)
     return base
-
-
-def kill(mutant: DesignMutant, max_states: int | None = None) -> CheckResult[Any]:
-    """Explore the mutant's model until the first violation (or exhaustion)."""
-    return check(mutant.model(), max_states=max_states)
 
 
 _BASE = DesignTables()
