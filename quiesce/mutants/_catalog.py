@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import quiesce.mutants._bugs as bugs
@@ -485,15 +485,7 @@ def verify(mutant: Mutant) -> Verdict:
     with watching_hangs() as watch:
         if mutant.site is not None:
             found = judge(mutant.site, hooks, mutant.name, functools.partial(_arm, watch=watch))
-            return Verdict(
-                mutant,
-                found.status,
-                found.killed_by,
-                found.states,
-                found.seconds,
-                found.detail,
-                found.stage,
-            )
+            return Verdict(mutant, **asdict(found))
         model = ProtocolModel(
             ProtocolParams(**mutant.params), hooks=hooks, name=f"protocol[{mutant.name}]"
         )

@@ -65,19 +65,18 @@ class DesignMutant:
 def small(**overrides: Any) -> dict[str, Any]:
     """A small configuration: one sibling of one turn, one trigger, the optimizer step that
     trains it, nothing else unless asked (the other parameters at their defaults)."""
-    base: dict[str, Any] = dict(
-        siblings=1,
-        turns=1,
-        attempts=1,
-        triggers=1,
-        optimizer_steps=1,  # the trainer consumes the group (I9)
-        weight_sync=0,
-        train_switch=0,
-        faults=0,
-        crashes=False,
-    )
-    base.update(overrides)
-    return base
+    return {
+        "siblings": 1,
+        "turns": 1,
+        "attempts": 1,
+        "triggers": 1,
+        "optimizer_steps": 1,  # the trainer consumes the group (I9)
+        "weight_sync": 0,
+        "train_switch": 0,
+        "faults": 0,
+        "crashes": False,
+        **overrides,
+    }
 
 
 _BASE = DesignTables()

@@ -127,11 +127,7 @@ def _factory(rules: ParticipantRules) -> tuple[Callable[[], Any], Callable[[Any]
         async def completions(self, *, deadline_at: float | None = None) -> CompletionsReply:
             return self.host.completions()
 
-    def restart(old: Any) -> Any:
-        assert isinstance(old, Hosted)
-        return old.recovered()
-
-    return Hosted, restart
+    return Hosted, Hosted.recovered
 
 
 def _replay(rules: ParticipantRules, programs: tuple[Program, ...]) -> Replayed:

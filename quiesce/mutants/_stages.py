@@ -285,19 +285,15 @@ STAGES: tuple[Stage, ...] = (
     ),
     ParticipantStage(
         "participant kit",
-        # The real participant runtime (`ParticipantHost`) with the mutant's participant
-        # tables, under the conformance kit's programs (`_participant_stage`). Measured:
-        # on its own it reaches 214 non-equivalent generated mutants (on the 43 participant
-        # rows its programs fire on the host) and kills 212, among them all 140
-        # that the property-judged stages kill there (the other 2: `_notes`). Here, last,
-        # it is the first to kill 73: 22 dead by design before (a `boundary` or `finish`
-        # of a retired execution, `agent_execution:tombstoned:turn_boundary` and
-        # `:run_finished`; an ACK quoting a wrong receipt, `agent_execution:completed:
-        # recv_ack`, or any receipt, the exact-receipt row's guard) and 51 survivors of
-        # the stages that reach them. Its unmutated run (11 programs, 1,275 requests)
-        # costs about 3 s once per process, a judged mutant 0.22 s (16 s over the 74
-        # `--all` runs it on, of about 4.5 minutes on one process); `--sample 50`, which
-        # judges one mutant here, takes about 3 s longer (34 s on a quiet machine).
+        # The real participant runtime with the mutant's participant tables, under the
+        # conformance kit's programs (`_participant_stage`). Measured: on its own it
+        # reaches 214 non-equivalent generated mutants (on the 43 participant rows its
+        # programs fire on the host) and kills 212, among them all 140 that the
+        # property-judged stages kill there (the other 2: `_notes`). Here, last, it is the
+        # first to kill 73: 22 dead by design before (a `boundary` or `finish` of a
+        # retired execution; an ACK quoting a wrong receipt, or any receipt) and 51
+        # survivors of the stages that reach them. Its unmutated run costs about 3 s once
+        # per process, a judged mutant 0.22 s.
         KIT_PROGRAMS,
         f"the {len(KIT_PROGRAMS)} recorded conformance-kit programs replayed on an agent"
         " ParticipantHost running the mutant's participant tables, judged by the kit against"
