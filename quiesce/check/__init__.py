@@ -23,6 +23,7 @@ from quiesce.check._explorer import (
     Action,
     Always,
     CheckResult,
+    Kind,
     Model,
     Progress,
     Step,
@@ -35,7 +36,7 @@ from quiesce.check._explorer import (
     mermaid_sequence,
     paused_gc,
 )
-from quiesce.check._random_walks import Kind, Move, Walks, property_names, walk
+from quiesce.check._random_walks import Move, Walks, property_names, walk
 from quiesce.check._registry import (
     BadModelParam,
     ModelSpec,

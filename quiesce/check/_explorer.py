@@ -45,6 +45,7 @@ __all__ = [
     "Action",
     "Always",
     "CheckResult",
+    "Kind",
     "Model",
     "Progress",
     "Step",
@@ -59,6 +60,8 @@ __all__ = [
 ]
 
 St = TypeVar("St", bound=Hashable)
+Kind = Literal["always", "deadlock", "cycle"]
+"""How a property failed: in a bad state, at a deadlock, or around a stall cycle."""
 
 NO_STALL = "no_stall"
 """The name of the liveness property (PROTOCOL.md I7) in results and trace file names."""
@@ -288,7 +291,7 @@ class Violation(Generic[St]):
     """
 
     property: str
-    kind: Literal["always", "deadlock", "cycle"]
+    kind: Kind
     trace: Trace[St]
 
     def to_json(self, model: Model[St]) -> dict[str, Any]:
@@ -463,7 +466,7 @@ def _explore(
     def state_at(number: int) -> St:
         return _state_at(model, states, via, parent, number)
 
-    def bad(name: str, kind: Literal["always", "deadlock", "cycle"], at: int) -> None:
+    def bad(name: str, kind: Kind, at: int) -> None:
         nonlocal stop
         if name not in found:
             path = _path_to(at, parent)

@@ -29,11 +29,12 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Hashable
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from quiesce.check._explorer import (
     Action,
     CheckResult,
+    Kind,
     Model,
     Progress,
     Step,
@@ -45,7 +46,6 @@ from quiesce.check._explorer import (
 __all__ = ["Chooser", "Move", "Uniform", "Walks", "property_names", "walk"]
 
 St = TypeVar("St", bound=Hashable)
-Kind = Literal["always", "deadlock", "cycle"]
 Move = tuple[Action, St]
 """An enabled action and the state it leads to."""
 

@@ -49,7 +49,7 @@ from quiesce.models.scenarios import (
 )
 from quiesce.mutants._names import mutant_name, row_keys
 from quiesce.mutants._notes import SURVIVOR_NOTES, check_notes
-from quiesce.mutants._stages import Site, describe_violation, judge
+from quiesce.mutants._stages import Site, Status, describe_violation, judge
 from quiesce.protocol import (
     CAUSES,
     Cause,
@@ -120,9 +120,6 @@ class Mutant:
     scripted: Scenario | None = None
     max_states: int = 50_000
     site: Site | None = None
-
-
-Status = Literal["killed", "survived", "equivalent", "dead_by_design"]
 
 
 @dataclass(frozen=True)

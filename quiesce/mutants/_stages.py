@@ -45,7 +45,7 @@ from quiesce.mutants._design import design_tables
 from quiesce.mutants._design import small as small_design
 from quiesce.mutants._kit_programs import KIT_PROGRAMS
 from quiesce.mutants._memo import RecordingModel, SharingModel, StepMemo
-from quiesce.mutants._names import row_key
+from quiesce.mutants._names import Operator, row_key
 from quiesce.mutants._participant_stage import ParticipantStage, StageBroken
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ class Site:
 
     table: Table[Any, Any]
     row: int
-    operator: Literal["retarget", "drop_guard"]
+    operator: Operator
     state: Enum | None = None
 
     def reached(self, coverage: RowCoverage) -> bool:
