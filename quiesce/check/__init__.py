@@ -23,6 +23,7 @@ from quiesce.check._explorer import (
     Action,
     Always,
     CheckResult,
+    Kind,
     Model,
     Progress,
     Step,
@@ -33,8 +34,9 @@ from quiesce.check._explorer import (
     always,
     check,
     mermaid_sequence,
+    paused_gc,
 )
-from quiesce.check._random_walks import Kind, Move, Walks, paused_gc, property_names, walk
+from quiesce.check._random_walks import Move, Walks, property_names, walk
 from quiesce.check._registry import (
     BadModelParam,
     ModelSpec,

@@ -32,6 +32,7 @@ from abc import ABC, abstractmethod
 from array import array
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Generic, Literal, TypeVar
@@ -44,6 +45,7 @@ __all__ = [
     "Action",
     "Always",
     "CheckResult",
+    "Kind",
     "Model",
     "Progress",
     "Step",
@@ -54,9 +56,12 @@ __all__ = [
     "always",
     "check",
     "mermaid_sequence",
+    "paused_gc",
 ]
 
 St = TypeVar("St", bound=Hashable)
+Kind = Literal["always", "deadlock", "cycle"]
+"""How a property failed: in a bad state, at a deadlock, or around a stall cycle."""
 
 NO_STALL = "no_stall"
 """The name of the liveness property (PROTOCOL.md I7) in results and trace file names."""
@@ -264,19 +269,16 @@ class Trace(Generic[St]):
 
     def to_json(self, model: Model[St]) -> list[dict[str, Any]]:
         """Numbered steps, step 0 being the initial state (`action` null)."""
-        doc: list[dict[str, Any]] = [
-            {"step": 0, "action": None, "fault": False, "state": model.describe_state(self.initial)}
+        actions: list[Action | None] = [None, *(step.action for step in self.steps)]
+        return [
+            {
+                "step": number,
+                "action": None if action is None else action.label,
+                "fault": action is not None and action.fault,
+                "state": model.describe_state(state),
+            }
+            for number, (action, state) in enumerate(zip(actions, self.states(), strict=True))
         ]
-        for number, step in enumerate(self.steps, 1):
-            doc.append(
-                {
-                    "step": number,
-                    "action": step.action.label,
-                    "fault": step.action.fault,
-                    "state": model.describe_state(step.state),
-                }
-            )
-        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +291,7 @@ class Violation(Generic[St]):
     """
 
     property: str
-    kind: Literal["always", "deadlock", "cycle"]
+    kind: Kind
     trace: Trace[St]
 
     def to_json(self, model: Model[St]) -> dict[str, Any]:
@@ -395,15 +397,21 @@ def check(
     the visited set; `False` keeps 64-bit fingerprints (about n**2 / 2**65 odds that two
     of n states collide and one goes unexplored); `None`: the model's `fingerprints` choice.
     """
-    # Millions of live state tuples make every cyclic-GC pass rescan them all; states are
-    # immutable and acyclic, so collection finds nothing. Pause it for the search.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        exact = not model.fingerprints if exact is None else exact
+    exact = not model.fingerprints if exact is None else exact
+    with paused_gc():
         return _explore(
             model, max_states, symmetry, stop_on_violation, progress, progress_every, exact
         )
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a search: states are immutable and acyclic,
+    so a collection finds nothing, yet every pass rescans all the live states."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
     finally:
         if collecting:
             gc.enable()
@@ -458,7 +466,7 @@ def _explore(
     def state_at(number: int) -> St:
         return _state_at(model, states, via, parent, number)
 
-    def bad(name: str, kind: Literal["always", "deadlock", "cycle"], at: int) -> None:
+    def bad(name: str, kind: Kind, at: int) -> None:
         nonlocal stop
         if name not in found:
             path = _path_to(at, parent)
@@ -817,13 +825,13 @@ class TableStepper:
 
     Models keep control states as label strings (hashing an `Enum` member runs Python
     code; a string's hash is cached), and ask the table itself whether an input may fire.
-    `step` returns `(target_label, data, effects)` or `None` when the table refuses (a
+    `steps` returns `(target_label, data, effects)`, or `None` where the table refuses (a
     forbidden pair or every guard false); `inputs_in(label)` lists the inputs worth trying
     in a control state (mapped or ignored there), straight from the table.
 
     >>> gate = TableStepper(ADMISSION_GATE)  # doctest: +SKIP
-    >>> gate.step("open", frozenset(), GateInput.HOLD, "checkpoint")  # doctest: +SKIP
-    ('closed', frozenset({'checkpoint'}), (Effect(...),))
+    >>> gate.steps("open", frozenset(), [(GateInput.HOLD, "checkpoint")])  # doctest: +SKIP
+    [('closed', frozenset({'checkpoint'}), (Effect(...),))]
     """
 
     def __init__(self, table: Table[Any, Any]) -> None:
@@ -835,24 +843,15 @@ class TableStepper:
             for s in table.states
         }
 
-    def member(self, state: str) -> Enum:
-        """The `Enum` member of a control-state label."""
-        return self._members[state]
-
     def inputs_in(self, state: str) -> tuple[Enum, ...]:
         """The inputs the table does not forbid in control state `state`."""
         return self._inputs[state]
 
-    def step(
-        self, state: str, data: Any, input: Enum, arg: Any = None
-    ) -> tuple[str, Any, tuple[Any, ...]] | None:
-        """Fire `input` on `(state, data)`; `None` if the table refuses it."""
-        return self.steps(state, data, ((input, arg),))[0]
-
     def steps(
         self, state: str, data: Any, calls: Iterable[tuple[Enum, Any]]
     ) -> list[tuple[str, Any, tuple[Any, ...]] | None]:
-        """`step` for each `(input, arg)` of `calls` from the same `(state, data)`."""
+        """Fire each `(input, arg)` of `calls` from the same `(state, data)`; `None` for
+        each the table refuses."""
         current = Value(self._members[state], data)
         table, labels = self.table, self._labels
         results: list[tuple[str, Any, tuple[Any, ...]] | None] = []

@@ -40,12 +40,16 @@ class FingerprintTable:
     __slots__ = ("_count", "_fingerprints", "_mask", "_numbers", "_shift", "_zero")
 
     def __init__(self, log2_capacity: int = 10) -> None:
-        self._mask = (1 << log2_capacity) - 1
-        self._shift = 64 - log2_capacity
-        self._fingerprints = array("q", bytes(8 << log2_capacity))
-        self._numbers = array("I", bytes(4 << log2_capacity))
+        self._allocate(log2_capacity)
         self._count = 0
         self._zero = -1  # the number of fingerprint 0, which marks empty slots in the array
+
+    def _allocate(self, log2: int) -> None:
+        """Empty arrays of `2**log2` slots."""
+        self._mask = (1 << log2) - 1
+        self._shift = 64 - log2
+        self._fingerprints = array("q", bytes(8 << log2))
+        self._numbers = array("I", bytes(4 << log2))
 
     def __len__(self) -> int:
         return self._count
@@ -61,7 +65,9 @@ class FingerprintTable:
         """The number of the state with `fingerprint`; if none has it yet, record `new`
         as its number and return -1. `fingerprint` is any int (`hash()` of a state)."""
         if not -_SIGN <= fingerprint < _SIGN:
-            fingerprint = _to_int64(fingerprint)
+            # `hash()` already is a signed 64-bit int on 64-bit platforms; fold anything wider.
+            fingerprint &= _MASK64
+            fingerprint -= (fingerprint & _SIGN) << 1
         if fingerprint == _EMPTY:
             return self._number_of_zero(new)
         fingerprints, mask = self._fingerprints, self._mask
@@ -93,17 +99,9 @@ class FingerprintTable:
 
     def _grow(self) -> None:
         old = zip(self._fingerprints, self._numbers, strict=True)
-        log2 = (self._mask + 1).bit_length()  # double
-        self._mask = (1 << log2) - 1
-        self._shift = 64 - log2
-        self._fingerprints = array("q", bytes(8 << log2))
-        self._numbers = array("I", bytes(4 << log2))
-        fingerprints, numbers, mask, shift = (
-            self._fingerprints,
-            self._numbers,
-            self._mask,
-            self._shift,
-        )
+        self._allocate((self._mask + 1).bit_length())  # double
+        fingerprints, numbers = self._fingerprints, self._numbers
+        mask, shift = self._mask, self._shift
         for fingerprint, number in old:
             if fingerprint == _EMPTY:
                 continue
@@ -117,12 +115,3 @@ class FingerprintTable:
 def _check_number(number: int) -> None:
     if not 0 <= number <= _MAX_NUMBER:
         raise OverflowError(f"state number {number} does not fit the table's 32-bit numbers")
-
-
-def _to_int64(value: int) -> int:
-    """`value` folded into a signed 64-bit int (`hash()` already is one on 64-bit
-    platforms; anything wider is reduced, never rejected)."""
-    if -_SIGN <= value < _SIGN:
-        return value
-    value &= _MASK64
-    return value - (1 << 64) if value & _SIGN else value

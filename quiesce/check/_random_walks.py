@@ -26,27 +26,26 @@ True
 
 from __future__ import annotations
 
-import gc
 import random
 import time
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, Protocol, TypeVar
 
 from quiesce.check._explorer import (
     Action,
     CheckResult,
+    Kind,
     Model,
     Progress,
     Step,
     Trace,
     Violation,
+    paused_gc,
 )
 
-__all__ = ["Chooser", "Move", "Uniform", "Walks", "paused_gc", "property_names", "walk"]
+__all__ = ["Chooser", "Move", "Uniform", "Walks", "property_names", "walk"]
 
 St = TypeVar("St", bound=Hashable)
-Kind = Literal["always", "deadlock", "cycle"]
 Move = tuple[Action, St]
 """An enabled action and the state it leads to."""
 
@@ -78,29 +77,19 @@ def walk(
         started = time.perf_counter()
         runner = Walks(model, max_depth=max_depth, stop_on_violation=stop_on_violation)
         chooser = Uniform(runner, fault_rate)
-        reporter = _Reporter(progress, progress_every)
+        every = max(1, progress_every)
         rng = random.Random(seed)
         for number in range(walks):
             if stop_on_violation and runner.found:
                 break
-            reporter(number, walks, len(chooser.seen), runner.steps_taken, runner.longest, started)
+            if progress is not None and number and number % every == 0:
+                elapsed = time.perf_counter() - started
+                seen, steps = len(chooser.seen), runner.steps_taken
+                progress(Progress(seen, steps, walks - number, elapsed, runner.longest))
             runner.walk(rng, chooser)
         return runner.result(
             distinct_states=len(chooser.seen), seconds=time.perf_counter() - started
         )
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a search: states are immutable and acyclic,
-    so a collection finds nothing, yet every pass rescans all the live states."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def property_names(model: Model[Any]) -> tuple[str, ...]:
@@ -276,20 +265,3 @@ class Uniform(Generic[St]):
                 continue
             return action, following
         return None
-
-
-class _Reporter:
-    """Calls `progress` every `every` walks (nothing when `progress` is None)."""
-
-    __slots__ = ("every", "progress")
-
-    def __init__(self, progress: Callable[[Progress], None] | None, every: int) -> None:
-        self.progress = progress
-        self.every = max(1, every)
-
-    def __call__(
-        self, number: int, walks: int, seen: int, steps: int, longest: int, started: float
-    ) -> None:
-        if self.progress is not None and number and number % self.every == 0:
-            elapsed = time.perf_counter() - started
-            self.progress(Progress(seen, steps, walks - number, elapsed, longest))

@@ -283,8 +283,7 @@ def _input_rule(
             self._fire(input, arg)
 
         decorate = rule(arg=strategy)
-    _rename(fire, name)
-    fire.__doc__ = f"Step input {label(input)!r}."
+    _name(fire, name, f"Step input {label(input)!r}.")
     return precondition(lambda self: (self.value.state, input) in allowed)(decorate(fire))
 
 
@@ -296,8 +295,7 @@ def _refused_rule(
     def refuse(self: TableMachine, input: Enum) -> None:
         self._refuse(input)
 
-    _rename(refuse, name)
-    refuse.__doc__ = "Step an input the current state forbids; it must be refused."
+    _name(refuse, name, "Step an input the current state forbids; it must be refused.")
     return precondition(lambda self: any((self.value.state, i) not in allowed for i in inputs))(
         rule(input=st.sampled_from(inputs))(refuse)
     )
@@ -307,8 +305,7 @@ def _start_rule(name: str, initial_data: st.SearchStrategy[Any]) -> Callable[...
     def start(self: TableMachine, data: Any) -> None:
         self.value = self.table.start(data)
 
-    _rename(start, name)
-    start.__doc__ = "Start the table with drawn initial data."
+    _name(start, name, "Start the table with drawn initial data.")
     return initialize(data=initial_data)(start)
 
 
@@ -321,8 +318,7 @@ def _invariant(
                 f"{self.table.name}: invariant {invariant_name!r} violated by {self.value!r}"
             )
 
-    _rename(holds, name)
-    holds.__doc__ = f"The table's invariant {invariant_name!r}."
+    _name(holds, name, f"The table's invariant {invariant_name!r}.")
     return invariant()(holds)
 
 
@@ -358,9 +354,9 @@ def _hint_at_arguments(err: Exception, table: Table[Any, Any], input: Enum) -> N
     )
 
 
-def _rename(fn: Callable[..., Any], name: str) -> None:
-    fn.__name__ = name
-    fn.__qualname__ = name
+def _name(fn: Callable[..., Any], name: str, doc: str) -> None:
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
 
 
 def _camel(name: str) -> str:

@@ -3,9 +3,9 @@
 built from `KNOWN_BUGS`, so a bug has one name, one scenario and one description, and, where
 it lives in a table, one derived table, whichever level runs it.
 
-What lives here: `KnownBug` and `KNOWN_BUGS`; one function per bug that lives in a table,
-returning the machine's table with that bug (derived with `without_row`, `retarget`,
-`without_guard`, `with_row`: the machines' own tables are untouched). What it does not
+What lives here: `KnownBug` and `KNOWN_BUGS`; for each bug that lives in a table, how the
+machine's table with that bug is derived (`without_row`, `retarget`, `without_guard`,
+`with_row`: the machines' own tables are untouched). What it does not
 know: how a level runs a table (`Hooks` for the protocol model, `DesignTables` for the
 design model), which check kills a bug at each level, or how a bug that lives outside the
 tables is built (the controller's policy functions, the participant's journal recovery:
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any
 
-from quiesce.fsm import Table, on
+from quiesce.fsm import Table
 from quiesce.mutants._names import row_index
 from quiesce.protocol.machines import (
     AGENT_EXECUTION,
@@ -41,7 +42,11 @@ from quiesce.protocol.machines import (
     RestoreState,
 )
 
-__all__ = ["KNOWN_BUGS", "Kill", "KnownBug", "known"]
+__all__ = ["KNOWN_BUGS", "Kill", "KnownBug"]
+
+
+Derive = Callable[[], Table[Any, Any]]
+"""A known bug's table: the machine's own table with the bug, derived when called."""
 
 
 @dataclass(frozen=True)
@@ -69,116 +74,43 @@ class KnownBug:
     name: str
     scenario: str
     doc: str
-    table: Callable[[], Table[Any, Any]] | None = None
+    table: Derive | None = None
     protocol: Kill | None = None
     design: Kill | None = None
 
 
-def deadline_runs_while_parked() -> Table[Any, Any]:
-    """S1 (M7): the checkpoint's hold is recorded, but the clocks keep running (no suspend)."""
+def _dropped(table: Table[Any, Any], sources: Any, input: Enum, guard: str | None) -> Derive:
+    """`table` without the row `input` fires from `sources` when `guard` holds."""
+    return lambda: table.without_row(row_index(table, sources, input, guard))
+
+
+def _unguarded(table: Table[Any, Any], source: Enum, input: Enum, guard: str) -> Derive:
+    """`table` with that row firing whether its `guard` holds or not."""
+    return lambda: table.without_guard(row_index(table, source, input, guard))
+
+
+def _retargeted(table: Table[Any, Any], source: Enum, input: Enum, target: Enum) -> Derive:
+    """`table` with the unguarded row `input` fires from `source` sent to `target`."""
+    return lambda: table.retarget(row_index(table, source, input), target)
+
+
+def _rewritten(
+    variant: str, table: Table[Any, Any], source: Enum, input: Enum, **changes: Any
+) -> Derive:
+    """`table` (as `variant`) with `changes` (target, update, effects) to the unguarded row
+    `input` fires from `source`."""
+
+    def derive() -> Table[Any, Any]:
+        index = row_index(table, source, input)
+        return table.with_row(index, replace(table.rows[index], **changes), variant)
+
+    return derive
+
+
+def _deadline_runs_while_parked() -> Table[Any, Any]:
+    # S1 (M7): the checkpoint's hold is recorded, but the clocks keep running.
     index = row_index(DEADLINE_REGISTRY, RegistryState.RUNNING, RegistryInput.SUSPEND)
     return DEADLINE_REGISTRY.retarget(index, None).without_effect(index, "cancel_all")
-
-
-def boolean_suspend() -> Table[Any, Any]:
-    """S2 (M7): a boolean, not a holder set: any holder's resume restarts the clocks."""
-    index = row_index(
-        DEADLINE_REGISTRY, RegistryState.SUSPENDED, RegistryInput.RESUME, "last_holder"
-    )
-    return DEADLINE_REGISTRY.without_guard(index)
-
-
-def release_failure_stops() -> Table[Any, Any]:
-    """S4 (M1): a release that fails after its retries stops the run, not release_pending."""
-    index = next(
-        i
-        for i, row in enumerate(CHECKPOINT.rows)
-        if row.input is CheckpointInput.FAILED
-        and row.sources == (CheckpointState.RELEASING,)
-        and row.target is CheckpointState.RELEASE_PENDING
-    )
-    return CHECKPOINT.retarget(index, CheckpointState.STOPPED)
-
-
-def abort_with_new_id() -> Table[Any, Any]:
-    """S5 (M1): the pending abort of X is given up at the next trigger; the next attempt
-    gets a new id."""
-    index = row_index(CHECKPOINT, CheckpointState.ABORT_PENDING, CheckpointInput.TRIGGER)
-    given_up = on(
-        CheckpointState.ABORT_PENDING,
-        CheckpointInput.TRIGGER,
-        CheckpointState.IDLE,
-        update="finished",
-        effects=("cancel_retry", "clear_intent", "drop_holds"),
-    )
-    return CHECKPOINT.with_row(index, given_up, "abort_with_new_id")
-
-
-def flush_not_strict() -> Table[Any, Any]:
-    """S8 (M1): the strict flush trusts the background drain: nothing is flushed, prepare
-    starts."""
-    index = row_index(CHECKPOINT, CheckpointState.CLOSING_ADMISSION, CheckpointInput.INTENT_WRITTEN)
-    not_strict = on(
-        CheckpointState.CLOSING_ADMISSION,
-        CheckpointInput.INTENT_WRITTEN,
-        CheckpointState.PREPARING,
-        effects=("arm_prepare_deadline", "call_prepare"),
-    )
-    return CHECKPOINT.with_row(index, not_strict, "flush_not_strict")
-
-
-def not_ready_fails_at_once() -> Table[Any, Any]:
-    """S10 (call): a not-ready prepare fails the attempt at once instead of being asked
-    again."""
-    index = row_index(CALL, CallState.WAITING, CallInput.RECV_NOT_READY)
-    failing = replace(CALL.rows[index], target=CallState.FAILED, effects=("fail_call",))
-    return CALL.with_row(index, failing, "not_ready_fails_at_once")
-
-
-def restart_only_resumed() -> Table[Any, Any]:
-    """S12 (M9): restored continuations on a restart_only resource are not discarded before
-    the resume."""
-    index = row_index(
-        RESTORE, RestoreState.RESTORED_PAUSED, RestoreInput.DISCARD_BEGIN, "has_discards"
-    )
-    return RESTORE.without_row(index)
-
-
-def stale_prepare_accepted() -> Table[Any, Any]:
-    """S15 (M2): no high-watermark check for prepare: a delayed prepare(X) after resume(X)
-    is accepted."""
-    index = row_index(
-        CONTROL_FENCE, tuple(CONTROL_FENCE.states), FenceInput.RECV_PREPARE, "stale_id"
-    )
-    return CONTROL_FENCE.without_row(index)
-
-
-def commit_not_replayed() -> Table[Any, Any]:
-    """§4 (M2): the same commit(X) after a lost reply is not answered from the record."""
-    index = row_index(CONTROL_FENCE, FenceState.COMMITTED_PAUSED, FenceInput.RECV_COMMIT, "same_id")
-    return CONTROL_FENCE.without_row(index)
-
-
-def final_resume_not_replayed() -> Table[Any, Any]:
-    """S4 (M2): a repeated resume(X) of the newest retired id is refused as stale, not
-    replayed."""
-    index = row_index(CONTROL_FENCE, FenceState.IDLE, FenceInput.RECV_RESUME, "watermark_id")
-    return CONTROL_FENCE.without_row(index)
-
-
-def retire_releases_completed() -> Table[Any, Any]:
-    """S17 (M3): retire tombstones a completed, un-ACKed execution: its result is released
-    without an ACK."""
-    index = row_index(AGENT_EXECUTION, ExecState.COMPLETED, AgentInput.RETIRE)
-    released = on(ExecState.COMPLETED, AgentInput.RETIRE, ExecState.TOMBSTONED, effects="tombstone")
-    return AGENT_EXECUTION.with_row(index, released, "retire_releases_completed")
-
-
-def intent_ignored() -> Table[Any, Any]:
-    """S18 (M1): a restart ignores the intent record: the id in flight is never finished."""
-    index = row_index(CHECKPOINT, CheckpointState.IDLE, CheckpointInput.RECOVERED)
-    ignored = on(CheckpointState.IDLE, CheckpointInput.RECOVERED, None)
-    return CHECKPOINT.with_row(index, ignored, "intent_ignored")
 
 
 _BUGS = (
@@ -186,7 +118,7 @@ _BUGS = (
         "S1_deadline_runs_while_parked",
         "S1",
         "the checkpoint's hold does not suspend the deadline clocks",
-        table=deadline_runs_while_parked,
+        table=_deadline_runs_while_parked,
         protocol=Kill("I4"),
         design=Kill("I4"),
     ),
@@ -194,7 +126,9 @@ _BUGS = (
         "S2_boolean_suspend",
         "S2",
         "a boolean instead of a holder set: the train switch's end restarts the clocks",
-        table=boolean_suspend,
+        table=_unguarded(
+            DEADLINE_REGISTRY, RegistryState.SUSPENDED, RegistryInput.RESUME, "last_holder"
+        ),
         protocol=Kill("I4", {"train_switch": 1}),
         design=Kill("I4", {"train_switch": 1}),
     ),
@@ -214,7 +148,9 @@ _BUGS = (
         "S4_release_failure_reraised",
         "S4",
         "a release that fails after its retries stops the run, not release_pending",
-        table=release_failure_stops,
+        table=_retargeted(
+            CHECKPOINT, CheckpointState.RELEASING, CheckpointInput.FAILED, CheckpointState.STOPPED
+        ),
         protocol=Kill("no_stall", {"faults": 1}),
         design=Kill("I7", {"faults": 1, "call_retries": 0}),
     ),
@@ -222,7 +158,15 @@ _BUGS = (
         "S5_abort_with_new_id",
         "S5",
         "a pending abort of X is dropped at the next trigger; the next attempt uses a new id",
-        table=abort_with_new_id,
+        table=_rewritten(
+            "abort_with_new_id",
+            CHECKPOINT,
+            CheckpointState.ABORT_PENDING,
+            CheckpointInput.TRIGGER,
+            target=CheckpointState.IDLE,
+            update="finished",
+            effects=("cancel_retry", "clear_intent", "drop_holds"),
+        ),
         protocol=Kill("I3", {"triggers": 2, "faults": 1}),
         design=Kill("I3", {"faults": 1, "call_retries": 0, "triggers": 2}),
     ),
@@ -242,7 +186,15 @@ _BUGS = (
         "S8_flush_not_strict",
         "S8",
         "flushing_acks trusts the background drain and sends nothing",
-        table=flush_not_strict,
+        table=_rewritten(
+            "flush_not_strict",
+            CHECKPOINT,
+            CheckpointState.CLOSING_ADMISSION,
+            CheckpointInput.INTENT_WRITTEN,
+            target=CheckpointState.PREPARING,
+            update=None,
+            effects=("arm_prepare_deadline", "call_prepare"),
+        ),
         protocol=Kill("scenario:test_s8_background_ack_failure_is_caught_by_the_strict_flush"),
     ),
     KnownBug(
@@ -255,7 +207,14 @@ _BUGS = (
         "S10_not_ready_fails_at_once",
         "S10",
         "a not-ready prepare fails the attempt instead of being retried until ready",
-        table=not_ready_fails_at_once,
+        table=_rewritten(
+            "not_ready_fails_at_once",
+            CALL,
+            CallState.WAITING,
+            CallInput.RECV_NOT_READY,
+            target=CallState.FAILED,
+            effects=("fail_call",),
+        ),
         protocol=Kill(
             "scenario:test_s10_completion_after_the_flush_is_acked_and_prepare_retried_until_ready"
         ),
@@ -276,7 +235,9 @@ _BUGS = (
         "S12_restart_only_resumed",
         "S12",
         "a restored continuation depending on a restart_only resource is resumed, not discarded",
-        table=restart_only_resumed,
+        table=_dropped(
+            RESTORE, RestoreState.RESTORED_PAUSED, RestoreInput.DISCARD_BEGIN, "has_discards"
+        ),
         protocol=Kill("scenario:test_s12_restart_only_continuations_are_discarded_before_resume"),
         design=Kill("I8", {"turns": 2, "attempts": 2, "faults": 1, "crashes": True}),
     ),
@@ -298,7 +259,9 @@ _BUGS = (
         "S15_stale_prepare_accepted",
         "S15",
         "a delayed prepare(X) after resume(X) is accepted (no high-watermark check)",
-        table=stale_prepare_accepted,
+        table=_dropped(
+            CONTROL_FENCE, tuple(CONTROL_FENCE.states), FenceInput.RECV_PREPARE, "stale_id"
+        ),
         protocol=Kill("I3", {"faults": 1}),
         design=Kill("I3", {"faults": 1}),
     ),
@@ -312,7 +275,15 @@ _BUGS = (
         "S17_retire_releases_completed",
         "S17",
         "retire tombstones a completed, un-ACKed execution",
-        table=retire_releases_completed,
+        table=_rewritten(
+            "retire_releases_completed",
+            AGENT_EXECUTION,
+            ExecState.COMPLETED,
+            AgentInput.RETIRE,
+            target=ExecState.TOMBSTONED,
+            update=None,
+            effects=("tombstone",),
+        ),
         protocol=Kill("I1", {"attempts": 2, "triggers": 0}),
         design=Kill("I1", {"attempts": 2, "triggers": 0, "faults": 1}),
     ),
@@ -320,7 +291,15 @@ _BUGS = (
         "S18_intent_ignored_at_restart",
         "S18",
         "a restarted controller ignores the intent record of the id in flight",
-        table=intent_ignored,
+        table=_rewritten(
+            "intent_ignored",
+            CHECKPOINT,
+            CheckpointState.IDLE,
+            CheckpointInput.RECOVERED,
+            target=None,
+            update=None,
+            effects=(),
+        ),
         # M9 waits in `finishing_intent` for an intent M1 never finishes: the controller is
         # never idle again, so I3 (due once it is) never judges it; I7 does.
         protocol=Kill("no_stall", {"faults": 1, "crashes": True}),
@@ -336,14 +315,16 @@ _BUGS = (
         "M2_commit_not_replayed",
         "§4",
         "a retried commit(X) whose first reply was lost is not answered from the record",
-        table=commit_not_replayed,
+        table=_dropped(
+            CONTROL_FENCE, FenceState.COMMITTED_PAUSED, FenceInput.RECV_COMMIT, "same_id"
+        ),
         design=Kill("I7", {"faults": 1}),
     ),
     KnownBug(
         "M2_final_resume_not_replayed",
         "S4",
         "a repeated resume(X) of the newest retired id is refused as stale",
-        table=final_resume_not_replayed,
+        table=_dropped(CONTROL_FENCE, FenceState.IDLE, FenceInput.RECV_RESUME, "watermark_id"),
         design=Kill("I7", {"faults": 1}),
     ),
 )
@@ -352,11 +333,3 @@ KNOWN_BUGS: Mapping[str, KnownBug] = {bug.name: bug for bug in _BUGS}
 """Every known bug by its mutant name, in §7 order."""
 if len(KNOWN_BUGS) != len(_BUGS):
     raise ValueError("a known bug is named twice in quiesce.mutants._bugs")
-
-
-def known(name: str) -> KnownBug:
-    """The known bug `name` (`KeyError` naming the known ones if there is none)."""
-    try:
-        return KNOWN_BUGS[name]
-    except KeyError:
-        raise KeyError(f"no known bug {name!r}; known: {', '.join(KNOWN_BUGS)}") from None

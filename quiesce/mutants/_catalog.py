@@ -2,26 +2,22 @@
 
 What lives here: `MUTANTS`, one *scenario* mutant per PROTOCOL.md §7 scenario (S1-S19),
 each naming its scenario, the check that kills it and the smallest configuration that
-does; *generated* mutants derived mechanically from the tables (drop each guard, send
-each row to another state), each named by its row's key (`_names`: never by the row's
-index, so the survivor notes keyed the same way follow their row) and judged by row
-coverage and then by the stages that reach its row (`_mutant_stages`); and `verify`,
-which runs a mutant against its killing check and stops at the first violation. A mutant
-that survives its check means the check can no longer fail for that bug: `quiesce mutants
---verify` exits 1 if a scenario mutant survives.
+does; *generated* mutants derived mechanically from the tables (drop each guard, send each
+row to another state), named by their row's key (`_names`) and judged by the stages that
+reach their row (`_stages`); and `verify`, which runs a mutant against its killing check
+and stops at the first violation. A mutant that survives its check means the check can no
+longer fail for that bug: `quiesce mutants --verify` exits 1 if a scenario mutant survives.
 
-How a mutant is built. Where the bug lives in a table it is a derived table
-(`without_row`, `retarget`, `without_guard`, `derive`; `_bugs` derives each once, for this
-catalog and the design mutants alike) run through the very same model
-(`Hooks`); where it lives in one of the controller's pure decisions (classification,
-discovery, levels, the capture rule, restore judging and planning) it is a
-`CoordinatorPolicy` with that one function swapped. Both are the coordinator's documented
-parameters (`Hooks.coordinator`); the participant's tables (`ParticipantRules`) and its
-recovery from a journal are the composed system's. Where the explorer cannot express the
-scenario (the M9 restore planning, the setup refusals, a liveness bug whose symptom is
-"the checkpoint keeps failing"), the killing check is a scripted scenario run
-(`scenario:<name>`): one of the §7 scripts of `quiesce.models.scenarios._scenarios` (those
-`tests/protocol/test_scenarios.py` runs), driven on the mutant's own composed system
+How a mutant is built. Where the bug lives in a table it is a derived table (`_bugs`
+derives each once, for this catalog and the design mutants alike) run through the very
+same model (`Hooks`); where it lives in one of the controller's pure decisions
+(classification, discovery, levels, the capture rule, restore judging and planning) it is
+a `CoordinatorPolicy` with that one function swapped; the participant's tables
+(`ParticipantRules`) and its recovery from a journal are `Hooks` fields too. Where the
+explorer cannot express the scenario (the M9 restore planning, the setup refusals, a
+liveness bug whose symptom is "the checkpoint keeps failing"), the killing check is a
+scripted run (`scenario:<name>`): one of the §7 scripts of
+`quiesce.models.scenarios._scenarios`, driven on the mutant's own composed system
 (`scenario_system(hooks)`).
 
 >>> verify(MUTANTS["S2_boolean_suspend"]).killed  # doctest: +SKIP
@@ -37,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import quiesce.mutants._bugs as bugs
@@ -53,7 +49,7 @@ from quiesce.models.scenarios import (
 )
 from quiesce.mutants._names import mutant_name, row_keys
 from quiesce.mutants._notes import SURVIVOR_NOTES, check_notes
-from quiesce.mutants._stages import Site, describe_violation, judge
+from quiesce.mutants._stages import Site, Status, describe_violation, judge
 from quiesce.protocol import (
     CAUSES,
     Cause,
@@ -126,9 +122,6 @@ class Mutant:
     site: Site | None = None
 
 
-Status = Literal["killed", "survived", "equivalent", "dead_by_design"]
-
-
 @dataclass(frozen=True)
 class Verdict:
     """What `verify` found: the `status` (killed or survived; for a generated mutant also
@@ -173,9 +166,9 @@ def _hooks(**fields: Any) -> Callable[[], Hooks]:
     return functools.partial(Hooks, **fields)
 
 
-def _policy(**changes: Any) -> CoordinatorPolicy:
-    """The protocol's own policy with `changes` (one swapped decision, usually)."""
-    return replace(CoordinatorPolicy(), **changes)
+def _swapped(**changes: Any) -> Callable[[], Hooks]:
+    """Hooks whose policy is the protocol's own with `changes` (one swapped decision)."""
+    return _hooks(policy=replace(CoordinatorPolicy(), **changes))
 
 
 # ------------------------------------------------------------------ scenario mutants (code)
@@ -279,29 +272,21 @@ def _scenario_overrides(system: System) -> None:
 # explorer cannot express: the §7 scripts tests/protocol/test_scenarios.py runs too, which
 # `verify` runs on the mutant's own `scenario_system`.
 _HOOKS: Mapping[str, Callable[[], Hooks]] = {
-    "S3_classified_by_exception_type": _hooks(policy=_policy(classify=_by_exception_type)),
-    "retry_with_new_id": _hooks(policy=_policy(retry_op_id=_new_id_per_retry)),
+    "S3_classified_by_exception_type": _swapped(classify=_by_exception_type),
+    "retry_with_new_id": _swapped(retry_op_id=_new_id_per_retry),
     "S6_attempted_after_the_call": _hooks(call=_s6_call()),
-    "S7_no_reflush_at_capture": _hooks(policy=_policy(judge_capture=_capture_without_reflush)),
-    "S9_optimizer_step_unnoticed": _hooks(
-        policy=_policy(judge_capture=_capture_without_step_check)
+    "S7_no_reflush_at_capture": _swapped(judge_capture=_capture_without_reflush),
+    "S9_optimizer_step_unnoticed": _swapped(judge_capture=_capture_without_step_check),
+    "S11_group_scored_sibling_alone": _swapped(retry_level=_live_level_ignored),
+    "S11_overrides_refine": _swapped(lower_levels=_lower_allowing_refinement),
+    "S12_restart_only_resumed": _swapped(plan_discards=_no_discards),
+    "S13_unknown_recovery_mode_accepted": _swapped(
+        validate_discovery=functools.partial(validate_discovery, recovery_modes=_Everything())
     ),
-    "S11_group_scored_sibling_alone": _hooks(policy=_policy(retry_level=_live_level_ignored)),
-    "S11_overrides_refine": _hooks(policy=_policy(lower_levels=_lower_allowing_refinement)),
-    "S12_restart_only_resumed": _hooks(policy=_policy(plan_discards=_no_discards)),
-    "S13_unknown_recovery_mode_accepted": _hooks(
-        policy=_policy(
-            validate_discovery=functools.partial(validate_discovery, recovery_modes=_Everything())
-        )
+    "S14_unmanaged_accepted": _swapped(
+        validate_discovery=functools.partial(validate_discovery, multi_process_modes=_Everything())
     ),
-    "S14_unmanaged_accepted": _hooks(
-        policy=_policy(
-            validate_discovery=functools.partial(
-                validate_discovery, multi_process_modes=_Everything()
-            )
-        )
-    ),
-    "S16_restore_digests_unchecked": _hooks(policy=_policy(judge_restore=_judge_ignoring_digests)),
+    "S16_restore_digests_unchecked": _swapped(judge_restore=_judge_ignoring_digests),
     "S19_journal_not_durable": _hooks(recover=_journal_loses_everything),
 }
 _SCRIPTS: Mapping[str, Scenario] = {
@@ -497,15 +482,7 @@ def verify(mutant: Mutant) -> Verdict:
     with watching_hangs() as watch:
         if mutant.site is not None:
             found = judge(mutant.site, hooks, mutant.name, functools.partial(_arm, watch=watch))
-            return Verdict(
-                mutant,
-                found.status,
-                found.killed_by,
-                found.states,
-                found.seconds,
-                found.detail,
-                found.stage,
-            )
+            return Verdict(mutant, **asdict(found))
         model = ProtocolModel(
             ProtocolParams(**mutant.params), hooks=hooks, name=f"protocol[{mutant.name}]"
         )

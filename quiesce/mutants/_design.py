@@ -4,13 +4,12 @@ model must kill it.
 What lives here: `DESIGN_MUTANTS`, one entry per known bug that lives in a table
 (`_bugs.KNOWN_BUGS`: its name, scenario and table, derived once for both model levels from
 the machines' own, which stay untouched), the property that kills it and the smallest
-configuration that does; `kill` runs one. What it does not know: the
-implementation mutants (`quiesce.mutants._catalog`, for the `protocol` model), or bugs that
-live outside the tables (the controller's digest check of S16, the journal of S19, the
-"attempted before the call" rule of S6): the design model composes tables, so only a bug
-in a table is a design bug it can be asked to find.
+configuration that does. What it does not know: the implementation mutants (`_catalog`,
+for the `protocol` model), or bugs that live outside the tables (S16's digest check, S19's
+journal, S6's "attempted before the call"): the design model composes tables, so only a
+bug in a table is a design bug it can be asked to find.
 
->>> result = kill(DESIGN_MUTANTS["S17_retire_releases_completed"])  # doctest: +SKIP
+>>> result = check(DESIGN_MUTANTS["S17_retire_releases_completed"].model())  # doctest: +SKIP
 >>> result.violation("I1") is not None  # doctest: +SKIP
 True
 """
@@ -22,58 +21,39 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import quiesce.mutants._bugs as bugs
-from quiesce.check import CheckResult, add_mutants, check, with_faults
+from quiesce.check import add_mutants, with_faults
+from quiesce.fsm import Table
 from quiesce.models.design import DesignModel, DesignParams, DesignTables
 
-__all__ = ["DESIGN_MUTANTS", "DesignMutant", "kill", "small"]
+__all__ = ["DESIGN_MUTANTS", "DesignMutant", "design_tables", "small"]
 
 
 @dataclass(frozen=True)
 class DesignMutant:
-    """One design bug: the tables that carry it, the property that must kill it (`I1`..`I9`)
-    and the smallest configuration that does (`params`, over `small()`)."""
+    """One design bug (`_bugs.KNOWN_BUGS`, under its name, scenario and doc): the table that
+    carries it, the property that must kill it (`killed_by`, `I1`..`I9`) and the smallest
+    configuration that does (`params`, over `small()`)."""
 
-    bug: bugs.KnownBug
+    name: str
+    scenario: str
+    doc: str
+    table: bugs.Derive
+    killed_by: str
+    params: Mapping[str, Any]
 
-    def __post_init__(self) -> None:
-        if self.bug.design is None or self.bug.table is None:
+    @classmethod
+    def of(cls, bug: bugs.KnownBug) -> DesignMutant:
+        """The design mutant of `bug`, which must live in a table and name a design check."""
+        if bug.design is None or bug.table is None:
             raise ValueError(
-                f"known bug {self.bug.name} has no design check or lives outside the tables:"
+                f"known bug {bug.name} has no design check or lives outside the tables:"
                 " the design model composes tables, so it can carry only a bug in one"
             )
-
-    @property
-    def killed_by(self) -> str:
-        """The property that must kill it (`I1`..`I9`)."""
-        assert self.bug.design is not None  # checked at construction
-        return self.bug.design.check
-
-    @property
-    def params(self) -> Mapping[str, Any]:
-        """The smallest configuration that kills it, over `small()`."""
-        assert self.bug.design is not None  # checked at construction
-        return self.bug.design.params
-
-    @property
-    def name(self) -> str:
-        """The bug's name, as the protocol model's catalog names it too."""
-        return self.bug.name
-
-    @property
-    def scenario(self) -> str:
-        """The §7 scenario the bug re-introduces."""
-        return self.bug.scenario
-
-    @property
-    def doc(self) -> str:
-        """What goes wrong."""
-        return self.bug.doc
+        return cls(bug.name, bug.scenario, bug.doc, bug.table, bug.design.check, bug.design.params)
 
     def tables(self) -> DesignTables:
         """The design's tables with the bug's table in the place of the machine it changes."""
-        assert self.bug.table is not None  # checked at construction
-        table = self.bug.table()
-        return _BASE.derive(self.scenario, **{_SLOTS[table.name]: table})
+        return design_tables(self.scenario, self.table())
 
     def model(self) -> DesignModel:
         """The design model carrying this bug, at its killing configuration."""
@@ -85,24 +65,18 @@ class DesignMutant:
 def small(**overrides: Any) -> dict[str, Any]:
     """A small configuration: one sibling of one turn, one trigger, the optimizer step that
     trains it, nothing else unless asked (the other parameters at their defaults)."""
-    base: dict[str, Any] = dict(
-        siblings=1,
-        turns=1,
-        attempts=1,
-        triggers=1,
-        optimizer_steps=1,  # the trainer consumes the group (I9)
-        weight_sync=0,
-        train_switch=0,
-        faults=0,
-        crashes=False,
-    )
-    base.update(overrides)
-    return base
-
-
-def kill(mutant: DesignMutant, max_states: int | None = None) -> CheckResult[Any]:
-    """Explore the mutant's model until the first violation (or exhaustion)."""
-    return check(mutant.model(), max_states=max_states)
+    return {
+        "siblings": 1,
+        "turns": 1,
+        "attempts": 1,
+        "triggers": 1,
+        "optimizer_steps": 1,  # the trainer consumes the group (I9)
+        "weight_sync": 0,
+        "train_switch": 0,
+        "faults": 0,
+        "crashes": False,
+        **overrides,
+    }
 
 
 _BASE = DesignTables()
@@ -110,8 +84,14 @@ _SLOTS = {getattr(_BASE, f.name).name: f.name for f in fields(DesignTables) if f
 """The `DesignTables` field that plays each machine, by the machine's table name."""
 
 
+def design_tables(variant: str, table: Table[Any, Any]) -> DesignTables:
+    """The design's tables, as `variant`, with `table` in the place of the machine of its
+    name."""
+    return _BASE.derive(variant, **{_SLOTS[table.name]: table})
+
+
 DESIGN_MUTANTS: Mapping[str, DesignMutant] = {
-    bug.name: DesignMutant(bug) for bug in bugs.KNOWN_BUGS.values() if bug.design is not None
+    bug.name: DesignMutant.of(bug) for bug in bugs.KNOWN_BUGS.values() if bug.design is not None
 }
 """Every design mutant by name (`quiesce check design --mutant NAME`)."""
 

@@ -25,7 +25,7 @@ before the cycle check runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import TypeGuard, TypeVar
 
 from quiesce.check import Action
 from quiesce.models.coverage import RowCoverage, recording_hooks
@@ -109,7 +109,9 @@ class SharingModel(ProtocolModel):
         # Per distinct touched set (few, interned), whether the mutant steps differently.
         self._differs: dict[RowCoverage, bool] = {}
 
-    def _reuse(self, entry: Entry[T]) -> bool:
+    def _reuse(self, entry: Entry[T] | None) -> TypeGuard[Entry[T]]:
+        if entry is None:
+            return False
         touched = entry[1]
         differs = self._differs.get(touched)
         if differs is None:
@@ -118,18 +120,12 @@ class SharingModel(ProtocolModel):
 
     def successors(self, state: PState) -> list[tuple[Action, PState]]:
         entry = self._memo.successors.get(state)
-        if entry is not None and self._reuse(entry):
-            return entry[0]
-        return super().successors(state)
+        return entry[0] if self._reuse(entry) else super().successors(state)
 
     def actions(self, state: PState) -> Iterable[Action]:
         entry = self._memo.actions.get(state)
-        if entry is not None and self._reuse(entry):
-            return entry[0]
-        return super().actions(state)
+        return entry[0] if self._reuse(entry) else super().actions(state)
 
     def next_state(self, state: PState, action: Action) -> PState | None:
         entry = self._memo.next_states.get((state, action))
-        if entry is not None and self._reuse(entry):
-            return entry[0]
-        return super().next_state(state, action)
+        return entry[0] if self._reuse(entry) else super().next_state(state, action)

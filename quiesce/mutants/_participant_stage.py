@@ -1,41 +1,31 @@
 """The participant stage: a generated mutant of the participant's tables run in the real
 participant runtime, judged by the conformance kit.
 
-What lives here: `ParticipantStage`, the last of `STAGES`. It replays a fixed set of
-recorded conformance-kit programs (`_kit_programs.KIT_PROGRAMS`: request sequences with
-concurrent duplicates, races, replays and restarts, one fresh participant per program) on
-an agent `ParticipantHost` (quiesce.adapters, in this process, through the kit's
-in-process transport) built with the mutant's `ParticipantRules` (`Hooks.participant`:
-the protocol's own tables but for the mutated `control_fence` or `agent_execution`), and
-stops at the first program that breaks a rule. What it does not know: which mutants reach
-it (`_stages.judge` asks `Site.reached` of its `coverage`).
+What lives here: `ParticipantStage`, the last of `STAGES`. It replays the recorded kit
+programs (`_kit_programs.KIT_PROGRAMS`: request sequences with concurrent duplicates, races,
+replays and restarts, a fresh participant each) on an in-process agent `ParticipantHost`
+built with the mutant's `ParticipantRules`, and stops at the first program that breaks a
+rule. What it does not know: which mutants reach it (`_stages.judge` asks `Site.reached`).
 
 The judge. Every reply, and the `status` and `completions` read after each request, is
 compared with the kit's oracle: the reference participant (`quiesce.protocol.handle`)
-stepped with the protocol's OWN tables (`quiesce.testing._coverage.kit_rules`, recording
-copies of `CONTROL_FENCE` and `AGENT_EXECUTION`), never with the mutant's, which only the
-host under test is given. So a kill here means the mutated participant answers some request
-of these programs differently from PROTOCOL.md's tables on the wire (a reply, a refusal
-code, a fence state or execution count in `status`, a receipt, what survives a restart):
-a conformance failure, not a broken invariant I1-I9 of the models; the verdict's
-`killed_by` says so (`kit:<rule>`, the kit's rule id). Its rules are independent of the
-mutant, not of the protocol: the oracle is the protocol's participant.
+stepped with the protocol's OWN tables (`quiesce.testing._coverage.kit_rules`), never the
+mutant's. So a kill here is a conformance failure on the wire (a reply, a refusal code, a
+fence state or execution count, a receipt, what survives a restart), not a broken
+invariant of the models: `killed_by` says `kit:<rule>`.
 
 What it reaches, and why the models do not. The implementation model runs this same pure
-participant, but its controller only sends what a controller sends; the kit sends what a
-controller's retries, a duplicated or late request and a restart can deliver (a request of
-another or a retired id, an ACK with a wrong receipt, a `finish` or `boundary` of a retired
-execution, a `begin` of a claimed continuation, a failed restore tried again), and reads the
-state after each. It never reaches what the pure core cannot do between two requests (an
-operation's outcome arriving after the fence moved on, a request joining one in flight: the
-core runs start and outcome in one call) nor the data plane (a policy call held while the
-policy is paused: the kit drives the control routes).
+participant, but its controller only sends what a controller sends; the kit sends what
+retries, a duplicated or late request and a restart can deliver (a request of another or a
+retired id, an ACK with a wrong receipt, a `finish` or `boundary` of a retired execution, a
+`begin` of a claimed continuation, a failed restore tried again), and reads the state after
+each. It never reaches what the pure core cannot do between two requests (an outcome
+arriving after the fence moved on, a request joining one in flight) nor the data plane.
 
-Determinism: the programs are fixed (no search at judging time), each runs on a fresh host
-with fixed incarnations, and the host answers at once (it never long-polls), so requests the
-kit sends overlapping are answered in the order sent. A restart while a request is in flight
-(`restart(during=...)`) may land before or after that request takes effect; the kit accepts
-both for a conforming participant, and measured verdicts did not vary across runs.
+Determinism: the programs are fixed, each runs on a fresh host with fixed incarnations,
+and the host answers at once, so overlapping requests are answered in the order sent. A
+restart while a request is in flight (`restart(during=...)`) may land before or after it;
+the kit accepts both for a conforming participant, and measured verdicts did not vary.
 """
 
 from __future__ import annotations
@@ -137,11 +127,7 @@ def _factory(rules: ParticipantRules) -> tuple[Callable[[], Any], Callable[[Any]
         async def completions(self, *, deadline_at: float | None = None) -> CompletionsReply:
             return self.host.completions()
 
-    def restart(old: Any) -> Any:
-        assert isinstance(old, Hosted)
-        return old.recovered()
-
-    return Hosted, restart
+    return Hosted, Hosted.recovered
 
 
 def _replay(rules: ParticipantRules, programs: tuple[Program, ...]) -> Replayed:

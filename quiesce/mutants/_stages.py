@@ -2,33 +2,29 @@
 
 What lives here: `Site` (the one row a generated mutant changes, and how), `Stage` and
 `STAGES` (the checks a generated mutant must survive, cheapest first), the unmutated run of
-each stage (`stage_memo`: its steps and its row coverage, computed once per process), and
+each stage (`stage_memo`: its steps and row coverage, computed once per process), and
 `judge`, which turns a site into a `Judgement`:
 
 - `equivalent`: the change provably cannot be observed (`EQUIVALENT_EFFECTS`: a refusal
   row whose next state the participant throws away), whatever any stage does;
-- `dead_by_design`: no stage fires the row (or finds its guard false): every stage steps
-  the mutant exactly as the unmutated protocol, so none can kill it. The reason names the
+- `dead_by_design`: no stage fires the row (or finds its guard false), so every stage
+  steps the mutant exactly as the protocol and none can kill it; the reason names the
   input the model never produces there (`UNREACHED_INPUTS`), or the pair;
 - `killed` by the first reaching stage that finds a violation, else `survived`.
 
-Only the stages that reach the row are run: a stage that does not reach it would explore
-the unmutated state space again and find nothing (`_row_coverage` explains why that is
-exact for an exhaustive search and for seeded walks alike). A protocol-model stage that
-does reach it re-uses every step of the unmutated run in which the row took no part
-(`_mutant_memo` explains why the verdict is the same).
+Only the stages that reach the row are run: one that does not would explore the unmutated
+state space again and find nothing (exact for an exhaustive search and for seeded walks
+alike). A protocol-model stage re-uses every step of the unmutated run in which the row
+took no part (`_memo` explains why the verdict is the same).
 
 Three kinds of stage. A `ProtocolStage` runs the implementation model (the real coordinator
 and participants) with the mutant's hooks. A `DesignStage` runs the design model (the
-M1-M9 tables composed atomically, `_design_model`) with the mutated table in place of the
-protocol's: it produces inputs the implementation model never does (a duplicated request, a
-participant-side restore failure, a crash between any two calls), so it reaches rows no
-protocol-model stage fires. It shares nothing with its unmutated run but the coverage: its
+M1-M9 tables composed atomically) with the mutated table: it produces inputs the
+implementation model never does (a duplicated request, a participant-side restore failure,
+a crash between any two calls), so it reaches rows no protocol-model stage fires; its
 graphs are a few thousand states, cheaper to search again than to memoise. A
-`ParticipantStage` (`_participant_stage`) runs the real participant runtime
-(`ParticipantHost`) with the mutant's participant rules under recorded conformance-kit
-programs, and kills by the kit's judge (the reference participant on the protocol's own
-tables): a conformance failure on the wire, named `kit:<rule>`, rather than a property.
+`ParticipantStage` (`_participant_stage`) replays recorded conformance-kit programs on the
+real participant runtime and kills by the kit's judge (`kit:<rule>`), not by a property.
 """
 
 from __future__ import annotations
@@ -45,10 +41,11 @@ from quiesce.models.coverage import RowCoverage, recording_design_tables
 from quiesce.models.design import DesignModel, DesignParams, DesignTables
 from quiesce.models.implementation import UNREACHED_INPUTS, Hooks, ProtocolParams, PState
 from quiesce.models.scenarios import small_params
+from quiesce.mutants._design import design_tables
 from quiesce.mutants._design import small as small_design
 from quiesce.mutants._kit_programs import KIT_PROGRAMS
 from quiesce.mutants._memo import RecordingModel, SharingModel, StepMemo
-from quiesce.mutants._names import row_key
+from quiesce.mutants._names import Operator, row_key
 from quiesce.mutants._participant_stage import ParticipantStage, StageBroken
 
 if TYPE_CHECKING:
@@ -80,7 +77,7 @@ class Site:
 
     table: Table[Any, Any]
     row: int
-    operator: Literal["retarget", "drop_guard"]
+    operator: Operator
     state: Enum | None = None
 
     def reached(self, coverage: RowCoverage) -> bool:
@@ -134,16 +131,6 @@ class ProtocolStage:
         return self.search(model)
 
 
-_DESIGN_FIELDS: Mapping[str, str] = {
-    "checkpoint": "checkpoint",
-    "admission_gate": "gate",
-    "deadline_registry": "deadlines",
-    "control_fence": "fence",
-    "agent_execution": "execution",
-}
-"""The `DesignTables` field that plays each table the generated mutants mutate."""
-
-
 @dataclass(frozen=True)
 class DesignStage:
     """One check a generated mutant must survive: the design model at `params` (over
@@ -166,7 +153,7 @@ class DesignStage:
 
     def model(self, site: Site, name: str) -> DesignModel:
         """The design model carrying the mutant at `site`."""
-        tables = DesignTables().derive(name, **{_DESIGN_FIELDS[site.table.name]: site.mutated()})
+        tables = design_tables(name, site.mutated())
         return DesignModel(self._params(), tables=tables, name=f"design[{name}]")
 
     def run(
@@ -298,19 +285,15 @@ STAGES: tuple[Stage, ...] = (
     ),
     ParticipantStage(
         "participant kit",
-        # The real participant runtime (`ParticipantHost`) with the mutant's participant
-        # tables, under the conformance kit's programs (`_participant_stage`). Measured:
-        # on its own it reaches 214 non-equivalent generated mutants (on the 43 participant
-        # rows its programs fire on the host) and kills 212, among them all 140
-        # that the property-judged stages kill there (the other 2: `_notes`). Here, last,
-        # it is the first to kill 73: 22 dead by design before (a `boundary` or `finish`
-        # of a retired execution, `agent_execution:tombstoned:turn_boundary` and
-        # `:run_finished`; an ACK quoting a wrong receipt, `agent_execution:completed:
-        # recv_ack`, or any receipt, the exact-receipt row's guard) and 51 survivors of
-        # the stages that reach them. Its unmutated run (11 programs, 1,275 requests)
-        # costs about 3 s once per process, a judged mutant 0.22 s (16 s over the 74
-        # `--all` runs it on, of about 4.5 minutes on one process); `--sample 50`, which
-        # judges one mutant here, takes about 3 s longer (34 s on a quiet machine).
+        # The real participant runtime with the mutant's participant tables, under the
+        # conformance kit's programs (`_participant_stage`). Measured: on its own it
+        # reaches 214 non-equivalent generated mutants (on the 43 participant rows its
+        # programs fire on the host) and kills 212, among them all 140 that the
+        # property-judged stages kill there (the other 2: `_notes`). Here, last, it is the
+        # first to kill 73: 22 dead by design before (a `boundary` or `finish` of a
+        # retired execution; an ACK quoting a wrong receipt, or any receipt) and 51
+        # survivors of the stages that reach them. Its unmutated run costs about 3 s once
+        # per process, a judged mutant 0.22 s.
         KIT_PROGRAMS,
         f"the {len(KIT_PROGRAMS)} recorded conformance-kit programs replayed on an agent"
         " ParticipantHost running the mutant's participant tables, judged by the kit against"
