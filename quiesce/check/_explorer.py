@@ -825,13 +825,13 @@ class TableStepper:
 
     Models keep control states as label strings (hashing an `Enum` member runs Python
     code; a string's hash is cached), and ask the table itself whether an input may fire.
-    `steps` returns `(target_label, data, effects)`, or `None` where the table refuses (a
+    `step` returns `(target_label, data, effects)` or `None` when the table refuses (a
     forbidden pair or every guard false); `inputs_in(label)` lists the inputs worth trying
     in a control state (mapped or ignored there), straight from the table.
 
     >>> gate = TableStepper(ADMISSION_GATE)  # doctest: +SKIP
-    >>> gate.steps("open", frozenset(), [(GateInput.HOLD, "checkpoint")])  # doctest: +SKIP
-    [('closed', frozenset({'checkpoint'}), (Effect(...),))]
+    >>> gate.step("open", frozenset(), GateInput.HOLD, "checkpoint")  # doctest: +SKIP
+    ('closed', frozenset({'checkpoint'}), (Effect(...),))
     """
 
     def __init__(self, table: Table[Any, Any]) -> None:
@@ -847,11 +847,16 @@ class TableStepper:
         """The inputs the table does not forbid in control state `state`."""
         return self._inputs[state]
 
+    def step(
+        self, state: str, data: Any, input: Enum, arg: Any = None
+    ) -> tuple[str, Any, tuple[Any, ...]] | None:
+        """Fire `input` on `(state, data)`; `None` if the table refuses it."""
+        return self.steps(state, data, ((input, arg),))[0]
+
     def steps(
         self, state: str, data: Any, calls: Iterable[tuple[Enum, Any]]
     ) -> list[tuple[str, Any, tuple[Any, ...]] | None]:
-        """Fire each `(input, arg)` of `calls` from the same `(state, data)`; `None` for
-        each the table refuses."""
+        """`step` for each `(input, arg)` of `calls` from the same `(state, data)`."""
         current = Value(self._members[state], data)
         table, labels = self.table, self._labels
         results: list[tuple[str, Any, tuple[Any, ...]] | None] = []

@@ -97,8 +97,12 @@ def mutant_name(
     `KEY.drop_guard`, or `KEY.retarget=STATE` (`state`: the new target's label)."""
     key = row_key(table, index)
     if operator == "drop_guard":
+        if state is not None:
+            raise ValueError(f"drop_guard takes no state (given {state!r})")
         return f"{key}.drop_guard"
-    return f"{key}.retarget={_part(state or '', 'state')}"
+    if state is None:
+        raise ValueError("retarget needs the state it sends the row to")
+    return f"{key}.retarget={_part(state, 'state')}"
 
 
 def row_index(
