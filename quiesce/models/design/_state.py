@@ -1,26 +1,17 @@
 """The state of the design model: small named tuples of labels, ranks and flags.
 
-What lives here: `DesignParams` (the sizes, PROTOCOL.md §8's reference size by default),
-the compact value of every machine the design model composes, and the queries on them
-that more than one module needs. What it does not know: how any value moves (the tables
-decide that, through `_design_tables`), or which actions exist (`_design_model`).
+What lives here: `DesignParams`, the compact value of every machine the model composes,
+and the queries on them that more than one module needs. What it does not know: how a
+value moves (`_tables`), or which actions exist (`_model`).
 
-Why compact. The explorer keeps every distinct state in a hash set and hashes a state on
-every lookup; CPython does not cache a tuple's hash, so a state is a tree of tuples of
-strings, small ints and bools (their hashes are cheap or cached) and never a frozen
-dataclass (its `__hash__` runs Python code per field). A machine's state is a label of
-`_labels` (a `StrEnum`: a string to the hash). The tables' own values (`Value`,
-`FenceData`, `CheckpointData`, ...) are built from these only when a step is not yet
-memoised (`_design_tables`).
-
-Vocabulary of the abstraction:
+Why compact: the explorer hashes a state on every lookup and CPython does not cache a
+tuple's hash, so a state is a tree of tuples of strings, small ints and bools, never a
+frozen dataclass (its `__hash__` runs Python code per field). The vocabulary:
 - participants are indexes `POLICY, AGENT, RESOURCES` (one server per role);
-- ids are **ranks**: the ints 1, 2, ... in order of creation, one sequence for checkpoint
-  and restore ids alike (`OpId` orders by `(epoch, seq)`; only that order is ever read,
-  so a rank is the id). A new id is one more than every id the state still mentions;
-- a rollout attempt is a `Key` `(sibling, attempt)`; its receipt is the key itself
-  (receipts are exact per key), and attempt numbers are never reused (the restart's
-  new ledger numbers above every attempt anyone still remembers, as ids do);
+- ids are **ranks**, 1, 2, ... in order of creation, checkpoint and restore ids alike
+  (only `OpId`'s order is ever read); a new id is one more than every id still mentioned;
+- a rollout attempt is a `Key` `(sibling, attempt)`, which is also its receipt; attempt
+  numbers are never reused (a restart numbers above every one still remembered);
 - time is abstract: every timer may fire at any moment, so no clock is kept.
 """
 
@@ -258,7 +249,8 @@ EMPTY_WALK = Walk(WalkPhase.NONE, 0, False, 0)
 
 
 class Controller(NamedTuple):
-    """Everything the controller process holds (lost when it crashes).
+    """Everything the controller process holds (lost when it crashes); the defaults are
+    what a process starts with.
 
     `deadline`/`retry`: the attempt id the prepare-deadline / abort-release retry timer is
     armed for (0: none). `attempted`: participants marked attempted (bits). `conflicts`:
@@ -272,27 +264,27 @@ class Controller(NamedTuple):
     participants whose new incarnation the controller has not seen yet (bits). `stopped`:
     why the controller stopped (`budget`, `fatal`, `stopped` for a row that stops without
     its `stop` work, `restore_failed`, or `refused` when a table refused an input the
-    composition fired). `continuations`: those the agent's restore reply listed `(sibling, attempt,
-    turn)`, the restore's plan for discards and redispatch.
+    composition fired). `continuations`: those the agent's restore reply listed
+    `(sibling, attempt, turn)`, the restore's plan for discards and redispatch.
     """
 
-    m1: M1
-    walk: Walk
-    deadline: int
-    retry: int
-    attempted: int
-    conflicts: tuple[tuple[int, int], ...]
-    staged: tuple[Any, ...]
-    gate: Gate
-    registry: Registry
-    m9: M9 | None
-    rs: int
-    ledger: Ledger | None
-    outbox: tuple[Key, ...]
-    retires: tuple[Key, ...]
-    stale: int
-    stopped: str
-    continuations: tuple[tuple[int, int, int], ...]
+    m1: M1 = M1(M1Label.IDLE, 0, 0, False, "", 0)
+    walk: Walk = EMPTY_WALK
+    deadline: int = 0
+    retry: int = 0
+    attempted: int = 0
+    conflicts: tuple[tuple[int, int], ...] = ()
+    staged: tuple[Any, ...] = (None, None, None)
+    gate: Gate = (GateLabel.OPEN, ())
+    registry: Registry = (RegistryLabel.RUNNING, (), False, False)
+    m9: M9 | None = None
+    rs: int = 0
+    ledger: Ledger | None = None
+    outbox: tuple[Key, ...] = ()
+    retires: tuple[Key, ...] = ()
+    stale: int = 0
+    stopped: str = ""
+    continuations: tuple[tuple[int, int, int], ...] = ()
 
 
 class Participants(NamedTuple):
@@ -319,7 +311,7 @@ class Store(NamedTuple):
 
 class World(NamedTuple):
     """The environment: its budgets, the trainer, the network's delayed request, and the
-    independent ledger the properties are judged against.
+    independent ledger the properties are judged against (the defaults: untouched).
 
     `optimizer`, `weight_sync`, `train_switch`: 0 not begun, 1 in progress, 2 done.
     `delayed`: `(participant, op, id, snapshot id)` of a request the network held back.
@@ -336,16 +328,16 @@ class World(NamedTuple):
 
     triggers: int
     faults: int
-    optimizer: int
-    trainer_step: int
-    weight_sync: int
-    train_switch: int
-    delayed: tuple[int, str, int, int] | None
-    unaccounted: frozenset[Key]
-    unresolved: frozenset[int]
-    failed_attempts: int
-    failing: bool
-    bad: tuple[tuple[str, str], ...]
+    optimizer: int = 0
+    trainer_step: int = 0
+    weight_sync: int = 0
+    train_switch: int = 0
+    delayed: tuple[int, str, int, int] | None = None
+    unaccounted: frozenset[Key] = frozenset()
+    unresolved: frozenset[int] = frozenset()
+    failed_attempts: int = 0
+    failing: bool = False
+    bad: tuple[tuple[str, str], ...] = ()
 
 
 class DesignState(NamedTuple):
