@@ -53,12 +53,10 @@ def project_design(
     """`trace` as steps of `table` (one of `design_table_names`), rows the engine accepts;
     a move of a mutant's table the protocol's has no row for carries `"variant"`.
     `state_of` reads the design state out of one of the trace's states."""
-    base, key = split_instance(table)
-    view = _VIEWS[base]
     return project_table(
         trace,
-        lambda state: view(state_of(state), key),
-        SPEC_TABLES[base],
+        lambda state: design_control(state_of(state), table),
+        SPEC_TABLES[split_instance(table)[0]],
         design_table(tables, table),
     )
 
@@ -67,51 +65,19 @@ def design_control(state: DesignState, table: str) -> str | None:
     """The control state of `table` (one of `design_table_names`) in `state` (None: the
     instance does not exist there, e.g. an attempt not begun yet)."""
     base, key = split_instance(table)
-    return _VIEWS[base](state, key)
-
-
-def design_table(tables: DesignTables, table: str) -> Table[Any, Any]:
-    """The table `tables` runs for instance `table` (a mutant's variant, or the
-    protocol's own)."""
-    running: dict[str, Table[Any, Any]] = {
-        "checkpoint": tables.checkpoint,
-        "admission_gate": tables.gate,
-        "deadline_registry": tables.deadlines,
-        "restore": tables.restore,
-        "control_fence": tables.fence,
-        "agent_execution": tables.execution,
-    }
-    return running[split_instance(table)[0]]
-
-
-# ------------------------------------------------------------------ views
-
-
-def _view_checkpoint(state: DesignState, _key: str) -> str | None:
-    return state.controller.m1.state.value
-
-
-def _view_gate(state: DesignState, _key: str) -> str | None:
-    return state.controller.gate[0].value
-
-
-def _view_registry(state: DesignState, _key: str) -> str | None:
-    return state.controller.registry[0].value
-
-
-def _view_restore(state: DesignState, _key: str) -> str | None:
-    # The design drops M9's value once it reaches `idle` (and has none before a crash).
-    m9 = state.controller.m9
-    return (M9Label.IDLE if m9 is None else m9[0]).value
-
-
-def _view_fence(state: DesignState, key: str) -> str | None:
-    return state.parts.fences[NAMES.index(key)].state.value
-
-
-def _view_execution(state: DesignState, key: str) -> str | None:
+    c, parts = state.controller, state.parts
+    if base == "checkpoint":
+        return c.m1.state.value
+    if base == "admission_gate":
+        return c.gate[0].value
+    if base == "deadline_registry":
+        return c.registry[0].value
+    if base == "restore":
+        # The design drops M9's value once it reaches `idle` (and has none before a crash).
+        return (M9Label.IDLE if c.m9 is None else c.m9[0]).value
+    if base == "control_fence":
+        return parts.fences[NAMES.index(key)].state.value
     _group, sibling, attempt = execution_key(key)
-    parts = state.parts
     for execution in parts.executions:
         if (execution.sibling, execution.attempt) == (sibling, attempt):
             return execution.state.value
@@ -124,11 +90,19 @@ def _view_execution(state: DesignState, key: str) -> str | None:
     return ExecLabel.ACKED.value if acked else ExecLabel.TOMBSTONED.value
 
 
-_VIEWS: dict[str, Callable[[DesignState, str], str | None]] = {
-    "checkpoint": _view_checkpoint,
-    "admission_gate": _view_gate,
-    "deadline_registry": _view_registry,
-    "restore": _view_restore,
-    "control_fence": _view_fence,
-    "agent_execution": _view_execution,
+def design_table(tables: DesignTables, table: str) -> Table[Any, Any]:
+    """The table `tables` runs for instance `table` (a mutant's variant, or the
+    protocol's own)."""
+    running: Table[Any, Any] = getattr(tables, _FIELDS[split_instance(table)[0]])
+    return running
+
+
+_FIELDS = {
+    "checkpoint": "checkpoint",
+    "admission_gate": "gate",
+    "deadline_registry": "deadlines",
+    "restore": "restore",
+    "control_fence": "fence",
+    "agent_execution": "execution",
 }
+"""The `DesignTables` field of each table a design trace projects onto."""
