@@ -40,6 +40,7 @@ from quiesce.models.design._labels import (
     GateLabel,
     GroupLabel,
     M1Label,
+    M9Label,
     RegistryLabel,
 )
 from quiesce.models.design._state import (
@@ -56,11 +57,12 @@ from quiesce.models.design._state import (
 from quiesce.models.design._step import DELAYABLE, Step, initial_state
 from quiesce.models.design._symmetry import canonical
 from quiesce.models.design._tables import GROUP, DesignTables, Steppers
-from quiesce.models.design._traces import (
-    design_control,
-    design_table,
-    design_table_names,
-    project_design,
+from quiesce.models.projection import (
+    SPEC_TABLES,
+    execution_key,
+    instance_names,
+    project_table,
+    split_instance,
 )
 from quiesce.protocol import Cause
 from quiesce.protocol.machines import CheckpointInput, GroupInput, RegistryInput
@@ -74,6 +76,16 @@ _RUNNING = (ExecLabel.RUNNING, ExecLabel.PARK_REQUESTED)  # its turns go on
 _LEFT_LIVE = (*_RUNNING, ExecLabel.PARKED, ExecLabel.FROZEN, ExecLabel.COMPLETED)  # I9
 _TRAINED = (GroupLabel.FINALIZED, GroupLabel.ABANDONED)  # I9
 _SEALED = AttemptLabel.SEALED
+_CONTROLLER_TABLES = ("checkpoint", "admission_gate", "deadline_registry", "restore")
+_FIELDS = {
+    "checkpoint": "checkpoint",
+    "admission_gate": "gate",
+    "deadline_registry": "deadlines",
+    "restore": "restore",
+    "control_fence": "fence",
+    "agent_execution": "execution",
+}
+"""The `DesignTables` field of each table a trace projects onto."""
 _BACKGROUND = {
     "ack": "ACK outbox retried",
     "retire": "pending retires retried",
@@ -451,22 +463,58 @@ class DesignModel(Model[Reached]):
         return _plain(state.state)
 
     def tables(self) -> Sequence[str]:
-        return design_table_names(self.p)
+        """The table instances a trace projects onto (those the `protocol` model projects
+        onto, plus M9): the controller's, one fence per participant, one agent execution
+        per attempt number of each sibling. Attempt numbers stay below `attempts` (one past
+        it abandons the group), except that each fresh start after a controller crash
+        numbers its attempts above every one still remembered: at most `faults` more."""
+        p = self.p
+        numbers = range(p.attempts + (p.faults if p.crashes else 0))
+        return instance_names(_CONTROLLER_TABLES, NAMES, GROUP, p.siblings, numbers)
 
     def project(self, trace: Trace[Reached], table: str) -> list[dict[str, str]]:
+        """`trace` as steps of `table`; a move of a mutant's table the protocol's has no row
+        for carries `"variant"`."""
         if table not in self.tables():
             return super().project(trace, table)
-        return project_design(trace, table, self.machines, _state_of)
+        control = functools.partial(self.control, table=table)
+        return project_table(
+            trace, control, SPEC_TABLES[split_instance(table)[0]], self.table_of(table)
+        )
 
     def control(self, state: Reached, table: str) -> str | None:
         """The control state of table instance `table` (one of `tables()`) in `state`
-        (None: the instance does not exist there)."""
-        return design_control(state.state, table)
+        (None: the instance does not exist there, e.g. an attempt not begun yet)."""
+        base, key = split_instance(table)
+        c, parts = state.state.controller, state.state.parts
+        if base == "checkpoint":
+            return c.m1.state.value
+        if base == "admission_gate":
+            return c.gate[0].value
+        if base == "deadline_registry":
+            return c.registry[0].value
+        if base == "restore":
+            # The design drops M9's value once it reaches `idle` (and has none before a crash).
+            return (M9Label.IDLE if c.m9 is None else c.m9[0]).value
+        if base == "control_fence":
+            return parts.fences[NAMES.index(key)].state.value
+        _group, sibling, attempt = execution_key(key)
+        for execution in parts.executions:
+            if (execution.sibling, execution.attempt) == (sibling, attempt):
+                return execution.state.value
+        # An ended execution leaves only the agent's refusal key for its rollout: the highest
+        # retired attempt and whether that one was ACKed. How an older attempt ended is no
+        # longer told, so it shows as nothing (its trace keeps the end it was seen to take).
+        highest, acked = parts.refusals[sibling]
+        if attempt != highest:
+            return None
+        return ExecLabel.ACKED.value if acked else ExecLabel.TOMBSTONED.value
 
     def table_of(self, table: str) -> Table[Any, Any]:
         """The table instance `table` (one of `tables()`) steps: a mutant's variant, or
         the protocol's own."""
-        return design_table(self.machines, table)
+        running: Table[Any, Any] = getattr(self.machines, _FIELDS[split_instance(table)[0]])
+        return running
 
     def participants(self) -> Sequence[str]:
         return ("environment", "controller", *NAMES)
@@ -600,10 +648,6 @@ _APPLY: dict[str, Callable[[Step, tuple[Any, ...]], bool | None]] = {
 
 
 # ============================================================================ helpers
-
-
-def _state_of(reached: Reached) -> DesignState:
-    return reached.state
 
 
 def _flagged(state: DesignState, prop: str) -> bool:
