@@ -2,7 +2,7 @@
 generated from the machine's state enum in `quiesce.protocol.machines` (same member names
 and values, so a state added or renamed there is one here too), the kinds of M2's answers
 (`FenceAnswer`) and the phases of the controller's walk (`WalkPhase`). What it does not
-know: how a label moves (`_tables`), or what a walk calls (`_state.next_call`).
+know: how a label moves (`_tables`), or what a walk calls (`_step.next_call`).
 
 Why `StrEnum`, not the protocol's enums: the explorer hashes every state on every lookup,
 and a `StrEnum` member hashes and compares with `str`'s C code and equals its value, so

@@ -50,11 +50,15 @@ from quiesce.models.design._state import (
     Controller,
     DesignParams,
     DesignState,
+)
+from quiesce.models.design._step import (
+    DELAYABLE,
+    Step,
     ack_batch,
+    initial_state,
     next_call,
     walk_active,
 )
-from quiesce.models.design._step import DELAYABLE, Step, initial_state
 from quiesce.models.design._symmetry import canonical
 from quiesce.models.design._tables import GROUP, DesignTables, Steppers
 from quiesce.models.projection import (
@@ -431,17 +435,14 @@ class DesignModel(Model[Reached]):
         running = label == RegistryLabel.RUNNING
         if running != (not suspenders) or (armed and not running):
             return False
-        checkpoint = c.m1.state not in _AT_REST
-        expected_gate = {"checkpoint"} if checkpoint else set()
-        expected_registry = set(expected_gate)
+        expected_registry = {"checkpoint"} if c.m1.state not in _AT_REST else set()
         if c.m9 is not None:
-            expected_gate.add("restore")
             expected_registry.add("restore")
-        if w.weight_sync == 1:
-            expected_gate.add("weight_sync")
         if w.train_switch == 1:
-            expected_gate.add("train_switch")
             expected_registry.add("train_switch")
+        expected_gate = set(expected_registry)
+        if w.weight_sync == 1:
+            expected_gate.add("weight_sync")  # the one owner that holds only the gate
         ignore = {"checkpoint"} if c.m1.state == M1Label.STOPPED else set()
         return (
             set(holders) - ignore == expected_gate - ignore

@@ -283,7 +283,7 @@ class ParticipantSide:
                     self.execution_input(key, AI.RETIRE)
             self.restored = snapshot.digests[AGENT][2]
         elif p == RESOURCES:
-            self.resources = self._resources(ResourcesInput.IMPORT) or self.resources
+            self.resources_input(ResourcesInput.IMPORT)
         digest = snapshot.digests[p] if fault != "wrong_digest" else ("corrupt", NAMES[p])
         self._outcome(p, FI.RESTORE_DONE, FenceOp.RESTORE, op_id, digest)
         return ("restored", digest, self._held(), self.restored)
@@ -310,7 +310,7 @@ class ParticipantSide:
             if stepped is not None:
                 self.policy = stepped[0]
         elif p == RESOURCES:
-            self.resources = self._resources(ResourcesInput.FENCE_PREPARE) or self.resources
+            self.resources_input(ResourcesInput.FENCE_PREPARE)
         else:
             for key in list(self.executions):
                 self.execution_input(key, AI.FENCE_PREPARE)
@@ -328,7 +328,7 @@ class ParticipantSide:
                 if key not in self.policy[1]:
                     self.execution_input(key, AI.POLICY_RESUMED, agent_idle)
         elif p == RESOURCES:
-            self.resources = self._resources(ResourcesInput.FENCE_RESUME) or self.resources
+            self.resources_input(ResourcesInput.FENCE_RESUME)
         else:
             for key in list(self.executions):
                 self.execution_input(key, AI.FENCE_RESUME)
@@ -341,14 +341,15 @@ class ParticipantSide:
             return self.resources == ResourcesLabel.FROZEN
         return not any(st in _BUSY for st, _ in self.executions.values())
 
-    def _resources(self, input: ResourcesInput) -> ResourcesLabel | None:
+    def resources_input(self, input: ResourcesInput) -> bool:
+        """Fire M5; False if it refused, or held a turn's resource call as a waiter."""
         stepped = self.t.resources(self.resources, input)
         if stepped is None:
-            return None
-        label, names = stepped
-        if input is ResourcesInput.MUTATION_STARTED and "admit_mutation" not in names:
-            return None  # held as a waiter: the turn's resource call waits
-        return label
+            return False
+        if input is ResourcesInput.MUTATION_STARTED and "admit_mutation" not in stepped[1]:
+            return False  # held as a waiter: the turn's resource call waits
+        self.resources = stepped[0]
+        return True
 
     def execution_input(
         self, key: Key, input: AgentInput, arg: Any = None
@@ -436,10 +437,8 @@ class ParticipantSide:
 
     def turn(self, key: Key) -> bool:
         """`key` ends a turn (its resource call admitted); False if the turn must wait."""
-        label = self._resources(ResourcesInput.MUTATION_STARTED)
-        if label is None:
+        if not self.resources_input(ResourcesInput.MUTATION_STARTED):
             return False
-        self.resources = label
         _, turn = self.executions[key]
         self.execution_input(key, AI.TURN_BOUNDARY, turn + 1)
         if self.executions.get(key, ("",))[0] == EL.RUNNING:
@@ -449,10 +448,8 @@ class ParticipantSide:
     def run_finished(self, key: Key) -> bool:
         """`key`'s last turn ends (its resource call admitted) and `/run` returns: the agent
         holds the result until its ACK (I1 watches it from now). False if the turn waits."""
-        label = self._resources(ResourcesInput.MUTATION_STARTED)
-        if label is None:
+        if not self.resources_input(ResourcesInput.MUTATION_STARTED):
             return False
-        self.resources = label
         if ExecAnswer.RESULT_HELD not in self.execution_input(key, AI.RUN_FINISHED):
             return False
         self.w = self.w._replace(unaccounted=self.w.unaccounted | {key})
@@ -476,8 +473,7 @@ class ParticipantSide:
         elif p == RESOURCES:
             self.resources = ResourcesLabel.ACCEPTING
             if fenced:
-                prepared = self._resources(ResourcesInput.FENCE_PREPARE)
-                self.resources = prepared or ResourcesLabel.ACCEPTING
+                self.resources_input(ResourcesInput.FENCE_PREPARE)
         else:
             self.executions = {k: v for k, v in self.executions.items() if v[0] == EL.COMPLETED}
             self._executions_changed = True

@@ -43,16 +43,10 @@ from quiesce.models.design._labels import (
 )
 from quiesce.models.design._participants import ParticipantSide
 from quiesce.models.design._state import (
-    ABORT_PHASES,
-    ACK_PHASES,
     AGENT,
-    ALL,
     EMPTY_WALK,
     LIVE_ATTEMPTS,
-    M1_PHASE,
-    M9_PHASE,
     NAMES,
-    ORDERS,
     POLICY,
     RESOURCES,
     Attempt,
@@ -69,11 +63,6 @@ from quiesce.models.design._state import (
     Store,
     Walk,
     World,
-    ack_batch,
-    discards,
-    fence_done,
-    latest_attempts,
-    next_call,
 )
 from quiesce.models.design._tables import GROUP, Steppers
 from quiesce.models.oracles import SPEC_PHASE_ORDER
@@ -92,7 +81,15 @@ from quiesce.protocol.machines import (
     RestoreInput,
 )
 
-__all__ = ["DELAYABLE", "TRANSIENT", "Step", "initial_state"]
+__all__ = [
+    "DELAYABLE",
+    "TRANSIENT",
+    "Step",
+    "ack_batch",
+    "initial_state",
+    "next_call",
+    "walk_active",
+]
 
 CI, TI = CheckpointInput, AttemptInput
 _ENDED = (AttemptLabel.FAILED, AttemptLabel.ABANDONED)  # without a result: retried
@@ -109,6 +106,12 @@ _RESTORE_CALL_PHASES = (WalkPhase.RESTORE, WalkPhase.DISCARD, WalkPhase.RESUME_R
 _ATTEMPTING_PHASES = (WalkPhase.PREPARE, WalkPhase.RESTORE)
 """The walks whose call marks its participant attempted before it is sent (S6)."""
 _RESTARTED = classify(Cause.PARTICIPANT_RESTARTED)
+_FAILED = {
+    "error": Cause.PARTICIPANT_ERROR,
+    "failed": Cause.COMMIT_FAILED,
+    "restore_failed": Cause.PARTICIPANT_ERROR,
+}
+"""The cause a call fails with when its reply is a failure."""
 # §4: a refusal answered to a control call is classified by its code.
 _REFUSAL_CAUSE = {
     "checkpoint_conflict": Cause.CHECKPOINT_CONFLICT,
@@ -124,6 +127,126 @@ TRANSIENT = {
 }
 """The transient faults of a call and the cause each one is reported with (a 5xx is a
 request lost for the model: the participant changed nothing, the cause is as retryable)."""
+
+
+_ALL = (1 << POLICY) | (1 << AGENT) | (1 << RESOURCES)
+"""Every participant, as a bit set."""
+
+_ORDERS: dict[WalkPhase, tuple[int, ...]] = {
+    WalkPhase.PREPARE: (POLICY, AGENT, RESOURCES),
+    WalkPhase.COMMIT: (AGENT, POLICY, RESOURCES),  # policy needs the agents' continuation index
+    WalkPhase.RELEASE: (RESOURCES, POLICY, AGENT),
+    WalkPhase.ABORT: (RESOURCES, POLICY, AGENT),
+    WalkPhase.RESTORE: (POLICY, AGENT, RESOURCES),
+    WalkPhase.RESUME_RS: (RESOURCES, POLICY, AGENT),
+    WalkPhase.ABORT_RS: (RESOURCES, POLICY, AGENT),
+}
+"""§3: the order each walk calls the participants in."""
+
+_M1_PHASE = {
+    WalkPhase.FLUSH: M1Label.FLUSHING_ACKS,
+    WalkPhase.PREPARE: M1Label.PREPARING,
+    WalkPhase.COMMIT: M1Label.COMMITTING,
+    WalkPhase.REFLUSH: M1Label.CAPTURING,
+    WalkPhase.RELEASE: M1Label.RELEASING,
+    WalkPhase.ABORT: M1Label.ABORTING,
+}
+"""The M1 state each walk of a checkpoint belongs to (outside it the walk is dormant)."""
+_M9_PHASE = {
+    WalkPhase.RESTORE: M9Label.RESTORING,
+    WalkPhase.DISCARD: M9Label.DISCARDING,
+    WalkPhase.RESUME_RS: M9Label.RESUMING,
+    WalkPhase.ABORT_RS: M9Label.SELECTING,
+}
+"""The M9 state each walk of a restore belongs to."""
+_ACK_PHASES = (WalkPhase.FLUSH, WalkPhase.REFLUSH)
+"""The walks that flush the ACK outbox (one batch call to the agent)."""
+_ABORT_PHASES = (WalkPhase.ABORT, WalkPhase.ABORT_RS)
+"""The walks that call only the participants marked attempted."""
+
+
+_PREPARE_DONE = (FenceLabel.PREPARED, FenceLabel.COMMITTING, FenceLabel.COMMITTED_PAUSED)
+"""The fence states of a participant that has done the prepare of its active id."""
+
+
+def _fence_done(fence: Fence, op: str, op_id: int) -> bool:
+    """Has a participant whose fence is `fence` finished `op` under `op_id` (I5)?"""
+    if op == "prepare":
+        return fence.active == op_id and fence.state in _PREPARE_DONE
+    if op == "commit":
+        return fence.active == op_id and fence.state == FenceLabel.COMMITTED_PAUSED
+    if op == "restore":
+        return fence.active == op_id and fence.state == FenceLabel.RESTORED_PAUSED
+    return fence.active != op_id  # resume: the id is no longer active there
+
+
+def _latest_attempts(ledger: Ledger) -> dict[int, Attempt]:
+    """The newest attempt of every sibling that has one."""
+    latest: dict[int, Attempt] = {}
+    for attempt in ledger.attempts:
+        if attempt.sibling not in latest or attempt.attempt > latest[attempt.sibling].attempt:
+            latest[attempt.sibling] = attempt
+    return latest
+
+
+def walk_active(c: Controller | Step) -> bool:
+    """Is the walk the one its machine (M1 or M9) is waiting on right now?"""
+    phase = c.walk.phase
+    if not phase or c.stopped:
+        return False
+    if phase in _M1_PHASE:
+        return c.m1.state == _M1_PHASE[phase]
+    return c.m9 is not None and c.m9[0] == _M9_PHASE[phase]
+
+
+def ack_batch(c: Controller | Step) -> tuple[Key, ...]:
+    """The ACK outbox: owed ACKs of the ledger and completions it does not own."""
+    owed = (
+        ()
+        if c.ledger is None
+        else tuple((a.sibling, a.attempt) for a in c.ledger.attempts if a.ack_owed)
+    )
+    return tuple(sorted({*owed, *c.outbox})) if owed or c.outbox else ()
+
+
+def _discards(c: Controller | Step, recovery_mode: str) -> tuple[tuple[int, int, int], ...]:
+    """Restored continuations that depend on a `restart_only` resource (S12), still to
+    discard (a discard answered leaves the restore's plan)."""
+    if recovery_mode != "restart_only":
+        return ()
+    return tuple(r for r in c.continuations if r[2] > 0)
+
+
+_OWN_ID_PHASES = (WalkPhase.PREPARE, WalkPhase.COMMIT, WalkPhase.RELEASE)
+"""The walks of a checkpoint's own id that resume no conflicting id first (§4)."""
+_PHASE_OP = {WalkPhase.PREPARE: "prepare", WalkPhase.COMMIT: "commit", WalkPhase.RESTORE: "restore"}
+"""The op a walk's call sends (every other walk of `_ORDERS` sends `resume`)."""
+
+
+def next_call(c: Controller | Step, recovery_mode: str) -> tuple[int, str, int, Any] | None:
+    """The next call of the walk: `(participant, op, id, extra)`, or None when done."""
+    phase, done = c.walk.phase, c.walk.done
+    if phase in _ACK_PHASES:
+        # The batch of the outbox as it is now (ACKs are idempotent, so a batch the
+        # background drain already delivered is answered again, harmlessly).
+        return None if done else (AGENT, "ack", 0, ack_batch(c))
+    if phase is WalkPhase.DISCARD:
+        left = _discards(c, recovery_mode)
+        return (AGENT, "discard", c.rs, left[0]) if left else None
+    if phase not in _OWN_ID_PHASES:
+        # §4: a participant fenced to another id is aborted (resumed) with that id first.
+        for p in _ORDERS[WalkPhase.ABORT]:
+            for who, other in c.conflicts:
+                if who == p:
+                    return (p, "resume", other, "conflict")
+    op_id = c.rs if phase in _M9_PHASE else c.m1.attempt
+    op = _PHASE_OP.get(phase, "resume")
+    needed = c.attempted if phase in _ABORT_PHASES else _ALL
+    extra = c.m9[1] if phase is WalkPhase.RESTORE and c.m9 is not None else None
+    for p in _ORDERS[phase]:
+        if needed >> p & 1 and not done >> p & 1:
+            return (p, op, op_id, extra)
+    return None
 
 
 def initial_state(p: DesignParams, steppers: Steppers) -> DesignState:
@@ -256,7 +379,7 @@ class Step(ParticipantSide):
         """Begin a remote phase (a retried abort/release skips who answered)."""
         keep = self.walk.phase is phase
         self.walk = Walk(phase, self.walk.done if keep else 0, False, 0)
-        nothing_to_ack = phase in ACK_PHASES and not ack_batch(self)
+        nothing_to_ack = phase in _ACK_PHASES and not ack_batch(self)
         if nothing_to_ack or self.next_call() is None:
             self.finish_walk()
 
@@ -267,6 +390,10 @@ class Step(ParticipantSide):
     def advance(self, p: int) -> None:
         """The call to `p` succeeded: on to the next one, or the phase is done."""
         self.walk = self.walk._replace(done=self.walk.done | 1 << p, not_ready=False)
+        self.finish_if_done()
+
+    def finish_if_done(self) -> None:
+        """The walk is done once it has no call left to make."""
         if self.next_call() is None:
             self.finish_walk()
 
@@ -288,7 +415,7 @@ class Step(ParticipantSide):
             if self.m9 is not None and self.m9[0] == M9Label.RESTORED_PAUSED:
                 self.check_restored()
                 self.restore_input(
-                    RestoreInput.DISCARD_BEGIN, len(discards(self, self.p.recovery_mode))
+                    RestoreInput.DISCARD_BEGIN, len(_discards(self, self.p.recovery_mode))
                 )
         elif phase is WalkPhase.DISCARD:
             self.restore_input(RestoreInput.RECV_DISCARDED)
@@ -303,7 +430,7 @@ class Step(ParticipantSide):
         self.walk = self.walk._replace(not_ready=False)
         if phase is WalkPhase.REFLUSH:
             self.fail(Cause.ACKS_PENDING)
-        elif phase in M1_PHASE:
+        elif phase in _M1_PHASE:
             self.fail(cause)
         elif phase in _RESTORE_CALL_PHASES:
             self.restore_input(RestoreInput.CALL_FAILED)
@@ -353,24 +480,18 @@ class Step(ParticipantSide):
             code, active = reply[1], reply[2]
             if code == "checkpoint_conflict" and active:
                 self.conflicts = tuple(sorted({*self.conflicts, (p, active)}))
-                if phase in M9_PHASE:
+                if phase in _M9_PHASE:
                     return  # the walk resumes the active id first, then asks `p` again
             self.fail_walk(_REFUSAL_CAUSE.get(code, Cause.PARTICIPANT_ERROR))
-        elif kind == "error":
-            self.fail_walk(Cause.PARTICIPANT_ERROR)
+        elif kind in _FAILED:
+            self.fail_walk(_FAILED[kind])
         elif kind == "not_ready":
             self.walk = self.walk._replace(not_ready=True)
-        elif kind == "failed":
-            self.fail_walk(Cause.COMMIT_FAILED)
-        elif kind == "restore_failed":
-            self.fail_walk(Cause.PARTICIPANT_ERROR)
         elif kind == "acked":
             self.ack_flushed(reply[1])
             self.advance(AGENT)
         elif kind == "committed":
-            staged = list(self.staged)
-            staged[p] = reply[1]
-            self.staged = tuple(staged)
+            self.staged = (*self.staged[:p], reply[1], *self.staged[p + 1 :])
             self.advance(p)
         elif kind == "restored":
             if reply[1] != self.snapshot().digests[p]:
@@ -389,12 +510,10 @@ class Step(ParticipantSide):
             self.advance(p)
         elif kind == "discarded":
             self.continuations = tuple(c for c in self.continuations if c != extra)
-            if self.next_call() is None:
-                self.finish_walk()
+            self.finish_if_done()
         elif extra == "conflict":  # resumed: the conflicting id is retired there
             self.conflicts = tuple(c for c in self.conflicts if c != (p, op_id))
-            if self.next_call() is None:
-                self.finish_walk()
+            self.finish_if_done()
         else:  # ready, resumed
             self.advance(p)
 
@@ -410,7 +529,7 @@ class Step(ParticipantSide):
             # report was lost survives in its journal: retiring the attempts finds it.
             self.expire_group()
         # M1's rows decide: the attempt fails if it touched `p` (called it with its id).
-        if self.walk.phase not in M1_PHASE:
+        if self.walk.phase not in _M1_PHASE:
             return False
         before = self.m1.state
         touched = bool(self.attempted >> p & 1)
@@ -425,17 +544,17 @@ class Step(ParticipantSide):
         """I5: a control call goes to `p` only after every earlier participant of the
         phase's §3 order has done the op for that id (and commit only after every prepare)."""
         phase = self.walk.phase
-        if phase not in ORDERS or extra == "conflict":
+        if phase not in _ORDERS or extra == "conflict":
             return
-        needed = self.attempted if phase in ABORT_PHASES else ALL
-        # §3 as the spec states it, by the call's op: never the walk's own `ORDERS`.
+        needed = self.attempted if phase in _ABORT_PHASES else _ALL
+        # §3 as the spec states it, by the call's op: never the walk's own `_ORDERS`.
         order = tuple(NAMES.index(role) for role in SPEC_PHASE_ORDER[op])
         for q in order[: order.index(p)]:
-            if needed >> q & 1 and not fence_done(self.fences[q], op, op_id):
+            if needed >> q & 1 and not _fence_done(self.fences[q], op, op_id):
                 self.flag("I5", f"{op}({op_id}) to {NAMES[p]} before {NAMES[q]} did it")
         if op == "commit":
             for q in order:
-                if not fence_done(self.fences[q], "prepare", op_id):
+                if not _fence_done(self.fences[q], "prepare", op_id):
                     self.flag("I5", f"commit({op_id}) to {NAMES[p]} before {NAMES[q]} prepared")
 
     def restore_input(self, input: RestoreInput, arg: Any = None) -> None:
@@ -523,11 +642,11 @@ class Step(ParticipantSide):
         # the plan as they were answered): N+1 resumes from N's turn.
         kept = {(s, a): t for s, a, t in self.continuations}
         for sibling in siblings:
-            latest = latest_attempts(self.ledger).get(sibling)
+            latest = _latest_attempts(self.ledger).get(sibling)
             if latest is None or self.ledger.group.sealed >> sibling & 1:
                 continue
             key = (latest.sibling, latest.attempt)
-            self.retires = tuple(sorted({*self.retires, key}))
+            self.retire_later(key)
             if latest.state in LIVE_ATTEMPTS:
                 index = self.owned(key)
                 assert index is not None
@@ -546,7 +665,7 @@ class Step(ParticipantSide):
         if status is None:
             return
         live, held = status
-        self.retires = tuple(sorted({*self.retires, *live}))
+        self.retire_later(*live)
         for key in held:
             self.unowned(key)
         self.deliver_retires()
@@ -685,6 +804,10 @@ class Step(ParticipantSide):
             return
         self.ack_flushed(reply[1])
 
+    def retire_later(self, *keys: Key) -> None:
+        """`keys` are to be tombstoned at the agent (pending until answered)."""
+        self.retires = tuple(sorted({*self.retires, *keys}))
+
     def deliver_retires(self, fault: str = "") -> None:
         """Tombstone every pending key at the agent, one retire call each (with its
         retries) in this step; a key stays pending until its answer arrives. `fault` as
@@ -761,7 +884,7 @@ class Step(ParticipantSide):
             else:
                 continue
             keys.append((attempt.sibling, attempt.attempt))
-        self.retires = tuple(sorted({*self.retires, *keys}))
+        self.retire_later(*keys)
         self.deliver_retires(fault)
         self.registry_input(RegistryInput.STOP, GROUP)
         self.retry_group()
@@ -771,7 +894,7 @@ class Step(ParticipantSide):
         level `sibling`); one past the attempt limit abandons the group (counted)."""
         assert self.ledger is not None
         sealed = self.ledger.group.sealed
-        for sibling, latest in sorted(latest_attempts(self.ledger).items()):
+        for sibling, latest in sorted(_latest_attempts(self.ledger).items()):
             if sealed >> sibling & 1 or latest.state not in _ENDED:
                 continue
             if not self.replace_attempt(latest, 0):
@@ -815,7 +938,7 @@ class Step(ParticipantSide):
         for index, attempt in enumerate(self.ledger.attempts):
             if attempt.state in LIVE_ATTEMPTS:
                 self.attempt_input(index, TI.ABANDON)
-                self.retires = tuple(sorted({*self.retires, (attempt.sibling, attempt.attempt)}))
+                self.retire_later((attempt.sibling, attempt.attempt))
         self.deliver_retires()
         self.registry_input(RegistryInput.STOP, GROUP)
 
@@ -909,7 +1032,7 @@ _M1_WORK: Mapping[str, Callable[[Step, Any], None]] = work(
 
 
 def _finish_in_flight(step: Step, arg: Any) -> None:
-    step.attempted = ALL  # every participant may hold the id
+    step.attempted = _ALL  # every participant may hold the id
     step.fire(CI.RECOVERED, (step.intent, step.w.trainer_step))
 
 
