@@ -59,15 +59,12 @@ from quiesce.protocol.machines import (
     Admission,
     AdmissionData,
     AttemptData,
-    AttemptState,
     CheckpointData,
-    CheckpointState,
     Completion,
     DeadlineArg,
     DeadlineExpired,
     Deadlines,
     ExecAnswer,
-    ExecState,
     ExecutionData,
     FenceCall,
     FenceData,
@@ -78,18 +75,12 @@ from quiesce.protocol.machines import (
     FenceReplay,
     FenceRetire,
     FenceStart,
-    FenceState,
     GroupData,
-    GroupState,
     Holder,
     IntentAction,
     IntentDecision,
     Mutation,
-    PolicyState,
-    RegistryState,
-    ResourcesState,
     RestoreData,
-    RestoreState,
     Trigger,
     deadline_timer,
 )
@@ -158,6 +149,13 @@ def _receipt(key: Key) -> str:
     return f"s{key[0]}#{key[1]}"
 
 
+def _step(
+    table: Table[Any, Any], label: Enum, data: Any, input: Enum, arg: Any
+) -> tuple[Value[Any, Any], tuple[Any, ...]]:
+    """`table` steps from the state `label` stands for (a label equals its state's value)."""
+    return table.step(Value(type(table.initial)(label), data), input, arg)
+
+
 def _names(effects: tuple[Any, ...]) -> tuple[str, ...]:
     return tuple(e.name for e in effects if isinstance(e, Effect))
 
@@ -218,8 +216,7 @@ class Steppers:
             fresh = CheckpointAttempt(OpId(0, arg[0], 0), arg[1], 0.0, 0.0)
             skip = None if len(arg) == 2 or arg[2] is None else classify(arg[2])
             real = fresh if len(arg) == 2 else Trigger(fresh, skip)
-        value = Value(CheckpointState(m1.state), data)
-        after, effects = self.tables.checkpoint.step(value, input, real)
+        after, effects = _step(self.tables.checkpoint, m1.state, data, input, real)
         kept, failures = after.data.attempt, after.data.failures
         label = M1Label(after.state.value)
         if kept is None:
@@ -237,8 +234,8 @@ class Steppers:
         active)`, `(JOIN,)`, `(LATE,)`."""
         recorded = tuple((OpId(0, r, 0), FenceOp(o), x) for r, o, x in fence.recorded)
         data = FenceData(_op_id(fence.active), _op_id(fence.hwm), recorded)
-        value = Value(FenceState(fence.state), data)
-        after, effects = self.tables.fence.step(value, input, FenceCall(op, _op_id(rank), result))
+        call = FenceCall(op, _op_id(rank), result)
+        after, effects = _step(self.tables.fence, fence.state, data, input, call)
         compact: list[tuple[Any, ...]] = []
         for effect in effects:
             if isinstance(effect, FenceReplay):
@@ -276,7 +273,7 @@ class Steppers:
             real = Completion(receipt, "{}")
         elif input.value == "recv_ack":
             real = receipt
-        after, answers = self.tables.execution.step(Value(ExecState(state), data), input, real)
+        after, answers = _step(self.tables.execution, state, data, input, real)
         return ExecLabel(after.state.value), after.data.turn, answers
 
     @_memo
@@ -290,7 +287,7 @@ class Steppers:
         data = AdmissionData(0, tuple(_receipt(w) for w in waiters))
         arg = None if call is None else _receipt(call)
         table = self.tables.policy
-        after, effects = table.step(Value(PolicyState(label), data), input, arg)
+        after, effects = _step(table, label, data, input, arg)
         names = _names(effects)
         # The admitted calls (one started now, or the released waiters) finish in this step.
         finished = type(input)("call_finished")
@@ -308,9 +305,8 @@ class Steppers:
         """Fire M5 `input`. A mutation (one turn's resource call) is atomic too: admitted,
         it finishes in the same step; revisions are abstracted away (nothing reads them)."""
         table = self.tables.resources
-        value = Value(ResourcesState(label), table.initial_data)
         arg: Any = Mutation("turn", "rollout") if "mutation" in input.value else ()
-        after, effects = table.step(value, input, arg)
+        after, effects = _step(table, label, table.initial_data, input, arg)
         finished = type(input)("mutation_finished")
         if after.data.in_flight and table.enabled(after, finished, arg):
             after = table.step(after, finished, arg)[0]
@@ -319,9 +315,8 @@ class Steppers:
     @_memo
     def gate(self, gate: Gate, input: Enum, owner: str) -> Gate | None:
         """Fire M6 `input` for `owner`; the holders come back sorted."""
-        table = self.tables.gate
-        value = Value(type(table.initial)(gate[0]), frozenset(map(Holder, gate[1])))
-        after = table.step(value, input, owner)[0]
+        holders = frozenset(map(Holder, gate[1]))
+        after = _step(self.tables.gate, gate[0], holders, input, owner)[0]
         return GateLabel(after.state.value), tuple(sorted(after.data))
 
     @_memo
@@ -333,7 +328,7 @@ class Steppers:
         budgets = ((GROUP, 1.0),) if has_budget else ()
         data = Deadlines(frozenset(map(Holder, holders)), budgets, 0.0)
         arg = _BUDGET if key == GROUP else DeadlineArg(key, 0.0)
-        after, effects = self.tables.deadlines.step(Value(RegistryState(label), data), input, arg)
+        after, effects = _step(self.tables.deadlines, label, data, input, arg)
         expired = False
         for effect in (e for fx in effects for e in (fx if isinstance(fx, tuple) else (fx,))):
             # (M7's effects may be tuples: a resume re-arms one timer per group.)
@@ -353,8 +348,7 @@ class Steppers:
         data = AttemptData(
             receipt if attempt.receipt else None, attempt.ack_owed, attempt.superseded
         )
-        value = Value(AttemptState(attempt.state), data)
-        after, effects = self.tables.attempt.step(value, input, receipt)
+        after, effects = _step(self.tables.attempt, attempt.state, data, input, receipt)
         d = after.data
         return (
             attempt._replace(
@@ -372,8 +366,8 @@ class Steppers:
     ) -> tuple[Group, tuple[str, ...]] | None:
         """Fire M8 `prompt_group` `input` on a group of `size` siblings."""
         sealed = frozenset(s for s in range(size) if group.sealed >> s & 1)
-        value = Value(GroupState(group.state), GroupData(size, sealed, group.reopened))
-        after, effects = self.tables.group.step(value, input, sibling)
+        data = GroupData(size, sealed, group.reopened)
+        after, effects = _step(self.tables.group, group.state, data, input, sibling)
         bits = sum(1 << s for s in after.data.sealed)
         return Group(GroupLabel(after.state.value), bits, after.data.reopened), _names(effects)
 
@@ -389,7 +383,7 @@ class Steppers:
             real = IntentDecision(arg, None, arg.value)
         elif input.value == "snapshot_selected":
             real = str(arg)
-        after, effects = self.tables.restore.step(Value(RestoreState(label), data), input, real)
+        after, effects = _step(self.tables.restore, label, data, input, real)
         d = after.data
         snapshot = int(d.snapshot) if d.snapshot else 0
         kept = tuple(int(r) for r, _ in d.rejected)
