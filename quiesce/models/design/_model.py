@@ -540,8 +540,6 @@ class DesignModel(Model[Reached]):
 
 
 # ============================================================================ moves
-
-
 # Each applies one kind of move to a step; False: the move cannot happen after all.
 
 

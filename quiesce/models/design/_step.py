@@ -54,7 +54,6 @@ from quiesce.models.design._state import (
     DesignParams,
     DesignState,
     Fence,
-    Gate,
     Group,
     Key,
     Ledger,
@@ -695,20 +694,16 @@ class Step(ParticipantSide):
 
     def hold(self, owner: str, deadlines: bool) -> None:
         """`owner` holds the admission gate (and the deadline registry)."""
-        self.gate = self._gate(GateInput.HOLD, owner)
+        self.gate = self.t.gate(self.gate, GateInput.HOLD, owner) or self.gate
         if deadlines:
             self.registry_input(RegistryInput.SUSPEND, owner)
 
     def release(self, owner: str, deadlines: bool) -> None:
         """`owner` lets go of the gate (and the registry); reserved work may go out."""
-        self.gate = self._gate(GateInput.RELEASE, owner)
+        self.gate = self.t.gate(self.gate, GateInput.RELEASE, owner) or self.gate
         if deadlines:
             self.registry_input(RegistryInput.RESUME, owner)
         self.dispatch_reserved()
-
-    def _gate(self, input: GateInput, owner: str) -> Gate:
-        stepped = self.t.gate(self.gate, input, owner)
-        return self.gate if stepped is None else stepped
 
     def registry_input(self, input: RegistryInput, key: str, fault: str = "") -> None:
         """Fire M7; a deadline that expires fails and retries the group."""
