@@ -256,16 +256,10 @@ class Steppers:
         """Fire M3 `input` on execution `key`; its answers come back as the rows bind them.
         `arg`: BEGIN `(fence idle, retired)`, TURN_BOUNDARY the turn, POLICY_RESUMED the
         agent's fence idle; RUN_FINISHED and RECV_ACK take the key's receipt (given here)."""
-        receipt, done = _receipt(key), state in _RESULT_HELD
-        data = ExecutionData(
-            f"s{key[0]}",
-            key[1],
-            GROUP,
-            self.turns,
-            turn,
-            receipt=receipt if done else "",
-            result="{}" if done else "",
-        )
+        receipt = _receipt(key)
+        held = (receipt, "{}") if state in _RESULT_HELD else ("", "")  # receipt, result
+        # (`False`: the field's default, `restart_only_dependency`, which no row here reads)
+        data = ExecutionData(f"s{key[0]}", key[1], GROUP, self.turns, turn, False, *held)
         real: Any = arg
         if input.value == "begin":
             real = Admission(*arg)  # type: ignore[misc]
