@@ -1,54 +1,33 @@
 """The `design` model: the tables of M1-M9 alone, composed with atomic calls, exhausted.
 
 What lives here: `DesignModel`, the first of PROTOCOL.md §8's two levels of model. It
-answers "is the protocol right?" by composing the machines' compiled pure tables (never the
-coordinator or the participants' code) with the controller's phase walk of §3, and checks
-§5's invariants at the full §8 reference size with fault budget 1. What it does not know:
-how a table decides (`_design_tables` steps them), how a move is carried out
-(`_design_step`), or the implementation (the `protocol` model runs the real code).
+composes the machines' compiled pure tables (never the coordinator or the participants'
+code) with the controller's phase walk of §3, and checks §5's invariants at the §8
+reference size with fault budget 1. What it does not know: how a table decides (`_tables`),
+how a move is carried out (`_step`), or the implementation (the `protocol` model).
 
-Moves, each one atomic step (`_design_step` explains the abstraction):
-- the controller: the next call of its walk (one participant, one request and its reply,
-  with the call's in-attempt retries), or that call plus a fault; the prepare deadline; the
-  abort/release retry timer (reading the intent record and selecting a snapshot are local,
-  inside the step that leads there);
-- background calls: the ACK outbox (one batch to the agent), the pending retires;
-- the environment of §8: a rollout turn, a rollout finish, the group's deadline, a
-  checkpoint trigger, the optimizer step (it trains the finished group), the weight sync
-  (after that step) and the train switch, a delayed request redelivered;
-- faults, each charged to the budget: a reply lost (and answered again from the record on
-  the retry), a request duplicated, a request delayed (timeout: redelivered later), every
-  try of a call lost (request or reply: `call_retries + 1` faults), a wrong digest and a
-  participant-side failure at restore, a completion report lost, a controller crash, a
-  participant crash (a first try lost or answered 5xx and retried is no fault here: the
-  retry makes it the call itself).
+Moves, each one atomic step: the controller's next call of its walk (alone or with a
+fault), the prepare deadline, the abort/release retry timer; the background ACK and retire
+calls; §8's environment (a rollout turn or finish, the group's deadline, a checkpoint
+trigger, the optimizer step, the weight sync, the train switch, a delayed request
+redelivered); faults, each charged to the budget (see `_call_faults`, and the crashes).
+The trainer's events happen only between two phases of a walk, with which they commute
+(`_between_phases`): a partial-order reduction that keeps every order that matters.
 
-The trainer's events happen only where the controller is between two phases (or at rest):
-they commute with every call of a walk (`_between_phases` argues it), so this is a
-partial-order reduction that keeps every order that matters.
+Properties (§5): I1-I6 and I8 are `always`; I7 and I9 are goals every fault-free path
+reaches. With calls atomic, I6 reads: a busy controller always has a move of its own, so
+no call outlives its deadline unnoticed. Siblings are interchangeable, so states are
+compared by their sibling-canonical form (`Reached.key`, `_symmetry`) but kept as reached:
+a counterexample names each sibling the same way from its first step to its last.
 
-Properties (§5): I1, I2, I3, I4, I5, I6, I8 are `always` properties; I7 and I9 are goals
-checked over the fault-free graph (every fault-free path reaches the goal). With calls
-atomic, I6 reads: the controller never waits on the environment (whenever it is busy one
-of its own moves is enabled: a call, a retry or a timer), so no call can outlive its
-deadline unnoticed.
-
-Siblings are interchangeable, so states are compared by their sibling-canonical form
-(`Reached.key`, `_design_symmetry`) but kept as reached: a counterexample names each sibling
-the same way from its first step to its last.
-
-Sizes (PROTOCOL.md §8 reference size, this 2-core machine): fault budget 1, 215,432 states
-in 35-45 s (`quiesce check design`, pinned in `tests/models/design/test_design_model.py`);
-budget 2, 1,774,928 states in 340 s CPU and 3.2 GB (`quiesce check design --faults 2`;
-measured before a participant restarted while its role is prepared was prepared again, as
-216,092 was at budget 1: not re-run since).
-
->>> check(DesignModel()).distinct_states  # doctest: +SKIP
-215432
+Sizes (this 2-core machine): fault budget 1, 215,432 states in 35-45 s (pinned in
+`tests/models/design/test_design_model.py`); budget 2, 1,774,928 states in 340 s CPU and
+3.2 GB (measured before issue 23's change at budget 1: not re-run since).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -61,6 +40,7 @@ from quiesce.models.design._labels import (
     GateLabel,
     GroupLabel,
     M1Label,
+    M9Label,
     RegistryLabel,
 )
 from quiesce.models.design._state import (
@@ -70,18 +50,23 @@ from quiesce.models.design._state import (
     Controller,
     DesignParams,
     DesignState,
+)
+from quiesce.models.design._step import (
+    DELAYABLE,
+    Step,
     ack_batch,
+    initial_state,
     next_call,
     walk_active,
 )
-from quiesce.models.design._step import DELAYABLE, Step, initial_state
 from quiesce.models.design._symmetry import canonical
 from quiesce.models.design._tables import GROUP, DesignTables, Steppers
-from quiesce.models.design._traces import (
-    design_control,
-    design_table,
-    design_table_names,
-    project_design,
+from quiesce.models.projection import (
+    SPEC_TABLES,
+    execution_key,
+    instance_names,
+    project_table,
+    split_instance,
 )
 from quiesce.protocol import Cause
 from quiesce.protocol.machines import CheckpointInput, GroupInput, RegistryInput
@@ -94,6 +79,22 @@ _AT_REST = (M1Label.IDLE, M1Label.STOPPED)  # no checkpoint holds the gate or th
 _RUNNING = (ExecLabel.RUNNING, ExecLabel.PARK_REQUESTED)  # its turns go on
 _LEFT_LIVE = (*_RUNNING, ExecLabel.PARKED, ExecLabel.FROZEN, ExecLabel.COMPLETED)  # I9
 _TRAINED = (GroupLabel.FINALIZED, GroupLabel.ABANDONED)  # I9
+_SEALED = AttemptLabel.SEALED
+_CONTROLLER_TABLES = ("checkpoint", "admission_gate", "deadline_registry", "restore")
+_FIELDS = {
+    "checkpoint": "checkpoint",
+    "admission_gate": "gate",
+    "deadline_registry": "deadlines",
+    "restore": "restore",
+    "control_fence": "fence",
+    "agent_execution": "execution",
+}
+"""The `DesignTables` field of each table a trace projects onto."""
+_BACKGROUND = {
+    "ack": "ACK outbox retried",
+    "retire": "pending retires retried",
+    "expire": "the group's deadline expires",
+}
 
 
 class Reached:
@@ -147,9 +148,12 @@ class DesignModel(Model[Reached]):
         )
         self.name = name
         self.params = self.p.describe()
-        self._actions: dict[tuple[Any, ...], Action] = {}
-        # Groups of actions by what labels them (built once: labels are costly strings).
-        self._groups: dict[tuple[Any, ...], tuple[Action, ...]] = {}
+        # Actions, and groups of them by what labels them, are built once (labels are costly
+        # strings) and reused.
+        self._action = functools.cache(Action)
+        self._call_moves = functools.cache(self._new_call_moves)
+        self._background_moves = functools.cache(self._new_background_moves)
+        self._rollout_moves = functools.cache(self._new_rollout_moves)
         self._crashes = (
             Action("controller crashes", True, ("crash_controller",)),
             *(Action(f"{name} crashes", True, ("crash", i)) for i, name in enumerate(NAMES)),
@@ -165,19 +169,12 @@ class DesignModel(Model[Reached]):
 
     def next_state(self, state: Reached, action: Action) -> Reached | None:
         step = Step(self.p, self.steppers, state.state)
-        if not _APPLY[action.payload[0]](step, action.payload):
+        if _APPLY[action.payload[0]](step, action.payload) is False:
             return None
         return self._reached(step.result())
 
     def _reached(self, state: DesignState) -> Reached:
         return Reached(state, canonical(state) if self.p.symmetry else state)
-
-    def _action(self, label: str, payload: tuple[Any, ...], fault: bool = False) -> Action:
-        key = (label, payload, fault)
-        found = self._actions.get(key)
-        if found is None:
-            found = self._actions[key] = Action(label, fault, payload)
-        return found
 
     def _controller_moves(self, state: DesignState) -> list[Action]:
         """The moves the controller makes on its own: its walk's next call (and the faults
@@ -193,9 +190,11 @@ class DesignModel(Model[Reached]):
             moves += self._call_moves(p, op, op_id, c.walk.not_ready, state.world.faults, delay)
         m1 = c.m1
         if m1.state == M1Label.PREPARING and c.deadline and c.deadline == m1.attempt:
-            moves.append(self._action(f"prepare deadline of {m1.attempt} fires", ("deadline",)))
+            moves.append(
+                self._action(f"prepare deadline of {m1.attempt} fires", payload=("deadline",))
+            )
         if m1.state in _PENDING and c.retry and c.retry == m1.attempt:
-            moves.append(self._action(f"retry timer of {m1.attempt} fires", ("retry",)))
+            moves.append(self._action(f"retry timer of {m1.attempt} fires", payload=("retry",)))
         return moves
 
     def _next_call(self, c: Controller) -> tuple[int, str, int, Any] | None:
@@ -206,21 +205,17 @@ class DesignModel(Model[Reached]):
             return None
         return next_call(c, self.p.recovery_mode)
 
-    def _call_moves(
+    def _new_call_moves(
         self, p: int, op: str, op_id: int, not_ready: bool, budget: int, delay: bool
     ) -> tuple[Action, ...]:
-        key = ("call", p, op, op_id, not_ready, budget, delay)
-        found = self._groups.get(key)
-        if found is None:
-            text = f"{op}({op_id or ''}) -> {NAMES[p]}"
-            if not_ready:
-                text = f"prepare retry timer: {text}"
-            faults = self._call_faults(op, budget, delay)
-            found = self._groups[key] = (
-                Action(text, payload=("call", "")),
-                *(Action(f"{text} [{f}]", True, ("call", f)) for f in faults),
-            )
-        return found
+        text = f"{op}({op_id or ''}) -> {NAMES[p]}"
+        if not_ready:
+            text = f"prepare retry timer: {text}"
+        faults = self._call_faults(op, budget, delay)
+        return (
+            Action(text, payload=("call", "")),
+            *(Action(f"{text} [{f}]", True, ("call", f)) for f in faults),
+        )
 
     def _other_moves(self, state: DesignState) -> list[Action]:
         """Background calls, the environment, and the faults that are not call faults."""
@@ -244,51 +239,35 @@ class DesignModel(Model[Reached]):
                 moves += self._rollout_moves(e.sibling, e.attempt, e.turn, budget)
         if w.delayed is not None:
             who, op, op_id, _ = w.delayed
-            moves.append(
-                self._action(f"delayed {op}({op_id}) reaches {NAMES[who]}", ("redeliver",))
-            )
+            text = f"delayed {op}({op_id}) reaches {NAMES[who]}"
+            moves.append(self._action(text, payload=("redeliver",)))
         if budget and p.crashes:
             moves += self._crashes
         return moves
 
-    def _background_moves(self, kind: str, budget: int) -> tuple[Action, ...]:
-        key = (kind, budget)
-        found = self._groups.get(key)
-        if found is None:
-            text = {
-                "ack": "ACK outbox retried",
-                "retire": "pending retires retried",
-                "expire": "the group's deadline expires",
-            }[kind]
-            faults = self._background_faults(budget)
-            which = "retire " if kind == "expire" else ""
-            found = self._groups[key] = (
-                Action(text, payload=(kind, "")),
-                *(Action(f"{text} [{which}{f}]", True, (kind, f)) for f in faults),
-            )
-        return found
+    def _new_background_moves(self, kind: str, budget: int) -> tuple[Action, ...]:
+        text = _BACKGROUND[kind]
+        which = "retire " if kind == "expire" else ""
+        return (
+            Action(text, payload=(kind, "")),
+            *(
+                Action(f"{text} [{which}{f}]", True, (kind, f))
+                for f in self._background_faults(budget)
+            ),
+        )
 
-    def _rollout_moves(
+    def _new_rollout_moves(
         self, sibling: int, attempt: int, turn: int, budget: int
     ) -> tuple[Action, ...]:
-        key = ("rollout", sibling, attempt, turn, budget)
-        found = self._groups.get(key)
-        if found is None:
-            name, rollout = f"s{sibling}#{attempt}", (sibling, attempt)
-            if turn + 1 < self.p.turns:
-                found = (Action(f"{name} ends turn {turn + 1}", payload=("turn", rollout)),)
-            else:
-                faults = ["report_lost"] if budget else []
-                faults += [f"ack_{f}" for f in self._background_faults(budget)]
-                found = (
-                    Action(f"{name} finishes", payload=("finish", rollout, "")),
-                    *(
-                        Action(f"{name} finishes [{f}]", True, ("finish", rollout, f))
-                        for f in faults
-                    ),
-                )
-            self._groups[key] = found
-        return found
+        name, rollout = f"s{sibling}#{attempt}", (sibling, attempt)
+        if turn + 1 < self.p.turns:
+            return (Action(f"{name} ends turn {turn + 1}", payload=("turn", rollout)),)
+        faults = ["report_lost"] if budget else []
+        faults += [f"ack_{f}" for f in self._background_faults(budget)]
+        return (
+            Action(f"{name} finishes", payload=("finish", rollout, "")),
+            *(Action(f"{name} finishes [{f}]", True, ("finish", rollout, f)) for f in faults),
+        )
 
     def _call_faults(self, op: str, budget: int, delay: bool) -> list[str]:
         """The faults that may strike a call of `op` (see `Step.call`), within the budget;
@@ -336,13 +315,15 @@ class DesignModel(Model[Reached]):
         c, w, p, act = state.controller, state.world, self.p, self._action
         moves = []
         if w.triggers > 0 and c.m9 is None and c.m1.state in _TRIGGERED:
-            moves.append(act("checkpoint trigger", ("trigger",)))
+            moves.append(act("checkpoint trigger", payload=("trigger",)))
         ledger = c.ledger
         if w.optimizer == 0 and p.optimizer_steps and c.m9 is None and ledger is not None:
             if ledger.group.state == GroupLabel.READY_TO_FINALIZE:
-                moves.append(act("optimizer step begins (trains the group)", ("optimizer", 1)))
+                moves.append(
+                    act("optimizer step begins (trains the group)", payload=("optimizer", 1))
+                )
         elif w.optimizer == 1:
-            moves.append(act("optimizer step ends", ("optimizer", 2)))
+            moves.append(act("optimizer step ends", payload=("optimizer", 2)))
         # A weight sync pushes the weights of the optimizer step to the policy servers, so it
         # follows that step (when the model has one).
         synced = w.optimizer == 2 or not p.optimizer_steps
@@ -350,7 +331,7 @@ class DesignModel(Model[Reached]):
             now = getattr(w, kind)
             if budget and now < 2 and (kind == "train_switch" or synced):
                 which = "begins" if now == 0 else "ends"
-                moves.append(act(f"{kind.replace('_', ' ')} {which}", (kind, now + 1)))
+                moves.append(act(f"{kind.replace('_', ' ')} {which}", payload=(kind, now + 1)))
         return moves
 
     # ------------------------------------------------------------------ properties
@@ -454,17 +435,14 @@ class DesignModel(Model[Reached]):
         running = label == RegistryLabel.RUNNING
         if running != (not suspenders) or (armed and not running):
             return False
-        checkpoint = c.m1.state not in _AT_REST
-        expected_gate = {"checkpoint"} if checkpoint else set()
-        expected_registry = set(expected_gate)
+        expected_registry = {"checkpoint"} if c.m1.state not in _AT_REST else set()
         if c.m9 is not None:
-            expected_gate.add("restore")
             expected_registry.add("restore")
-        if w.weight_sync == 1:
-            expected_gate.add("weight_sync")
         if w.train_switch == 1:
-            expected_gate.add("train_switch")
             expected_registry.add("train_switch")
+        expected_gate = set(expected_registry)
+        if w.weight_sync == 1:
+            expected_gate.add("weight_sync")  # the one owner that holds only the gate
         ignore = {"checkpoint"} if c.m1.state == M1Label.STOPPED else set()
         return (
             set(holders) - ignore == expected_gate - ignore
@@ -486,22 +464,58 @@ class DesignModel(Model[Reached]):
         return _plain(state.state)
 
     def tables(self) -> Sequence[str]:
-        return design_table_names(self.p)
+        """The table instances a trace projects onto (those the `protocol` model projects
+        onto, plus M9): the controller's, one fence per participant, one agent execution
+        per attempt number of each sibling. Attempt numbers stay below `attempts` (one past
+        it abandons the group), except that each fresh start after a controller crash
+        numbers its attempts above every one still remembered: at most `faults` more."""
+        p = self.p
+        numbers = range(p.attempts + (p.faults if p.crashes else 0))
+        return instance_names(_CONTROLLER_TABLES, NAMES, GROUP, p.siblings, numbers)
 
     def project(self, trace: Trace[Reached], table: str) -> list[dict[str, str]]:
+        """`trace` as steps of `table`; a move of a mutant's table the protocol's has no row
+        for carries `"variant"`."""
         if table not in self.tables():
             return super().project(trace, table)
-        return project_design(trace, table, self.machines, _state_of)
+        control = functools.partial(self.control, table=table)
+        return project_table(
+            trace, control, SPEC_TABLES[split_instance(table)[0]], self.table_of(table)
+        )
 
     def control(self, state: Reached, table: str) -> str | None:
         """The control state of table instance `table` (one of `tables()`) in `state`
-        (None: the instance does not exist there)."""
-        return design_control(state.state, table)
+        (None: the instance does not exist there, e.g. an attempt not begun yet)."""
+        base, key = split_instance(table)
+        c, parts = state.state.controller, state.state.parts
+        if base == "checkpoint":
+            return c.m1.state.value
+        if base == "admission_gate":
+            return c.gate[0].value
+        if base == "deadline_registry":
+            return c.registry[0].value
+        if base == "restore":
+            # The design drops M9's value once it reaches `idle` (and has none before a crash).
+            return (M9Label.IDLE if c.m9 is None else c.m9[0]).value
+        if base == "control_fence":
+            return parts.fences[NAMES.index(key)].state.value
+        _group, sibling, attempt = execution_key(key)
+        for execution in parts.executions:
+            if (execution.sibling, execution.attempt) == (sibling, attempt):
+                return execution.state.value
+        # An ended execution leaves only the agent's refusal key for its rollout: the highest
+        # retired attempt and whether that one was ACKed. How an older attempt ended is no
+        # longer told, so it shows as nothing (its trace keeps the end it was seen to take).
+        highest, acked = parts.refusals[sibling]
+        if attempt != highest:
+            return None
+        return ExecLabel.ACKED.value if acked else ExecLabel.TOMBSTONED.value
 
     def table_of(self, table: str) -> Table[Any, Any]:
         """The table instance `table` (one of `tables()`) steps: a mutant's variant, or
         the protocol's own."""
-        return design_table(self.machines, table)
+        running: Table[Any, Any] = getattr(self.machines, _FIELDS[split_instance(table)[0]])
+        return running
 
     def participants(self) -> Sequence[str]:
         return ("environment", "controller", *NAMES)
@@ -526,78 +540,63 @@ class DesignModel(Model[Reached]):
 
 
 # ============================================================================ moves
+# Each applies one kind of move to a step; False: the move cannot happen after all.
 
 
-def _apply_call(step: Step, payload: tuple[Any, ...]) -> bool:
+def _apply_call(step: Step, payload: tuple[Any, ...]) -> None:
     step.call(payload[1])
-    return True
 
 
-def _apply_deadline(step: Step, payload: tuple[Any, ...]) -> bool:
+def _apply_deadline(step: Step, payload: tuple[Any, ...]) -> None:
     step.fail(Cause.NOT_READY_UNTIL_DEADLINE if step.walk.not_ready else Cause.TIMEOUT)
-    return True
 
 
-def _apply_retry(step: Step, payload: tuple[Any, ...]) -> bool:
+def _apply_retry(step: Step, payload: tuple[Any, ...]) -> None:
     step.retry = 0
     step.fire(CheckpointInput.RETRY_DUE)
-    return True
 
 
-def _apply_ack(step: Step, payload: tuple[Any, ...]) -> bool:
-    step.spend_fault(step.cost(payload[1]))
-    step.drain(payload[1])
-    return True
+def _apply_background(step: Step, payload: tuple[Any, ...]) -> None:
+    kind, fault = payload
+    step.spend_fault(step.cost(fault))
+    if kind == "ack":
+        step.drain(fault)
+    elif kind == "retire":
+        step.deliver_retires(fault)
+    else:
+        step.registry_input(RegistryInput.TIMER_DUE, GROUP, fault)
 
 
-def _apply_retire(step: Step, payload: tuple[Any, ...]) -> bool:
-    step.spend_fault(step.cost(payload[1]))
-    step.deliver_retires(payload[1])
-    return True
-
-
-def _apply_expire(step: Step, payload: tuple[Any, ...]) -> bool:
-    step.spend_fault(step.cost(payload[1]))
-    step.registry_input(RegistryInput.TIMER_DUE, GROUP, payload[1])
-    return True
-
-
-def _apply_trigger(step: Step, payload: tuple[Any, ...]) -> bool:
+def _apply_trigger(step: Step, payload: tuple[Any, ...]) -> None:
     w = step.w
     step.w = w._replace(triggers=w.triggers - 1)
     if step.m1.state != M1Label.IDLE:
         step.fire(CheckpointInput.TRIGGER, (step.m1.attempt, step.m1.step, None))
-        return True
+        return
     # A trigger skipped because nothing mutated leaves the controller as if it never came
     # (triggers are "at most 2"), so only the optimizer's skip is modelled.
     skip = Cause.OPTIMIZER_COMMIT_IN_PROGRESS if w.optimizer == 1 else None
     step.fire(CheckpointInput.TRIGGER, (step.mint(), w.trainer_step, skip))
-    return True
 
 
-def _apply_optimizer(step: Step, payload: tuple[Any, ...]) -> bool:
+def _apply_optimizer(step: Step, payload: tuple[Any, ...]) -> None:
     if payload[1] == 1:
         step.w = step.w._replace(optimizer=1)
         step.group_input(GroupInput.FINALIZE_BEGIN)
-        return True
-    ledger = step.ledger
-    w = step.w
+        return
+    ledger, w = step.ledger, step.w
     step.w = w._replace(optimizer=2, trainer_step=w.trainer_step + 1)
-    if ledger is None or step.group_input(GroupInput.TRAINER_ACCEPTED) is None:
-        return True
-    sealed = (a for a in ledger.attempts if a.state == AttemptLabel.SEALED)
-    step.account(*((a.sibling, a.attempt) for a in sealed))
-    return True
+    if ledger is not None and step.group_input(GroupInput.TRAINER_ACCEPTED) is not None:
+        step.account(*((a.sibling, a.attempt) for a in ledger.attempts if a.state == _SEALED))
 
 
-def _apply_switch(owner: str, deadlines: bool) -> Callable[[Step, tuple[Any, ...]], bool]:
-    def apply(step: Step, payload: tuple[Any, ...]) -> bool:
+def _apply_switch(owner: str, deadlines: bool) -> Callable[[Step, tuple[Any, ...]], None]:
+    def apply(step: Step, payload: tuple[Any, ...]) -> None:
         step.w = step.w._replace(**{owner: payload[1]})
         if payload[1] == 1:
             step.hold(owner, deadlines)
         else:
             step.release(owner, deadlines)
-        return True
 
     return apply
 
@@ -611,33 +610,30 @@ def _apply_finish(step: Step, payload: tuple[Any, ...]) -> bool:
     return step.finish(payload[1], payload[2])
 
 
-def _apply_redeliver(step: Step, payload: tuple[Any, ...]) -> bool:
+def _apply_redeliver(step: Step, payload: tuple[Any, ...]) -> None:
     assert step.w.delayed is not None
     who, op, op_id, snapshot = step.w.delayed
     step.w = step.w._replace(delayed=None)
     step.serve(who, op, op_id, snapshot, "")  # its reply goes to a call long timed out
-    return True
 
 
-def _apply_crash_controller(step: Step, payload: tuple[Any, ...]) -> bool:
+def _apply_crash_controller(step: Step, payload: tuple[Any, ...]) -> None:
     step.crash_controller()
-    return True
 
 
-def _apply_crash(step: Step, payload: tuple[Any, ...]) -> bool:
+def _apply_crash(step: Step, payload: tuple[Any, ...]) -> None:
     step.spend_fault()
     step.crash_participant(payload[1])
     step.stale |= 1 << payload[1]  # the controller sees the new incarnation at its next reply
-    return True
 
 
-_APPLY: dict[str, Callable[[Step, tuple[Any, ...]], bool]] = {
+_APPLY: dict[str, Callable[[Step, tuple[Any, ...]], bool | None]] = {
     "call": _apply_call,
     "deadline": _apply_deadline,
     "retry": _apply_retry,
-    "ack": _apply_ack,
-    "retire": _apply_retire,
-    "expire": _apply_expire,
+    "ack": _apply_background,
+    "retire": _apply_background,
+    "expire": _apply_background,
     "trigger": _apply_trigger,
     "optimizer": _apply_optimizer,
     "weight_sync": _apply_switch("weight_sync", deadlines=False),
@@ -651,10 +647,6 @@ _APPLY: dict[str, Callable[[Step, tuple[Any, ...]], bool]] = {
 
 
 # ============================================================================ helpers
-
-
-def _state_of(reached: Reached) -> DesignState:
-    return reached.state
 
 
 def _flagged(state: DesignState, prop: str) -> bool:

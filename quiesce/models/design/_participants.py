@@ -1,12 +1,14 @@
-"""The participants' side of a design-model step: three servers, their tables, their roles.
+"""One design-model step's scratch value, and the participants' side of it.
 
-What lives here: `ParticipantSide`, which serves one request at a participant exactly as
-`quiesce.protocol.participant` composes it, but over compact values: the fence (M2) decides
+What lives here: `ParticipantSide`, a `DesignState` unpacked into fields a move may change
+and packed back into the next state (reusing every part the move left alone, dropping data
+nothing can read again), with the three servers' moves on it. A request is served exactly
+as `quiesce.protocol.participant` composes it, over compact values: the fence (M2) decides
 (refusal, replay, retire, or start), the role does its work on a start (the policy's
-admission M4, the agent's executions M3, the resources M5: close, reopen, readiness,
-export, install) and the outcome steps the fence again. And the agent's own moves: begin,
-a turn, a finish, an ACK, a retire, a crash that keeps only the journal (§6). What it does
-not know: the controller (`_design_ledger`, `_design_step` read the replies).
+admission M4, the agent's executions M3, the resources M5) and the outcome steps the fence
+again. The agent's own moves too: begin, a turn, a finish, an ACK, a retire, a crash that
+keeps only the journal (§6). What it does not know: the controller (`_step` reads the
+replies).
 
 Replies are tuples the controller reads: `("ready",)`, `("not_ready",)`,
 `("committed", digest)`, `("failed",)`, `("resumed",)`, `("restored", digest, held,
@@ -16,6 +18,7 @@ continuations)`, `("restore_failed",)`, `("discarded",)`, `("acked", keys)`,
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any
 
 from quiesce.models.design._labels import (
@@ -25,8 +28,22 @@ from quiesce.models.design._labels import (
     PolicyLabel,
     ResourcesLabel,
 )
-from quiesce.models.design._scratch import LIVE, Scratch
-from quiesce.models.design._state import AGENT, NAMES, POLICY, RESOURCES, Key
+from quiesce.models.design._state import (
+    AGENT,
+    NAMES,
+    POLICY,
+    RESOURCES,
+    Controller,
+    DesignParams,
+    DesignState,
+    Execution,
+    Fence,
+    Key,
+    Participants,
+    Snapshot,
+    Store,
+)
+from quiesce.models.design._tables import Steppers
 from quiesce.protocol.machines import (
     AgentInput,
     ExecAnswer,
@@ -39,6 +56,7 @@ from quiesce.protocol.machines import (
 __all__ = ["ParticipantSide"]
 
 AI, FI, EL = AgentInput, FenceInput, ExecLabel
+_LIVE = (EL.RUNNING, EL.PARK_REQUESTED, EL.PARKED, EL.FROZEN)  # can run (and be tombstoned)
 _BUSY = (EL.RUNNING, EL.PARK_REQUESTED, EL.COMPLETED)  # the agent is not ready to commit
 _SAVED = (EL.PARKED, EL.FROZEN)  # what the agent's commit saves
 _DROPPED = (EL.ACKED, EL.TOMBSTONED)  # only the refusal key is left
@@ -47,10 +65,151 @@ _AFTER_CRASH = {
     FenceLabel.RESTORING: FenceLabel.RESTORE_FAILED_PAUSED,
 }
 """A fence's state after its participant restarts, where it differs (§6)."""
+_REQUESTS = {
+    "prepare": FI.RECV_PREPARE,
+    "commit": FI.RECV_COMMIT,
+    "resume": FI.RECV_RESUME,
+    "restore": FI.RECV_RESTORE,
+    "discard": FI.RECV_DISCARD,
+}
+"""The M2 input a request of each op is."""
+_PACK = attrgetter(*Controller._fields)  # the step's fields, in `Controller` order
 
 
-class ParticipantSide(Scratch):
-    """The participants' moves of a step (see the module doc)."""
+class ParticipantSide:
+    """A state being turned into the next one, and the participants' moves (see the
+    module doc)."""
+
+    def __init__(self, params: DesignParams, steppers: Steppers, state: DesignState) -> None:
+        self.p = params
+        self.t = steppers
+        c, parts, store, w = state
+        self.load(c)
+        self._parts = parts  # as found: unchanged parts are reused
+        self._executions_changed = False
+        self.fences = list(parts.fences)
+        self.policy = parts.policy
+        self.resources = parts.resources
+        self.executions = {(e.sibling, e.attempt): (e.state, e.turn) for e in parts.executions}
+        self.refusals = list(parts.refusals)
+        self.restored = parts.restored
+        self.intent, self.published = store
+        self.w = w
+        self.bad: list[tuple[str, str]] = []
+
+    def load(self, c: Controller) -> None:
+        """The controller's fields become `c`'s."""
+        (
+            self.m1,
+            self.walk,
+            self.deadline,
+            self.retry,
+            self.attempted,
+            self.conflicts,
+            self.staged,
+            self.gate,
+            self.registry,
+            self.m9,
+            self.rs,
+            self.ledger,
+            self.outbox,
+            self.retires,
+            self.stale,
+            self.stopped,
+            self.continuations,
+        ) = c
+
+    def result(self) -> DesignState:
+        """The state this step reached."""
+        if self.stale_delay():
+            # Refused as stale wherever it lands: the same as already delivered.
+            self.w = self.w._replace(delayed=None)
+        w = self.w
+        if self.bad:
+            w = w._replace(bad=tuple(sorted({*w.bad, *self.bad})))
+        parts, before = self._parts, self._parts
+        executions, refusals = before.executions, tuple(self.refusals)
+        if self._executions_changed:
+            executions = tuple(Execution(*k, *v) for k, v in sorted(self.executions.items()))
+        if refusals == before.refusals:
+            refusals = before.refusals
+        fences = (self.fences[0], self.fences[1], self.fences[2])
+        if (
+            executions is not before.executions
+            or refusals is not before.refusals
+            or fences != before.fences
+            or self.policy is not before.policy
+            or self.resources != before.resources
+            or self.restored is not before.restored
+        ):
+            parts = Participants(
+                fences, self.policy, self.resources, executions, refusals, self.restored
+            )
+        published = self.published
+        if not w.faults and self.m9 is None and published and published[-1].cut is not None:
+            # No crash is left, so nothing restores a snapshot or reads the intent again (the
+            # older snapshots lost their contents when the last fault was spent).
+            published = tuple(Snapshot(s.op_id, 0, (), None) for s in published)
+        controller = Controller._make(_PACK(self))
+        return DesignState(controller, parts, Store(self.intent, published), w)
+
+    def flag(self, prop: str, why: str) -> None:
+        """Record a violation of `prop` that only this transition shows."""
+        self.bad.append((prop, why))
+
+    def spend_fault(self, count: int = 1) -> None:
+        """Charge `count` faults to the budget."""
+        if count:
+            self.w = self.w._replace(faults=self.w.faults - count)
+
+    def cost(self, fault: str) -> int:
+        """How many faults `fault` spends: every try of a call failing costs one each."""
+        if not fault:
+            return 0
+        return self.p.call_retries + 1 if fault.endswith("*") else 1
+
+    def tries(self, fault: str) -> tuple[str, int]:
+        """A background fault's kind and how many tries reach the agent."""
+        kind = fault.rstrip("*")
+        if kind != "reply_lost":
+            return kind, 1
+        return kind, self.p.call_retries + 1 if fault.endswith("*") else 2
+
+    def mint(self) -> int:
+        """A fresh id: one more than any id this step still mentions (ids are ranks)."""
+        found = [self.m1.attempt, self.rs, self.deadline, self.retry, self.intent]
+        found += [other for _, other in self.conflicts]
+        if self.m9 is not None:
+            found += (self.m9[1], *self.m9[3])
+        for fence in self.fences:
+            found += (fence.active, fence.hwm, *(r[0] for r in fence.recorded))
+        found += (s.op_id for s in self.published)
+        w = self.w
+        if w.delayed is not None:
+            found += (w.delayed[2], w.delayed[3])
+        found += w.unresolved
+        return max(found) + 1
+
+    def request(self, p: int, op: str, op_id: int) -> tuple[Fence, tuple[Any, ...]] | None:
+        """`p`'s fence receiving the request `op(op_id)` (M2), or None if refused outright."""
+        result = "retired" if op == "resume" else None
+        return self.t.fence(self.fences[p], _REQUESTS[op], FenceOp(op), op_id, result)
+
+    def stale_delay(self) -> bool:
+        """Would the network's delayed request be refused as stale, now and forever (the
+        watermark only grows)? Then where it arrives no longer matters."""
+        if self.w.delayed is None:
+            return False
+        who, op, op_id, _ = self.w.delayed
+        stepped = self.request(who, op, op_id)
+        return stepped is not None and any(
+            e[0] is FenceAnswer.REFUSE and e[1] == "stale_checkpoint" for e in stepped[1]
+        )
+
+    def snapshot(self) -> Snapshot:
+        """The snapshot the running restore installs."""
+        assert self.m9 is not None
+        return next(s for s in self.published if s.op_id == self.m9[1])
 
     def serve(self, p: int, op: str, op_id: int, extra: Any, fault: str) -> tuple[Any, ...]:
         """Participant `p` handles one request; its reply, as the controller would read it."""
@@ -113,18 +272,18 @@ class ParticipantSide(Scratch):
             self._outcome(p, FI.RESTORE_FAILED, FenceOp.RESTORE, op_id, None)
             return ("restore_failed",)
         snapshot = next(s for s in self.published if s.op_id == snapshot_id)
-        # Contents are dropped only once no restore can run again (`Scratch.result`).
+        # Contents are dropped only once no restore can run again (`result`).
         assert snapshot.digests, f"restore of {snapshot_id} after its contents were dropped"
         if p == AGENT:
             # The agent's executions are replaced by the snapshot's continuations: the live
             # ones belong to the interval the restore rolls back (M3 `retire`, "replaced on
             # restore"); a completed result stays until its ACK (listed in the reply).
             for key, (state, _) in list(self.executions.items()):
-                if state in LIVE:
+                if state in _LIVE:
                     self.execution_input(key, AI.RETIRE)
             self.restored = snapshot.digests[AGENT][2]
         elif p == RESOURCES:
-            self.resources = self._resources(ResourcesInput.IMPORT) or self.resources
+            self.resources_input(ResourcesInput.IMPORT)
         digest = snapshot.digests[p] if fault != "wrong_digest" else ("corrupt", NAMES[p])
         self._outcome(p, FI.RESTORE_DONE, FenceOp.RESTORE, op_id, digest)
         return ("restored", digest, self._held(), self.restored)
@@ -151,7 +310,7 @@ class ParticipantSide(Scratch):
             if stepped is not None:
                 self.policy = stepped[0]
         elif p == RESOURCES:
-            self.resources = self._resources(ResourcesInput.FENCE_PREPARE) or self.resources
+            self.resources_input(ResourcesInput.FENCE_PREPARE)
         else:
             for key in list(self.executions):
                 self.execution_input(key, AI.FENCE_PREPARE)
@@ -169,7 +328,7 @@ class ParticipantSide(Scratch):
                 if key not in self.policy[1]:
                     self.execution_input(key, AI.POLICY_RESUMED, agent_idle)
         elif p == RESOURCES:
-            self.resources = self._resources(ResourcesInput.FENCE_RESUME) or self.resources
+            self.resources_input(ResourcesInput.FENCE_RESUME)
         else:
             for key in list(self.executions):
                 self.execution_input(key, AI.FENCE_RESUME)
@@ -182,14 +341,15 @@ class ParticipantSide(Scratch):
             return self.resources == ResourcesLabel.FROZEN
         return not any(st in _BUSY for st, _ in self.executions.values())
 
-    def _resources(self, input: ResourcesInput) -> ResourcesLabel | None:
+    def resources_input(self, input: ResourcesInput) -> bool:
+        """Fire M5; False if it refused, or held a turn's resource call as a waiter."""
         stepped = self.t.resources(self.resources, input)
         if stepped is None:
-            return None
-        label, names = stepped
-        if input is ResourcesInput.MUTATION_STARTED and "admit_mutation" not in names:
-            return None  # held as a waiter: the turn's resource call waits
-        return label
+            return False
+        if input is ResourcesInput.MUTATION_STARTED and "admit_mutation" not in stepped[1]:
+            return False  # held as a waiter: the turn's resource call waits
+        self.resources = stepped[0]
+        return True
 
     def execution_input(
         self, key: Key, input: AgentInput, arg: Any = None
@@ -277,10 +437,8 @@ class ParticipantSide(Scratch):
 
     def turn(self, key: Key) -> bool:
         """`key` ends a turn (its resource call admitted); False if the turn must wait."""
-        label = self._resources(ResourcesInput.MUTATION_STARTED)
-        if label is None:
+        if not self.resources_input(ResourcesInput.MUTATION_STARTED):
             return False
-        self.resources = label
         _, turn = self.executions[key]
         self.execution_input(key, AI.TURN_BOUNDARY, turn + 1)
         if self.executions.get(key, ("",))[0] == EL.RUNNING:
@@ -290,10 +448,8 @@ class ParticipantSide(Scratch):
     def run_finished(self, key: Key) -> bool:
         """`key`'s last turn ends (its resource call admitted) and `/run` returns: the agent
         holds the result until its ACK (I1 watches it from now). False if the turn waits."""
-        label = self._resources(ResourcesInput.MUTATION_STARTED)
-        if label is None:
+        if not self.resources_input(ResourcesInput.MUTATION_STARTED):
             return False
-        self.resources = label
         if ExecAnswer.RESULT_HELD not in self.execution_input(key, AI.RUN_FINISHED):
             return False
         self.w = self.w._replace(unaccounted=self.w.unaccounted | {key})
@@ -317,8 +473,7 @@ class ParticipantSide(Scratch):
         elif p == RESOURCES:
             self.resources = ResourcesLabel.ACCEPTING
             if fenced:
-                prepared = self._resources(ResourcesInput.FENCE_PREPARE)
-                self.resources = prepared or ResourcesLabel.ACCEPTING
+                self.resources_input(ResourcesInput.FENCE_PREPARE)
         else:
             self.executions = {k: v for k, v in self.executions.items() if v[0] == EL.COMPLETED}
             self._executions_changed = True
@@ -330,6 +485,6 @@ class ParticipantSide(Scratch):
         if stepped is None:
             return None
         items = sorted(self.executions.items())
-        live = tuple(key for key, (state, _) in items if state in LIVE)
+        live = tuple(key for key, (state, _) in items if state in _LIVE)
         held = tuple(key for key, (state, _) in items if state == EL.COMPLETED)
         return live, held

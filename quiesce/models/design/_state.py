@@ -1,33 +1,24 @@
 """The state of the design model: small named tuples of labels, ranks and flags.
 
-What lives here: `DesignParams` (the sizes, PROTOCOL.md §8's reference size by default),
-the compact value of every machine the design model composes, and the queries on them
-that more than one module needs. What it does not know: how any value moves (the tables
-decide that, through `_design_tables`), or which actions exist (`_design_model`).
+What lives here: `DesignParams` and the compact value of every machine the model composes.
+What it does not know: how a value moves (`_tables`, `_step`), or which actions exist
+(`_model`).
 
-Why compact. The explorer keeps every distinct state in a hash set and hashes a state on
-every lookup; CPython does not cache a tuple's hash, so a state is a tree of tuples of
-strings, small ints and bools (their hashes are cheap or cached) and never a frozen
-dataclass (its `__hash__` runs Python code per field). A machine's state is a label of
-`_labels` (a `StrEnum`: a string to the hash). The tables' own values (`Value`,
-`FenceData`, `CheckpointData`, ...) are built from these only when a step is not yet
-memoised (`_design_tables`).
-
-Vocabulary of the abstraction:
+Why compact: the explorer hashes a state on every lookup and CPython does not cache a
+tuple's hash, so a state is a tree of tuples of strings, small ints and bools, never a
+frozen dataclass (its `__hash__` runs Python code per field). The vocabulary:
 - participants are indexes `POLICY, AGENT, RESOURCES` (one server per role);
-- ids are **ranks**: the ints 1, 2, ... in order of creation, one sequence for checkpoint
-  and restore ids alike (`OpId` orders by `(epoch, seq)`; only that order is ever read,
-  so a rank is the id). A new id is one more than every id the state still mentions;
-- a rollout attempt is a `Key` `(sibling, attempt)`; its receipt is the key itself
-  (receipts are exact per key), and attempt numbers are never reused (the restart's
-  new ledger numbers above every attempt anyone still remembers, as ids do);
+- ids are **ranks**, 1, 2, ... in order of creation, checkpoint and restore ids alike
+  (only `OpId`'s order is ever read); a new id is one more than every id still mentioned;
+- a rollout attempt is a `Key` `(sibling, attempt)`, which is also its receipt; attempt
+  numbers are never reused (a restart numbers above every one still remembered);
 - time is abstract: every timer may fire at any moment, so no clock is kept.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from quiesce.models.design._labels import (
     AttemptLabel,
@@ -44,23 +35,16 @@ from quiesce.models.design._labels import (
 )
 
 __all__ = [
-    "ABORT_PHASES",
-    "ACK_PHASES",
     "AGENT",
-    "ALL",
     "EMPTY_WALK",
     "LIVE_ATTEMPTS",
     "M1",
-    "M1_PHASE",
     "M9",
-    "M9_PHASE",
     "NAMES",
-    "ORDERS",
     "POLICY",
     "RESOURCES",
     "Attempt",
     "Controller",
-    "ControllerView",
     "DesignParams",
     "DesignState",
     "Execution",
@@ -76,52 +60,11 @@ __all__ = [
     "Store",
     "Walk",
     "World",
-    "ack_batch",
-    "discards",
-    "fence_done",
-    "latest_attempts",
-    "next_call",
-    "walk_active",
 ]
 
 POLICY, AGENT, RESOURCES = 0, 1, 2
 NAMES = ("policy", "agent", "resources")
 """Participant names by index (one server per role, PROTOCOL.md §8)."""
-ALL = (1 << POLICY) | (1 << AGENT) | (1 << RESOURCES)
-"""Every participant, as a bit set."""
-
-ORDERS: dict[WalkPhase, tuple[int, ...]] = {
-    WalkPhase.PREPARE: (POLICY, AGENT, RESOURCES),
-    WalkPhase.COMMIT: (AGENT, POLICY, RESOURCES),  # policy needs the agents' continuation index
-    WalkPhase.RELEASE: (RESOURCES, POLICY, AGENT),
-    WalkPhase.ABORT: (RESOURCES, POLICY, AGENT),
-    WalkPhase.RESTORE: (POLICY, AGENT, RESOURCES),
-    WalkPhase.RESUME_RS: (RESOURCES, POLICY, AGENT),
-    WalkPhase.ABORT_RS: (RESOURCES, POLICY, AGENT),
-}
-"""§3: the order each walk calls the participants in."""
-
-M1_PHASE = {
-    WalkPhase.FLUSH: M1Label.FLUSHING_ACKS,
-    WalkPhase.PREPARE: M1Label.PREPARING,
-    WalkPhase.COMMIT: M1Label.COMMITTING,
-    WalkPhase.REFLUSH: M1Label.CAPTURING,
-    WalkPhase.RELEASE: M1Label.RELEASING,
-    WalkPhase.ABORT: M1Label.ABORTING,
-}
-"""The M1 state each walk of a checkpoint belongs to (outside it the walk is dormant)."""
-M9_PHASE = {
-    WalkPhase.RESTORE: M9Label.RESTORING,
-    WalkPhase.DISCARD: M9Label.DISCARDING,
-    WalkPhase.RESUME_RS: M9Label.RESUMING,
-    WalkPhase.ABORT_RS: M9Label.SELECTING,
-}
-"""The M9 state each walk of a restore belongs to."""
-ACK_PHASES = (WalkPhase.FLUSH, WalkPhase.REFLUSH)
-"""The walks that flush the ACK outbox (one batch call to the agent)."""
-ABORT_PHASES = (WalkPhase.ABORT, WalkPhase.ABORT_RS)
-"""The walks that call only the participants marked attempted."""
-
 Key = tuple[int, int]
 """A rollout attempt: `(sibling, attempt)`."""
 LIVE_ATTEMPTS = (AttemptLabel.RESERVED, AttemptLabel.DISPATCHED)
@@ -258,7 +201,8 @@ EMPTY_WALK = Walk(WalkPhase.NONE, 0, False, 0)
 
 
 class Controller(NamedTuple):
-    """Everything the controller process holds (lost when it crashes).
+    """Everything the controller process holds (lost when it crashes); the defaults are
+    what a process starts with.
 
     `deadline`/`retry`: the attempt id the prepare-deadline / abort-release retry timer is
     armed for (0: none). `attempted`: participants marked attempted (bits). `conflicts`:
@@ -272,27 +216,27 @@ class Controller(NamedTuple):
     participants whose new incarnation the controller has not seen yet (bits). `stopped`:
     why the controller stopped (`budget`, `fatal`, `stopped` for a row that stops without
     its `stop` work, `restore_failed`, or `refused` when a table refused an input the
-    composition fired). `continuations`: those the agent's restore reply listed `(sibling, attempt,
-    turn)`, the restore's plan for discards and redispatch.
+    composition fired). `continuations`: those the agent's restore reply listed
+    `(sibling, attempt, turn)`, the restore's plan for discards and redispatch.
     """
 
-    m1: M1
-    walk: Walk
-    deadline: int
-    retry: int
-    attempted: int
-    conflicts: tuple[tuple[int, int], ...]
-    staged: tuple[Any, ...]
-    gate: Gate
-    registry: Registry
-    m9: M9 | None
-    rs: int
-    ledger: Ledger | None
-    outbox: tuple[Key, ...]
-    retires: tuple[Key, ...]
-    stale: int
-    stopped: str
-    continuations: tuple[tuple[int, int, int], ...]
+    m1: M1 = M1(M1Label.IDLE, 0, 0, False, "", 0)
+    walk: Walk = EMPTY_WALK
+    deadline: int = 0
+    retry: int = 0
+    attempted: int = 0
+    conflicts: tuple[tuple[int, int], ...] = ()
+    staged: tuple[Any, ...] = (None, None, None)
+    gate: Gate = (GateLabel.OPEN, ())
+    registry: Registry = (RegistryLabel.RUNNING, (), False, False)
+    m9: M9 | None = None
+    rs: int = 0
+    ledger: Ledger | None = None
+    outbox: tuple[Key, ...] = ()
+    retires: tuple[Key, ...] = ()
+    stale: int = 0
+    stopped: str = ""
+    continuations: tuple[tuple[int, int, int], ...] = ()
 
 
 class Participants(NamedTuple):
@@ -319,7 +263,7 @@ class Store(NamedTuple):
 
 class World(NamedTuple):
     """The environment: its budgets, the trainer, the network's delayed request, and the
-    independent ledger the properties are judged against.
+    independent ledger the properties are judged against (the defaults: untouched).
 
     `optimizer`, `weight_sync`, `train_switch`: 0 not begun, 1 in progress, 2 done.
     `delayed`: `(participant, op, id, snapshot id)` of a request the network held back.
@@ -336,16 +280,16 @@ class World(NamedTuple):
 
     triggers: int
     faults: int
-    optimizer: int
-    trainer_step: int
-    weight_sync: int
-    train_switch: int
-    delayed: tuple[int, str, int, int] | None
-    unaccounted: frozenset[Key]
-    unresolved: frozenset[int]
-    failed_attempts: int
-    failing: bool
-    bad: tuple[tuple[str, str], ...]
+    optimizer: int = 0
+    trainer_step: int = 0
+    weight_sync: int = 0
+    train_switch: int = 0
+    delayed: tuple[int, str, int, int] | None = None
+    unaccounted: frozenset[Key] = frozenset()
+    unresolved: frozenset[int] = frozenset()
+    failed_attempts: int = 0
+    failing: bool = False
+    bad: tuple[tuple[str, str], ...] = ()
 
 
 class DesignState(NamedTuple):
@@ -355,115 +299,3 @@ class DesignState(NamedTuple):
     parts: Participants
     store: Store
     world: World
-
-
-# ----------------------------------------------------------------------------- queries
-
-
-_PREPARE_DONE = (FenceLabel.PREPARED, FenceLabel.COMMITTING, FenceLabel.COMMITTED_PAUSED)
-"""The fence states of a participant that has done the prepare of its active id."""
-
-
-def fence_done(fence: Fence, op: str, op_id: int) -> bool:
-    """Has a participant whose fence is `fence` finished `op` under `op_id` (I5)?"""
-    if op == "prepare":
-        return fence.active == op_id and fence.state in _PREPARE_DONE
-    if op == "commit":
-        return fence.active == op_id and fence.state == FenceLabel.COMMITTED_PAUSED
-    if op == "restore":
-        return fence.active == op_id and fence.state == FenceLabel.RESTORED_PAUSED
-    return fence.active != op_id  # resume: the id is no longer active there
-
-
-def latest_attempts(ledger: Ledger) -> dict[int, Attempt]:
-    """The newest attempt of every sibling that has one."""
-    latest: dict[int, Attempt] = {}
-    for attempt in ledger.attempts:
-        if attempt.sibling not in latest or attempt.attempt > latest[attempt.sibling].attempt:
-            latest[attempt.sibling] = attempt
-    return latest
-
-
-class ControllerView(Protocol):
-    """What the walk queries read: a `Controller`, or a step under construction."""
-
-    @property
-    def m1(self) -> M1: ...
-    @property
-    def walk(self) -> Walk: ...
-    @property
-    def m9(self) -> M9 | None: ...
-    @property
-    def rs(self) -> int: ...
-    @property
-    def attempted(self) -> int: ...
-    @property
-    def conflicts(self) -> tuple[tuple[int, int], ...]: ...
-    @property
-    def ledger(self) -> Ledger | None: ...
-    @property
-    def outbox(self) -> tuple[Key, ...]: ...
-    @property
-    def stopped(self) -> str: ...
-    @property
-    def continuations(self) -> tuple[tuple[int, int, int], ...]: ...
-
-
-def walk_active(c: ControllerView) -> bool:
-    """Is the walk the one its machine (M1 or M9) is waiting on right now?"""
-    phase = c.walk.phase
-    if not phase or c.stopped:
-        return False
-    if phase in M1_PHASE:
-        return c.m1.state == M1_PHASE[phase]
-    return c.m9 is not None and c.m9[0] == M9_PHASE[phase]
-
-
-def ack_batch(c: ControllerView) -> tuple[Key, ...]:
-    """The ACK outbox: owed ACKs of the ledger and completions it does not own."""
-    owed = (
-        ()
-        if c.ledger is None
-        else tuple((a.sibling, a.attempt) for a in c.ledger.attempts if a.ack_owed)
-    )
-    return tuple(sorted({*owed, *c.outbox})) if owed or c.outbox else ()
-
-
-def discards(c: ControllerView, recovery_mode: str) -> tuple[tuple[int, int, int], ...]:
-    """Restored continuations that depend on a `restart_only` resource (S12), still to
-    discard (a discard answered leaves the restore's plan)."""
-    if recovery_mode != "restart_only":
-        return ()
-    return tuple(r for r in c.continuations if r[2] > 0)
-
-
-_OWN_ID_PHASES = (WalkPhase.PREPARE, WalkPhase.COMMIT, WalkPhase.RELEASE)
-"""The walks of a checkpoint's own id that resume no conflicting id first (§4)."""
-_PHASE_OP = {WalkPhase.PREPARE: "prepare", WalkPhase.COMMIT: "commit", WalkPhase.RESTORE: "restore"}
-"""The op a walk's call sends (every other walk of `ORDERS` sends `resume`)."""
-
-
-def next_call(c: ControllerView, recovery_mode: str) -> tuple[int, str, int, Any] | None:
-    """The next call of the walk: `(participant, op, id, extra)`, or None when done."""
-    phase, done = c.walk.phase, c.walk.done
-    if phase in ACK_PHASES:
-        # The batch of the outbox as it is now (ACKs are idempotent, so a batch the
-        # background drain already delivered is answered again, harmlessly).
-        return None if done else (AGENT, "ack", 0, ack_batch(c))
-    if phase is WalkPhase.DISCARD:
-        left = discards(c, recovery_mode)
-        return (AGENT, "discard", c.rs, left[0]) if left else None
-    if phase not in _OWN_ID_PHASES:
-        # §4: a participant fenced to another id is aborted (resumed) with that id first.
-        for p in ORDERS[WalkPhase.ABORT]:
-            for who, other in c.conflicts:
-                if who == p:
-                    return (p, "resume", other, "conflict")
-    op_id = c.rs if phase in M9_PHASE else c.m1.attempt
-    op = _PHASE_OP.get(phase, "resume")
-    needed = c.attempted if phase in ABORT_PHASES else ALL
-    extra = c.m9[1] if phase is WalkPhase.RESTORE and c.m9 is not None else None
-    for p in ORDERS[phase]:
-        if needed >> p & 1 and not done >> p & 1:
-            return (p, op, op_id, extra)
-    return None

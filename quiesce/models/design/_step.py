@@ -1,32 +1,27 @@
-"""One step of the design model: the controller's side, and the moves of the whole world.
+"""One step of the design model: the controller's side of it.
 
-What lives here: `Step`, the scratch value of one transition (built on `LedgerSide`, which
-is built on `ParticipantSide` and `Scratch`): the controller's checkpoint (M1) and restore
-(M9), their walks through the participants in §3 order, one atomic call at a time, and the
-controller's reading of each reply; `initial_state`. The moves are written the way the
-coordinator is: an input fires a table through `Steppers`, and the *names* of the effects
-the row emits select the work (`_M1_WORK`, `_M9_WORK`, built like the coordinator's
-`CHECKPOINT_WORK` and `RESTORE_WORK` by `quiesce.fsm.work` against the same table: every
-name has work, an unknown one raises), so a mutant that drops an effect from a row really
-drops that work. What it does not know: which moves are enabled, or the
-properties (`_design_model`).
+What lives here: `Step` (on `ParticipantSide`), the controller's rollout bookkeeping (the
+admission gate and the deadline registry M6/M7, the recovery ledger M8, the background ACK
+and retire calls, dispatch, deadline expiry and retries; past the attempt limit the group
+is abandoned and counted), its checkpoint (M1) and restore (M9), their walks through the
+participants in §3 order, one atomic call at a time, and its reading of each reply;
+`initial_state`. An input fires a table through `Steppers` and the *names* of the effects
+its row emits select the work (`_M1_WORK`, `_M9_WORK`, built by `quiesce.fsm.work` against
+the same tables as the coordinator's: every name has work, an unknown one raises), so a
+mutant that drops an effect from a row really drops that work. What it does not know:
+which moves are enabled, or the properties (`_model`).
 
 The abstraction (PROTOCOL.md §8, "Two levels of model"):
-- a control call to one participant, with its in-attempt retries (§4 amended: the same op
-  id, up to `call_retries`), is ONE step: the participant's fence and role tables step on
-  the request and the controller's tables step on the reply. A first try lost, or answered
-  5xx, and then retried is the call itself, so the faults enumerated are those that leave
-  a trace: a reply lost and answered again from the fence's record, a duplicated request,
-  a request the network holds and redelivers later (once), a wrong digest or a failure on
-  the participant's side at restore, and every try failing (that costs `call_retries + 1`
-  faults, so at the reference size it needs a budget of 2);
+- a control call with its in-attempt retries (§4: the same op id) is ONE step: the
+  participant's tables step on the request and the controller's on the reply. A first try
+  lost or answered 5xx and then retried is the call itself, so the faults enumerated are
+  those that leave a trace (`call`); every try failing costs `call_retries + 1` faults;
 - the ACK outbox and the retire list are background calls, one step each, retried until
   answered (a lost retire answer for a completed result would otherwise hold it forever);
 - the controller's local store steps (intent, cut, validate, publish, reading the intent
   record, selecting a snapshot) complete inside the step that starts them: the store is
   local and synchronous, and a controller crash still lands before or after publication;
-- a rollout turn ends in one step (its resource call admitted, or the turn waits); the next
-  turn's policy call is made at once, and held as a waiter when the policy is paused.
+- a rollout turn ends in one step; the next turn's policy call is made at once.
 """
 
 from __future__ import annotations
@@ -36,49 +31,37 @@ from typing import Any
 
 from quiesce.fsm import work
 from quiesce.models.design._labels import (
+    AttemptLabel,
     FenceLabel,
     GateLabel,
     GroupLabel,
     M1Label,
     M9Label,
     PolicyLabel,
-    RegistryLabel,
     ResourcesLabel,
     WalkPhase,
 )
-from quiesce.models.design._ledger import LedgerSide
+from quiesce.models.design._participants import ParticipantSide
 from quiesce.models.design._state import (
-    ABORT_PHASES,
-    ACK_PHASES,
     AGENT,
-    ALL,
     EMPTY_WALK,
     LIVE_ATTEMPTS,
-    M1,
-    M1_PHASE,
-    M9_PHASE,
     NAMES,
-    ORDERS,
     POLICY,
     RESOURCES,
+    Attempt,
     Controller,
     DesignParams,
     DesignState,
     Fence,
-    Gate,
     Group,
+    Key,
     Ledger,
     Participants,
-    Registry,
     Snapshot,
     Store,
     Walk,
     World,
-    discards,
-    fence_done,
-    latest_attempts,
-    next_call,
-    walk_active,
 )
 from quiesce.models.design._tables import GROUP, Steppers
 from quiesce.models.oracles import SPEC_PHASE_ORDER
@@ -88,15 +71,27 @@ from quiesce.protocol.machines import (
     RESTORE,
     AttemptInput,
     CheckpointInput,
+    ExecAnswer,
+    GateInput,
+    GroupInput,
     IntentAction,
     RegistryInput,
     Restart,
     RestoreInput,
 )
 
-__all__ = ["DELAYABLE", "TRANSIENT", "Step", "initial_state"]
+__all__ = [
+    "DELAYABLE",
+    "TRANSIENT",
+    "Step",
+    "ack_batch",
+    "initial_state",
+    "next_call",
+    "walk_active",
+]
 
 CI, TI = CheckpointInput, AttemptInput
+_ENDED = (AttemptLabel.FAILED, AttemptLabel.ABANDONED)  # without a result: retried
 _DONE_INPUT = {
     WalkPhase.PREPARE: CI.ROLES_DONE,
     WalkPhase.COMMIT: CI.ROLES_DONE,
@@ -110,6 +105,12 @@ _RESTORE_CALL_PHASES = (WalkPhase.RESTORE, WalkPhase.DISCARD, WalkPhase.RESUME_R
 _ATTEMPTING_PHASES = (WalkPhase.PREPARE, WalkPhase.RESTORE)
 """The walks whose call marks its participant attempted before it is sent (S6)."""
 _RESTARTED = classify(Cause.PARTICIPANT_RESTARTED)
+_FAILED = {
+    "error": Cause.PARTICIPANT_ERROR,
+    "failed": Cause.COMMIT_FAILED,
+    "restore_failed": Cause.PARTICIPANT_ERROR,
+}
+"""The cause a call fails with when its reply is a failure."""
 # §4: a refusal answered to a control call is classified by its code.
 _REFUSAL_CAUSE = {
     "checkpoint_conflict": Cause.CHECKPOINT_CONFLICT,
@@ -127,62 +128,140 @@ TRANSIENT = {
 request lost for the model: the participant changed nothing, the cause is as retryable)."""
 
 
-# What the controller process starts with (and a crashed one restarts with).
-_M1_IDLE = M1(M1Label.IDLE, 0, 0, False, "", 0)
-_GATE_OPEN: Gate = (GateLabel.OPEN, ())
-_REGISTRY_RUNNING: Registry = (RegistryLabel.RUNNING, (), False, False)
+_ALL = (1 << POLICY) | (1 << AGENT) | (1 << RESOURCES)
+"""Every participant, as a bit set."""
+
+_ORDERS: dict[WalkPhase, tuple[int, ...]] = {
+    WalkPhase.PREPARE: (POLICY, AGENT, RESOURCES),
+    WalkPhase.COMMIT: (AGENT, POLICY, RESOURCES),  # policy needs the agents' continuation index
+    WalkPhase.RELEASE: (RESOURCES, POLICY, AGENT),
+    WalkPhase.ABORT: (RESOURCES, POLICY, AGENT),
+    WalkPhase.RESTORE: (POLICY, AGENT, RESOURCES),
+    WalkPhase.RESUME_RS: (RESOURCES, POLICY, AGENT),
+    WalkPhase.ABORT_RS: (RESOURCES, POLICY, AGENT),
+}
+"""§3: the order each walk calls the participants in."""
+
+_M1_PHASE = {
+    WalkPhase.FLUSH: M1Label.FLUSHING_ACKS,
+    WalkPhase.PREPARE: M1Label.PREPARING,
+    WalkPhase.COMMIT: M1Label.COMMITTING,
+    WalkPhase.REFLUSH: M1Label.CAPTURING,
+    WalkPhase.RELEASE: M1Label.RELEASING,
+    WalkPhase.ABORT: M1Label.ABORTING,
+}
+"""The M1 state each walk of a checkpoint belongs to (outside it the walk is dormant)."""
+_M9_PHASE = {
+    WalkPhase.RESTORE: M9Label.RESTORING,
+    WalkPhase.DISCARD: M9Label.DISCARDING,
+    WalkPhase.RESUME_RS: M9Label.RESUMING,
+    WalkPhase.ABORT_RS: M9Label.SELECTING,
+}
+"""The M9 state each walk of a restore belongs to."""
+_ACK_PHASES = (WalkPhase.FLUSH, WalkPhase.REFLUSH)
+"""The walks that flush the ACK outbox (one batch call to the agent)."""
+_ABORT_PHASES = (WalkPhase.ABORT, WalkPhase.ABORT_RS)
+"""The walks that call only the participants marked attempted."""
+
+
+_PREPARE_DONE = (FenceLabel.PREPARED, FenceLabel.COMMITTING, FenceLabel.COMMITTED_PAUSED)
+"""The fence states of a participant that has done the prepare of its active id."""
+
+
+def _fence_done(fence: Fence, op: str, op_id: int) -> bool:
+    """Has a participant whose fence is `fence` finished `op` under `op_id` (I5)?"""
+    if op == "prepare":
+        return fence.active == op_id and fence.state in _PREPARE_DONE
+    if op == "commit":
+        return fence.active == op_id and fence.state == FenceLabel.COMMITTED_PAUSED
+    if op == "restore":
+        return fence.active == op_id and fence.state == FenceLabel.RESTORED_PAUSED
+    return fence.active != op_id  # resume: the id is no longer active there
+
+
+def _latest_attempts(ledger: Ledger) -> dict[int, Attempt]:
+    """The newest attempt of every sibling that has one."""
+    latest: dict[int, Attempt] = {}
+    for attempt in ledger.attempts:
+        if attempt.sibling not in latest or attempt.attempt > latest[attempt.sibling].attempt:
+            latest[attempt.sibling] = attempt
+    return latest
+
+
+def walk_active(c: Controller | Step) -> bool:
+    """Is the walk the one its machine (M1 or M9) is waiting on right now?"""
+    phase = c.walk.phase
+    if not phase or c.stopped:
+        return False
+    if phase in _M1_PHASE:
+        return c.m1.state == _M1_PHASE[phase]
+    return c.m9 is not None and c.m9[0] == _M9_PHASE[phase]
+
+
+def ack_batch(c: Controller | Step) -> tuple[Key, ...]:
+    """The ACK outbox: owed ACKs of the ledger and completions it does not own."""
+    owed = (
+        ()
+        if c.ledger is None
+        else tuple((a.sibling, a.attempt) for a in c.ledger.attempts if a.ack_owed)
+    )
+    return tuple(sorted({*owed, *c.outbox})) if owed or c.outbox else ()
+
+
+def _discards(c: Controller | Step, recovery_mode: str) -> tuple[tuple[int, int, int], ...]:
+    """Restored continuations that depend on a `restart_only` resource (S12), still to
+    discard (a discard answered leaves the restore's plan)."""
+    if recovery_mode != "restart_only":
+        return ()
+    return tuple(r for r in c.continuations if r[2] > 0)
+
+
+_OWN_ID_PHASES = (WalkPhase.PREPARE, WalkPhase.COMMIT, WalkPhase.RELEASE)
+"""The walks of a checkpoint's own id that resume no conflicting id first (§4)."""
+_PHASE_OP = {WalkPhase.PREPARE: "prepare", WalkPhase.COMMIT: "commit", WalkPhase.RESTORE: "restore"}
+"""The op a walk's call sends (every other walk of `_ORDERS` sends `resume`)."""
+
+
+def next_call(c: Controller | Step, recovery_mode: str) -> tuple[int, str, int, Any] | None:
+    """The next call of the walk: `(participant, op, id, extra)`, or None when done."""
+    phase, done = c.walk.phase, c.walk.done
+    if phase in _ACK_PHASES:
+        # The batch of the outbox as it is now (ACKs are idempotent, so a batch the
+        # background drain already delivered is answered again, harmlessly).
+        return None if done else (AGENT, "ack", 0, ack_batch(c))
+    if phase is WalkPhase.DISCARD:
+        left = _discards(c, recovery_mode)
+        return (AGENT, "discard", c.rs, left[0]) if left else None
+    if phase not in _OWN_ID_PHASES:
+        # §4: a participant fenced to another id is aborted (resumed) with that id first.
+        for p in _ORDERS[WalkPhase.ABORT]:
+            for who, other in c.conflicts:
+                if who == p:
+                    return (p, "resume", other, "conflict")
+    op_id = c.rs if phase in _M9_PHASE else c.m1.attempt
+    op = _PHASE_OP.get(phase, "resume")
+    needed = c.attempted if phase in _ABORT_PHASES else _ALL
+    extra = c.m9[1] if phase is WalkPhase.RESTORE and c.m9 is not None else None
+    for p in _ORDERS[phase]:
+        if needed >> p & 1 and not done >> p & 1:
+            return (p, op, op_id, extra)
+    return None
 
 
 def initial_state(p: DesignParams, steppers: Steppers) -> DesignState:
     """Discovery done, the prompt group opened and every sibling dispatched."""
     fence = Fence(FenceLabel.IDLE, 0, 0, ())
-    controller = Controller(
-        _M1_IDLE,
-        EMPTY_WALK,
-        0,
-        0,
-        0,
-        (),
-        (None, None, None),
-        _GATE_OPEN,
-        _REGISTRY_RUNNING,
-        None,
-        0,
-        Ledger(Group(GroupLabel.GENERATING, 0, False), ()),
-        (),
-        (),
-        0,
-        "",
-        (),
-    )
-    parts = Participants(
-        (fence, fence, fence),
-        (PolicyLabel.ACCEPTING, ()),
-        ResourcesLabel.ACCEPTING,
-        (),
-        tuple((-1, False) for _ in range(p.siblings)),
-        (),
-    )
-    world = World(
-        p.triggers,
-        p.faults,
-        0,
-        0,
-        0,
-        0,
-        None,
-        frozenset(),
-        frozenset(),
-        0,
-        False,
-        (),
-    )
-    step = Step(p, steppers, DesignState(controller, parts, Store(0, ()), world))
+    controller = Controller(ledger=Ledger(Group(GroupLabel.GENERATING, 0, False), ()))
+    refusals = tuple((-1, False) for _ in range(p.siblings))
+    policy = (PolicyLabel.ACCEPTING, ())
+    parts = Participants((fence,) * 3, policy, ResourcesLabel.ACCEPTING, (), refusals, ())
+    state = DesignState(controller, parts, Store(0, ()), World(p.triggers, p.faults))
+    step = Step(p, steppers, state)
     step.open_group()
     return step.result()
 
 
-class Step(LedgerSide):
+class Step(ParticipantSide):
     """One transition under construction (see the module doc)."""
 
     def __init__(self, params: DesignParams, steppers: Steppers, state: DesignState) -> None:
@@ -266,7 +345,7 @@ class Step(LedgerSide):
         once inside the cut, else the cut is captured."""
         if self.w.trainer_step != self.m1.step or self.w.optimizer == 1:
             self.fail(Cause.TRAINER_STATE_CHANGED)
-        elif self.ack_batch():
+        elif ack_batch(self):
             if reflushed:
                 self.fail(Cause.ACKS_PENDING)
             else:
@@ -299,24 +378,21 @@ class Step(LedgerSide):
         """Begin a remote phase (a retried abort/release skips who answered)."""
         keep = self.walk.phase is phase
         self.walk = Walk(phase, self.walk.done if keep else 0, False, 0)
-        nothing_to_ack = phase in ACK_PHASES and not self.ack_batch()
+        nothing_to_ack = phase in _ACK_PHASES and not ack_batch(self)
         if nothing_to_ack or self.next_call() is None:
             self.finish_walk()
-
-    def walk_active(self) -> bool:
-        """Is the walk the one its machine is waiting on right now?"""
-        return walk_active(self)
 
     def next_call(self) -> tuple[int, str, int, Any] | None:
         """The next call of the walk: `(participant, op, id, extra)`, or None when done."""
         return next_call(self, self.p.recovery_mode)
 
-    def _discards(self) -> tuple[tuple[int, int, int], ...]:
-        return discards(self, self.p.recovery_mode)
-
     def advance(self, p: int) -> None:
         """The call to `p` succeeded: on to the next one, or the phase is done."""
         self.walk = self.walk._replace(done=self.walk.done | 1 << p, not_ready=False)
+        self.finish_if_done()
+
+    def finish_if_done(self) -> None:
+        """The walk is done once it has no call left to make."""
         if self.next_call() is None:
             self.finish_walk()
 
@@ -337,7 +413,9 @@ class Step(LedgerSide):
             self.restore_input(RestoreInput.RECV_RESTORED)
             if self.m9 is not None and self.m9[0] == M9Label.RESTORED_PAUSED:
                 self.check_restored()
-                self.restore_input(RestoreInput.DISCARD_BEGIN, len(self._discards()))
+                self.restore_input(
+                    RestoreInput.DISCARD_BEGIN, len(_discards(self, self.p.recovery_mode))
+                )
         elif phase is WalkPhase.DISCARD:
             self.restore_input(RestoreInput.RECV_DISCARDED)
         elif phase is WalkPhase.RESUME_RS:
@@ -351,7 +429,7 @@ class Step(LedgerSide):
         self.walk = self.walk._replace(not_ready=False)
         if phase is WalkPhase.REFLUSH:
             self.fail(Cause.ACKS_PENDING)
-        elif phase in M1_PHASE:
+        elif phase in _M1_PHASE:
             self.fail(cause)
         elif phase in _RESTORE_CALL_PHASES:
             self.restore_input(RestoreInput.CALL_FAILED)
@@ -401,24 +479,18 @@ class Step(LedgerSide):
             code, active = reply[1], reply[2]
             if code == "checkpoint_conflict" and active:
                 self.conflicts = tuple(sorted({*self.conflicts, (p, active)}))
-                if phase in M9_PHASE:
+                if phase in _M9_PHASE:
                     return  # the walk resumes the active id first, then asks `p` again
             self.fail_walk(_REFUSAL_CAUSE.get(code, Cause.PARTICIPANT_ERROR))
-        elif kind == "error":
-            self.fail_walk(Cause.PARTICIPANT_ERROR)
+        elif kind in _FAILED:
+            self.fail_walk(_FAILED[kind])
         elif kind == "not_ready":
             self.walk = self.walk._replace(not_ready=True)
-        elif kind == "failed":
-            self.fail_walk(Cause.COMMIT_FAILED)
-        elif kind == "restore_failed":
-            self.fail_walk(Cause.PARTICIPANT_ERROR)
         elif kind == "acked":
             self.ack_flushed(reply[1])
             self.advance(AGENT)
         elif kind == "committed":
-            staged = list(self.staged)
-            staged[p] = reply[1]
-            self.staged = tuple(staged)
+            self.staged = (*self.staged[:p], reply[1], *self.staged[p + 1 :])
             self.advance(p)
         elif kind == "restored":
             if reply[1] != self.snapshot().digests[p]:
@@ -437,12 +509,10 @@ class Step(LedgerSide):
             self.advance(p)
         elif kind == "discarded":
             self.continuations = tuple(c for c in self.continuations if c != extra)
-            if self.next_call() is None:
-                self.finish_walk()
+            self.finish_if_done()
         elif extra == "conflict":  # resumed: the conflicting id is retired there
             self.conflicts = tuple(c for c in self.conflicts if c != (p, op_id))
-            if self.next_call() is None:
-                self.finish_walk()
+            self.finish_if_done()
         else:  # ready, resumed
             self.advance(p)
 
@@ -458,7 +528,7 @@ class Step(LedgerSide):
             # report was lost survives in its journal: retiring the attempts finds it.
             self.expire_group()
         # M1's rows decide: the attempt fails if it touched `p` (called it with its id).
-        if self.walk.phase not in M1_PHASE:
+        if self.walk.phase not in _M1_PHASE:
             return False
         before = self.m1.state
         touched = bool(self.attempted >> p & 1)
@@ -473,17 +543,17 @@ class Step(LedgerSide):
         """I5: a control call goes to `p` only after every earlier participant of the
         phase's §3 order has done the op for that id (and commit only after every prepare)."""
         phase = self.walk.phase
-        if phase not in ORDERS or extra == "conflict":
+        if phase not in _ORDERS or extra == "conflict":
             return
-        needed = self.attempted if phase in ABORT_PHASES else ALL
-        # §3 as the spec states it, by the call's op: never the walk's own `ORDERS`.
+        needed = self.attempted if phase in _ABORT_PHASES else _ALL
+        # §3 as the spec states it, by the call's op: never the walk's own `_ORDERS`.
         order = tuple(NAMES.index(role) for role in SPEC_PHASE_ORDER[op])
         for q in order[: order.index(p)]:
-            if needed >> q & 1 and not fence_done(self.fences[q], op, op_id):
+            if needed >> q & 1 and not _fence_done(self.fences[q], op, op_id):
                 self.flag("I5", f"{op}({op_id}) to {NAMES[p]} before {NAMES[q]} did it")
         if op == "commit":
             for q in order:
-                if not fence_done(self.fences[q], "prepare", op_id):
+                if not _fence_done(self.fences[q], "prepare", op_id):
                     self.flag("I5", f"commit({op_id}) to {NAMES[p]} before {NAMES[q]} prepared")
 
     def restore_input(self, input: RestoreInput, arg: Any = None) -> None:
@@ -571,11 +641,11 @@ class Step(LedgerSide):
         # the plan as they were answered): N+1 resumes from N's turn.
         kept = {(s, a): t for s, a, t in self.continuations}
         for sibling in siblings:
-            latest = latest_attempts(self.ledger).get(sibling)
+            latest = _latest_attempts(self.ledger).get(sibling)
             if latest is None or self.ledger.group.sealed >> sibling & 1:
                 continue
             key = (latest.sibling, latest.attempt)
-            self.retires = tuple(sorted({*self.retires, key}))
+            self.retire_later(key)
             if latest.state in LIVE_ATTEMPTS:
                 index = self.owned(key)
                 assert index is not None
@@ -594,7 +664,7 @@ class Step(LedgerSide):
         if status is None:
             return
         live, held = status
-        self.retires = tuple(sorted({*self.retires, *live}))
+        self.retire_later(*live)
         for key in held:
             self.unowned(key)
         self.deliver_retires()
@@ -616,14 +686,266 @@ class Step(LedgerSide):
             weight_sync=2 if w.weight_sync == 1 else w.weight_sync,
             train_switch=2 if w.train_switch == 1 else w.train_switch,
         )
-        self.m1 = _M1_IDLE
-        self.walk, self.deadline, self.retry, self.attempted = EMPTY_WALK, 0, 0, 0
-        self.conflicts, self.staged = (), (None, None, None)
-        self.gate, self.registry = _GATE_OPEN, _REGISTRY_RUNNING
-        self.m9, self.rs, self.ledger = (M9Label.FINISHING_INTENT, 0, 0, ()), 0, None
-        self.outbox, self.retires, self.stale, self.stopped, self.continuations = (), (), 0, "", ()
+        self.load(Controller(m9=(M9Label.FINISHING_INTENT, 0, 0, ())))
         self.hold("restore", deadlines=True)
         self.read_intent()  # the new process starts by reading the intent record (§6)
+
+    # ------------------------------------------------------------------ rollouts (M6-M8)
+
+    def hold(self, owner: str, deadlines: bool) -> None:
+        """`owner` holds the admission gate (and the deadline registry)."""
+        self.gate = self.t.gate(self.gate, GateInput.HOLD, owner) or self.gate
+        if deadlines:
+            self.registry_input(RegistryInput.SUSPEND, owner)
+
+    def release(self, owner: str, deadlines: bool) -> None:
+        """`owner` lets go of the gate (and the registry); reserved work may go out."""
+        self.gate = self.t.gate(self.gate, GateInput.RELEASE, owner) or self.gate
+        if deadlines:
+            self.registry_input(RegistryInput.RESUME, owner)
+        self.dispatch_reserved()
+
+    def registry_input(self, input: RegistryInput, key: str, fault: str = "") -> None:
+        """Fire M7; a deadline that expires fails and retries the group."""
+        stepped = self.t.registry(self.registry, input, key)
+        if stepped is None:
+            return
+        self.registry, expired = stepped
+        if expired:
+            self.expire_group(fault)
+
+    def owned(self, key: Key) -> int | None:
+        """The index of `key`'s attempt in the ledger, if the ledger owns it."""
+        if self.ledger is None:
+            return None
+        for index, attempt in enumerate(self.ledger.attempts):
+            if (attempt.sibling, attempt.attempt) == key:
+                return index
+        return None
+
+    def attempt_input(self, index: int, input: AttemptInput) -> tuple[str, ...] | None:
+        """Fire M8 `rollout_attempt` on the ledger's attempt `index`."""
+        assert self.ledger is not None
+        attempts = self.ledger.attempts
+        stepped = self.t.attempt(attempts[index], input)
+        if stepped is None:
+            return None
+        changed = (*attempts[:index], stepped[0], *attempts[index + 1 :])
+        self.ledger = self.ledger._replace(attempts=changed)
+        return stepped[1]
+
+    def group_input(self, input: GroupInput, sibling: int | None = None) -> tuple[str, ...] | None:
+        """Fire M8 `prompt_group` on the group."""
+        assert self.ledger is not None
+        stepped = self.t.group(self.ledger.group, self.p.siblings, input, sibling)
+        if stepped is None:
+            return None
+        self.ledger = self.ledger._replace(group=stepped[0])
+        return stepped[1]
+
+    def ack_flushed(self, keys: tuple[Key, ...]) -> None:
+        """The agent answered an ACK batch: the ledger and the outbox drop those receipts."""
+        for key in keys:
+            index = self.owned(key)
+            if index is not None:
+                self.attempt_input(index, TI.ACK_FLUSHED)
+        self.outbox = tuple(k for k in self.outbox if k not in keys)
+
+    def unowned(self, key: Key) -> None:
+        """A completion the ledger does not own: ACKed and counted as discarded (I1)."""
+        if key not in self.outbox:
+            self.outbox = (*self.outbox, key)
+        self.account(key)
+
+    def account(self, *keys: Key) -> None:
+        """`keys` are accounted for: trained, or counted as discarded (I1)."""
+        self.w = self.w._replace(unaccounted=self.w.unaccounted - set(keys))
+
+    def on_completed(self, key: Key, fault: str = "") -> None:
+        """The controller hears that `key` completed (or a retire found it completed): it
+        seals it (or counts it dropped) and drains the ACK outbox, `fault` striking the
+        ACK call."""
+        if self.stopped:
+            return
+        index = self.owned(key)
+        if index is None:
+            self.unowned(key)
+        else:
+            names = self.attempt_input(index, TI.ROLLOUT_COMPLETED) or ()
+            if "drop_late_completion" in names:
+                self.account(key)
+            elif "owe_ack" in names:
+                sealed = self.group_input(GroupInput.SIBLING_SEALED, key[0])
+                if sealed is not None and "group_ready" in sealed:
+                    self.registry_input(RegistryInput.STOP, GROUP)
+        self.drain(fault)
+
+    def drain(self, fault: str = "") -> None:
+        """The background ACK drain: one batch to the agent, with its retries, one step.
+        `fault` as for `call`: `reply_lost` (answered again on the retry), `request_lost*` /
+        `reply_lost*` (every try fails: the outbox waits for a retry or the next strict
+        flush, S8)."""
+        batch = ack_batch(self)
+        if not batch or self.stopped:
+            return
+        kind, tries = self.tries(fault)
+        if kind == "request_lost":
+            return
+        for _ in range(tries):
+            reply = self.serve_ack(batch)
+        if fault.endswith("*"):
+            return  # every reply lost
+        if self.stale >> AGENT & 1 and self.seen_restart(AGENT):
+            return
+        self.ack_flushed(reply[1])
+
+    def retire_later(self, *keys: Key) -> None:
+        """`keys` are to be tombstoned at the agent (pending until answered)."""
+        self.retires = tuple(sorted({*self.retires, *keys}))
+
+    def deliver_retires(self, fault: str = "") -> None:
+        """Tombstone every pending key at the agent, one retire call each (with its
+        retries) in this step; a key stays pending until its answer arrives. `fault` as
+        for `drain` strikes them all."""
+        kind, tries = self.tries(fault)
+        for key in self.retires:
+            if kind == "request_lost":
+                return
+            for _ in range(tries):
+                answer = self.serve_retire(key)
+            if fault.endswith("*"):
+                continue
+            self.retires = tuple(k for k in self.retires if k != key)
+            if self.stale >> AGENT & 1 and self.seen_restart(AGENT):
+                continue
+            if answer is ExecAnswer.COMPLETED_UNACKNOWLEDGED:
+                self.on_completed(key)  # S17: sealed late, then ACKed: only an ACK releases it
+
+    def fresh_attempt(self, sibling: int) -> int:
+        """A never-used attempt number for `sibling` (attempts are ranks, like ids)."""
+        seen = [self.refusals[sibling][0]]
+        seen += (a for s, a in self.executions if s == sibling)
+        seen += (c[1] for c in (*self.restored, *self.continuations) if c[0] == sibling)
+        if self.ledger is not None:
+            seen += (a.attempt for a in self.ledger.attempts if a.sibling == sibling)
+        for keys in (self.w.unaccounted, self.outbox, self.retires):
+            seen += (a for s, a in keys if s == sibling)
+        return max(seen) + 1
+
+    def open_group(self) -> None:
+        """The dataloader opens the group: every sibling reserved, its deadline started."""
+        ledger = self.ledger
+        assert ledger is not None
+        fresh = tuple(
+            Attempt(s, self.fresh_attempt(s), AttemptLabel.RESERVED, False, False, False, 0)
+            for s in range(self.p.siblings)
+        )
+        self.ledger = ledger._replace(attempts=tuple(sorted((*ledger.attempts, *fresh))))
+        self.registry_input(RegistryInput.START, GROUP)
+        self.dispatch_reserved()
+
+    def dispatch_reserved(self) -> None:
+        """While admission is open, dispatch every reserved attempt (I2: only from reserved,
+        never a sibling whose result is sealed, nor once the trainer has the group)."""
+        ledger = self.ledger
+        if (
+            ledger is None
+            or self.gate[0] != GateLabel.OPEN
+            or ledger.group.state != GroupLabel.GENERATING
+        ):
+            return
+        for index, attempt in enumerate(ledger.attempts):
+            if attempt.state != AttemptLabel.RESERVED:
+                continue
+            key = (attempt.sibling, attempt.attempt)
+            if ledger.group.sealed >> attempt.sibling & 1 or self.w.trainer_step:
+                self.flag("I2", f"s{key[0]}#{key[1]} dispatched though its sibling is sealed")
+            if self.attempt_input(index, TI.DISPATCH) is None:
+                continue
+            self.begin(key, attempt.resume_turn)
+
+    def expire_group(self, fault: str = "") -> None:
+        """M7 expiry (or the agent restarted): dispatched attempts fail, reserved ones are
+        abandoned, they are retired at the agent (`fault` striking the retire calls), and
+        the group is retried (M8)."""
+        if self.ledger is None or self.ledger.group.state != GroupLabel.GENERATING:
+            return
+        keys: list[Key] = []
+        for index, attempt in enumerate(self.ledger.attempts):
+            if attempt.state == AttemptLabel.DISPATCHED:
+                self.attempt_input(index, TI.ATTEMPT_FAILED)
+            elif attempt.state == AttemptLabel.RESERVED:
+                self.attempt_input(index, TI.ABANDON)
+            else:
+                continue
+            keys.append((attempt.sibling, attempt.attempt))
+        self.retire_later(*keys)
+        self.deliver_retires(fault)
+        self.registry_input(RegistryInput.STOP, GROUP)
+        self.retry_group()
+
+    def retry_group(self) -> None:
+        """Each unsealed sibling whose latest attempt failed gets a fresh attempt (live
+        level `sibling`); one past the attempt limit abandons the group (counted)."""
+        assert self.ledger is not None
+        sealed = self.ledger.group.sealed
+        for sibling, latest in sorted(_latest_attempts(self.ledger).items()):
+            if sealed >> sibling & 1 or latest.state not in _ENDED:
+                continue
+            if not self.replace_attempt(latest, 0):
+                return
+        self.registry_input(RegistryInput.START, GROUP)
+        self.dispatch_reserved()
+
+    def replace_attempt(self, latest: Attempt, resume_turn: int) -> bool:
+        """Attempt N+1 replaces `latest` (once: M8 `supersede`); False if the attempt
+        limit abandoned the group instead."""
+        fresh = self.fresh_attempt(latest.sibling)
+        if fresh >= self.p.attempts:
+            self.abandon_group()
+            return False
+        index = self.owned((latest.sibling, latest.attempt))
+        assert index is not None and self.ledger is not None
+        if self.attempt_input(index, TI.SUPERSEDE) is None:
+            self.flag("I2", f"s{latest.sibling}#{latest.attempt} replaced twice")
+            return True
+        new = Attempt(
+            latest.sibling, fresh, AttemptLabel.RESERVED, False, False, False, resume_turn
+        )
+        self.ledger = self.ledger._replace(attempts=tuple(sorted((*self.ledger.attempts, new))))
+        return True
+
+    def abandon_group(self) -> None:
+        """The attempt limit is reached: the group is abandoned whole (M8 `rerun_whole`),
+        its sealed siblings discarded and counted, its live attempts retired."""
+        assert self.ledger is not None
+        names = self.group_input(GroupInput.RERUN_WHOLE)
+        if names is None:
+            return
+        if "discard_sealed_siblings" in names:
+            self.account(
+                *(
+                    (a.sibling, a.attempt)
+                    for a in self.ledger.attempts
+                    if a.state == AttemptLabel.SEALED
+                )
+            )
+        for index, attempt in enumerate(self.ledger.attempts):
+            if attempt.state in LIVE_ATTEMPTS:
+                self.attempt_input(index, TI.ABANDON)
+                self.retire_later((attempt.sibling, attempt.attempt))
+        self.deliver_retires()
+        self.registry_input(RegistryInput.STOP, GROUP)
+
+    def finish(self, key: Key, fault: str) -> bool:
+        """`key` finishes and the controller hears of it and ACKs it at once (the drain, one
+        step) unless `fault` loses the report (`report_lost`) or strikes the ACK
+        (`ack_...`). False if the turn must wait."""
+        if not self.run_finished(key):
+            return False
+        if fault != "report_lost":
+            self.on_completed(key, fault.removeprefix("ack_"))
+        return True
 
 
 # ====================================================================== the named work
@@ -705,7 +1027,7 @@ _M1_WORK: Mapping[str, Callable[[Step, Any], None]] = work(
 
 
 def _finish_in_flight(step: Step, arg: Any) -> None:
-    step.attempted = ALL  # every participant may hold the id
+    step.attempted = _ALL  # every participant may hold the id
     step.fire(CI.RECOVERED, (step.intent, step.w.trainer_step))
 
 

@@ -1,16 +1,14 @@
 """Sibling symmetry of the design model: one representative per relabelling of siblings.
 
-What lives here: `canonical(state)`, which renames the siblings of the prompt group so that
-their views come in a fixed order. The siblings of one group are interchangeable: no table,
-no rule and no property of §5 tells sibling 0 from sibling 1 (the group waits for all of
-them, each is retried alike, and I1/I2/I9 quantify over all). So a state and the same state
-with its siblings renamed have the same futures up to that renaming, and the explorer may
-keep one of them. What it does not know: anything but where sibling indexes appear.
+What lives here: `canonical(state)`, which renames the siblings so that their views come in
+a fixed order. No table, rule or property of §5 tells sibling 0 from sibling 1 (the group
+waits for all, each is retried alike, I1/I2/I9 quantify over all), so a state and its
+renamings have the same futures up to that renaming. What it does not know: anything but
+where sibling indexes appear.
 
-The representative: siblings are sorted by their *view* (their attempts in the ledger,
-their executions, their refusal key); ties keep the current order. Two symmetric states
-whose tied siblings differ only outside the view may keep two representatives: that costs a
-state, never a verdict.
+The representative sorts siblings by their *view* (ledger attempts, executions, refusal
+key), ties keeping the current order: symmetric states whose tied siblings differ only
+outside the view may keep two representatives, which costs a state, never a verdict.
 """
 
 from __future__ import annotations

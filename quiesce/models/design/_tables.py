@@ -1,17 +1,12 @@
 """The design model's view of the ten tables of M1-M9: compact values in, compact out.
 
-What lives here: `DesignTables` (which table plays each machine: the real ones by default,
-a derived one for a mutant) and `Steppers`, which fires an input on a compact value (a
-label and a few ranks or flags, `_design_state`) by building the table's own `Value`,
-calling the compiled pure `table.step`, and reading the result back. Every step is
-memoised: the tables are pure, and the same local value meets the same input in a great
-many states. What it does not know: when an input fires or what its effects make happen
-(`_design_model` decides that, reading effect *names*, as the coordinator does, and M3's
-bound answers, as the agent role does).
-
-A refusal (a pair the table forbids, or every guard false) is `None`: the caller decides
-what a refused input means there (for a participant: a refusal; for the controller: it is
-stuck, which the no-stall goals then report).
+What lives here: `DesignTables` (which table plays each machine: the real ones, or a
+mutant's) and `Steppers`, which fires an input on a compact value (`_state`) by building
+the table's own `Value`, calling the compiled pure `table.step` and reading the result
+back, memoised (the same local value meets the same input in a great many states). A
+refusal (a pair the table forbids, or every guard false) is `None`: the caller decides what
+it means there. What it does not know: when an input fires or what its effects make happen
+(`_step` reads effect *names*, as the coordinator does, and M3's bound answers).
 """
 
 from __future__ import annotations
@@ -23,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, TypeVar, cast
 
-from quiesce.fsm import Effect, Table, Value
+from quiesce.fsm import Effect, Table, TransitionNotAllowed, Value
 from quiesce.models.design._labels import (
     AttemptLabel,
     ExecLabel,
@@ -64,15 +59,12 @@ from quiesce.protocol.machines import (
     Admission,
     AdmissionData,
     AttemptData,
-    AttemptState,
     CheckpointData,
-    CheckpointState,
     Completion,
     DeadlineArg,
     DeadlineExpired,
     Deadlines,
     ExecAnswer,
-    ExecState,
     ExecutionData,
     FenceCall,
     FenceData,
@@ -83,19 +75,12 @@ from quiesce.protocol.machines import (
     FenceReplay,
     FenceRetire,
     FenceStart,
-    FenceState,
     GroupData,
-    GroupState,
     Holder,
     IntentAction,
     IntentDecision,
     Mutation,
-    PolicyState,
-    RegistryState,
-    ResourcesState,
-    Restart,
     RestoreData,
-    RestoreState,
     Trigger,
     deadline_timer,
 )
@@ -108,6 +93,13 @@ GROUP = "g0"
 _RESULT_HELD = (ExecLabel.COMPLETED, ExecLabel.ACKED)
 """The execution states whose value holds the result (its receipt)."""
 _TIMER = deadline_timer(GROUP)
+_ANSWERS = {
+    FenceStart: FenceAnswer.START,
+    FenceRetire: FenceAnswer.RETIRE,
+    FenceJoin: FenceAnswer.JOIN,
+    FenceLateOutcome: FenceAnswer.LATE,
+}
+"""The compact answer of each of M2's bound answers that carries nothing else."""
 _BUDGET = DeadlineArg(GROUP, 0.0, 1.0)
 
 
@@ -157,6 +149,13 @@ def _receipt(key: Key) -> str:
     return f"s{key[0]}#{key[1]}"
 
 
+def _step(
+    table: Table[Any, Any], label: Enum, data: Any, input: Enum, arg: Any
+) -> tuple[Value[Any, Any], tuple[Any, ...]]:
+    """`table` steps from the state `label` stands for (a label equals its state's value)."""
+    return table.step(Value(type(table.initial)(label), data), input, arg)
+
+
 def _names(effects: tuple[Any, ...]) -> tuple[str, ...]:
     return tuple(e.name for e in effects if isinstance(e, Effect))
 
@@ -165,7 +164,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _memo(fn: F) -> F:
-    """Memoise a pure method of `Steppers` on its (hashable) arguments, per instance."""
+    """Memoise a pure method of `Steppers` on its (hashable) arguments, per instance; a
+    step the table refuses (`TransitionNotAllowed`) is None, memoised too."""
     name = fn.__name__
 
     @functools.wraps(fn)
@@ -174,7 +174,11 @@ def _memo(fn: F) -> F:
         try:
             return cache[args]
         except KeyError:
-            found = cache[args] = fn(self, *args)
+            try:
+                found = fn(self, *args)
+            except TransitionNotAllowed:
+                found = None
+            cache[args] = found
             return found
 
     return cast(F, wrapped)
@@ -194,52 +198,32 @@ class Steppers:
         self.turns = turns
         self._caches: defaultdict[str, dict[tuple[Hashable, ...], Any]] = defaultdict(dict)
 
-    # ------------------------------------------------------------------ M1
-
     @_memo
     def checkpoint(self, m1: M1, input: Enum, arg: Hashable) -> tuple[M1, tuple[str, ...]] | None:
         """Fire M1 `input`. `arg`: TRIGGER `(id, step, skip Cause | None)`, RECOVERED
         `(id, step)`, FAILED a `Cause`, RESTARTED a `Restart`; the other inputs take none."""
         attempt = None
         if m1.attempt:
+            cause = _NOTED[m1.noted] if m1.noted else None
             attempt = CheckpointAttempt(
-                OpId(0, m1.attempt, 0),
-                m1.step,
-                0.0,
-                0.0,
-                cause=_NOTED[m1.noted] if m1.noted else None,
-                published=m1.published,
+                OpId(0, m1.attempt, 0), m1.step, 0.0, 0.0, cause=cause, published=m1.published
             )
         data = CheckpointData(attempt, m1.failures, 0, self.failure_budget)
-        value = Value(CheckpointState(m1.state), data)
-        real: Any = None
+        real: Any = arg
         if isinstance(arg, Cause):
             real = classify(arg)
-        elif isinstance(arg, Restart):
-            real = arg
         elif isinstance(arg, tuple):
             fresh = CheckpointAttempt(OpId(0, arg[0], 0), arg[1], 0.0, 0.0)
-            skip = arg[2] if len(arg) > 2 else None
-            skipped = None if skip is None else classify(skip)
-            real = fresh if len(arg) == 2 else Trigger(fresh, skipped)
-        table = self.tables.checkpoint
-        if not table.enabled(value, input, real):
-            return None
-        after, effects = table.step(value, input, real)
-        kept = after.data.attempt
-        return (
-            M1(
-                M1Label(after.state.value),
-                0 if kept is None else _rank(kept.op_id),
-                0 if kept is None else kept.trainer_step,
-                False if kept is None else kept.published,
-                "" if kept is None or kept.cause is None else kept.cause.disposition.value,
-                after.data.failures,
-            ),
-            _names(effects),
-        )
-
-    # ------------------------------------------------------------------ M2
+            skip = None if len(arg) == 2 or arg[2] is None else classify(arg[2])
+            real = fresh if len(arg) == 2 else Trigger(fresh, skip)
+        after, effects = _step(self.tables.checkpoint, m1.state, data, input, real)
+        kept, failures = after.data.attempt, after.data.failures
+        label = M1Label(after.state.value)
+        if kept is None:
+            return M1(label, 0, 0, False, "", failures), _names(effects)
+        noted = "" if kept.cause is None else kept.cause.disposition.value
+        m1 = M1(label, _rank(kept.op_id), kept.trainer_step, kept.published, noted, failures)
+        return m1, _names(effects)
 
     @_memo
     def fence(
@@ -250,32 +234,20 @@ class Steppers:
         active)`, `(JOIN,)`, `(LATE,)`."""
         recorded = tuple((OpId(0, r, 0), FenceOp(o), x) for r, o, x in fence.recorded)
         data = FenceData(_op_id(fence.active), _op_id(fence.hwm), recorded)
-        value = Value(FenceState(fence.state), data)
         call = FenceCall(op, _op_id(rank), result)
-        table = self.tables.fence
-        if not table.enabled(value, input, call):
-            return None
-        after, effects = table.step(value, input, call)
+        after, effects = _step(self.tables.fence, fence.state, data, input, call)
         compact: list[tuple[Any, ...]] = []
         for effect in effects:
-            if isinstance(effect, FenceStart):
-                compact.append((FenceAnswer.START,))
-            elif isinstance(effect, FenceReplay):
+            if isinstance(effect, FenceReplay):
                 compact.append((FenceAnswer.REPLAY, effect.result))
-            elif isinstance(effect, FenceRetire):
-                compact.append((FenceAnswer.RETIRE,))
             elif isinstance(effect, FenceRefusal):
                 compact.append((FenceAnswer.REFUSE, effect.code, _rank(effect.active_id)))
-            elif isinstance(effect, FenceJoin):
-                compact.append((FenceAnswer.JOIN,))
-            elif isinstance(effect, FenceLateOutcome):
-                compact.append((FenceAnswer.LATE,))
+            elif type(effect) in _ANSWERS:
+                compact.append((_ANSWERS[type(effect)],))
         d = after.data
         back = tuple((_rank(r), o.value, x) for r, o, x in d.recorded)
         label = FenceLabel(after.state.value)
         return Fence(label, _rank(d.active), _rank(d.high_watermark), back), tuple(compact)
-
-    # ------------------------------------------------------------------ M3
 
     @_memo
     def execution(
@@ -284,31 +256,19 @@ class Steppers:
         """Fire M3 `input` on execution `key`; its answers come back as the rows bind them.
         `arg`: BEGIN `(fence idle, retired)`, TURN_BOUNDARY the turn, POLICY_RESUMED the
         agent's fence idle; RUN_FINISHED and RECV_ACK take the key's receipt (given here)."""
-        done = state in _RESULT_HELD
-        data = ExecutionData(
-            f"s{key[0]}",
-            key[1],
-            GROUP,
-            self.turns,
-            turn,
-            receipt=_receipt(key) if done else "",
-            result="{}" if done else "",
-        )
-        value = Value(ExecState(state), data)
+        receipt = _receipt(key)
+        held = (receipt, "{}") if state in _RESULT_HELD else ("", "")  # receipt, result
+        # (`False`: the field's default, `restart_only_dependency`, which no row here reads)
+        data = ExecutionData(f"s{key[0]}", key[1], GROUP, self.turns, turn, False, *held)
         real: Any = arg
         if input.value == "begin":
             real = Admission(*arg)  # type: ignore[misc]
         elif input.value == "run_finished":
-            real = Completion(_receipt(key), "{}")
+            real = Completion(receipt, "{}")
         elif input.value == "recv_ack":
-            real = _receipt(key)
-        table = self.tables.execution
-        if not table.enabled(value, input, real):
-            return None
-        after, answers = table.step(value, input, real)
+            real = receipt
+        after, answers = _step(self.tables.execution, state, data, input, real)
         return ExecLabel(after.state.value), after.data.turn, answers
-
-    # ------------------------------------------------------------------ M4, M5
 
     @_memo
     def policy(
@@ -319,12 +279,9 @@ class Steppers:
         between steps; `release_waiters` admits the waiters, whose calls then finish."""
         label, waiters = policy
         data = AdmissionData(0, tuple(_receipt(w) for w in waiters))
-        value = Value(PolicyState(label), data)
         arg = None if call is None else _receipt(call)
         table = self.tables.policy
-        if not table.enabled(value, input, arg):
-            return None
-        after, effects = table.step(value, input, arg)
+        after, effects = _step(table, label, data, input, arg)
         names = _names(effects)
         # The admitted calls (one started now, or the released waiters) finish in this step.
         finished = type(input)("call_finished")
@@ -342,26 +299,18 @@ class Steppers:
         """Fire M5 `input`. A mutation (one turn's resource call) is atomic too: admitted,
         it finishes in the same step; revisions are abstracted away (nothing reads them)."""
         table = self.tables.resources
-        value = Value(ResourcesState(label), table.initial_data)
         arg: Any = Mutation("turn", "rollout") if "mutation" in input.value else ()
-        if not table.enabled(value, input, arg):
-            return None
-        after, effects = table.step(value, input, arg)
+        after, effects = _step(table, label, table.initial_data, input, arg)
         finished = type(input)("mutation_finished")
         if after.data.in_flight and table.enabled(after, finished, arg):
             after = table.step(after, finished, arg)[0]
         return ResourcesLabel(after.state.value), _names(effects)
 
-    # ------------------------------------------------------------------ M6, M7
-
     @_memo
     def gate(self, gate: Gate, input: Enum, owner: str) -> Gate | None:
         """Fire M6 `input` for `owner`; the holders come back sorted."""
-        value = Value(type(self.tables.gate.initial)(gate[0]), frozenset(map(Holder, gate[1])))
-        table = self.tables.gate
-        if not table.enabled(value, input, owner):
-            return None
-        after = table.step(value, input, owner)[0]
+        holders = frozenset(map(Holder, gate[1]))
+        after = _step(self.tables.gate, gate[0], holders, input, owner)[0]
         return GateLabel(after.state.value), tuple(sorted(after.data))
 
     @_memo
@@ -371,45 +320,29 @@ class Steppers:
         group's deadline expired."""
         label, holders, has_budget, armed = registry
         budgets = ((GROUP, 1.0),) if has_budget else ()
-        value = Value(
-            RegistryState(label), Deadlines(frozenset(map(Holder, holders)), budgets, 0.0)
-        )
+        data = Deadlines(frozenset(map(Holder, holders)), budgets, 0.0)
         arg = _BUDGET if key == GROUP else DeadlineArg(key, 0.0)
-        table = self.tables.deadlines
-        if not table.enabled(value, input, arg):
-            return None
-        after, effects = table.step(value, input, arg)
+        after, effects = _step(self.tables.deadlines, label, data, input, arg)
         expired = False
-        for effect in _flatten(effects):
+        for effect in (e for fx in effects for e in (fx if isinstance(fx, tuple) else (fx,))):
+            # (M7's effects may be tuples: a resume re-arms one timer per group.)
             if isinstance(effect, DeadlineExpired):
                 expired = True
             elif isinstance(effect, ArmTimer | CancelTimer) and effect.name == _TIMER:
                 armed = isinstance(effect, ArmTimer)
-        return (
-            (
-                RegistryLabel(after.state.value),
-                tuple(sorted(after.data.holders)),
-                after.data.remaining(GROUP) is not None,
-                armed,
-            ),
-            expired,
-        )
-
-    # ------------------------------------------------------------------ M8
+        d = after.data
+        has_budget = d.remaining(GROUP) is not None
+        label = RegistryLabel(after.state.value)
+        return (label, tuple(sorted(d.holders)), has_budget, armed), expired
 
     @_memo
     def attempt(self, attempt: Attempt, input: Enum) -> tuple[Attempt, tuple[str, ...]] | None:
         """Fire M8 `rollout_attempt` `input` (receipt inputs take the attempt's own)."""
-        key = (attempt.sibling, attempt.attempt)
+        receipt = _receipt((attempt.sibling, attempt.attempt))
         data = AttemptData(
-            _receipt(key) if attempt.receipt else None, attempt.ack_owed, attempt.superseded
+            receipt if attempt.receipt else None, attempt.ack_owed, attempt.superseded
         )
-        value = Value(AttemptState(attempt.state), data)
-        table = self.tables.attempt
-        arg = _receipt(key)
-        if not table.enabled(value, input, arg):
-            return None
-        after, effects = table.step(value, input, arg)
+        after, effects = _step(self.tables.attempt, attempt.state, data, input, receipt)
         d = after.data
         return (
             attempt._replace(
@@ -427,54 +360,25 @@ class Steppers:
     ) -> tuple[Group, tuple[str, ...]] | None:
         """Fire M8 `prompt_group` `input` on a group of `size` siblings."""
         sealed = frozenset(s for s in range(size) if group.sealed >> s & 1)
-        value = Value(GroupState(group.state), GroupData(size, sealed, group.reopened))
-        table = self.tables.group
-        if not table.enabled(value, input, sibling):
-            return None
-        after, effects = table.step(value, input, sibling)
+        data = GroupData(size, sealed, group.reopened)
+        after, effects = _step(self.tables.group, group.state, data, input, sibling)
         bits = sum(1 << s for s in after.data.sealed)
         return Group(GroupLabel(after.state.value), bits, after.data.reopened), _names(effects)
-
-    # ------------------------------------------------------------------ M9
 
     @_memo
     def restore(self, m9: M9, input: Enum, arg: Hashable) -> tuple[M9, tuple[str, ...]] | None:
         """Fire M9 `input`. `arg`: INTENT_READ the `IntentAction`, SNAPSHOT_SELECTED a
         snapshot id, DISCARD_BEGIN a count, RESTORE_REJECTED a reason."""
         label, snapshot, retries, rejected = m9
-        data = RestoreData(
-            str(snapshot) if snapshot else None,
-            retries,
-            rejected=tuple((str(r), "rejected") for r in rejected),
-        )
-        value = Value(RestoreState(label), data)
+        rejections = tuple((str(r), "rejected") for r in rejected)
+        data = RestoreData(str(snapshot) if snapshot else None, retries, rejected=rejections)
         real: Any = arg
         if isinstance(arg, IntentAction):
             real = IntentDecision(arg, None, arg.value)
         elif input.value == "snapshot_selected":
             real = str(arg)
-        table = self.tables.restore
-        if not table.enabled(value, input, real):
-            return None
-        after, effects = table.step(value, input, real)
+        after, effects = _step(self.tables.restore, label, data, input, real)
         d = after.data
-        return (
-            (
-                M9Label(after.state.value),
-                int(d.snapshot) if d.snapshot else 0,
-                d.retries,
-                tuple(int(r) for r, _ in d.rejected),
-            ),
-            _names(effects),
-        )
-
-
-def _flatten(effects: tuple[Any, ...]) -> list[Any]:
-    # M7's effects are tuples (a resume re-arms one timer per group).
-    flat: list[Any] = []
-    for effect in effects:
-        if isinstance(effect, tuple):
-            flat.extend(effect)
-        else:
-            flat.append(effect)
-    return flat
+        snapshot = int(d.snapshot) if d.snapshot else 0
+        kept = tuple(int(r) for r, _ in d.rejected)
+        return (M9Label(after.state.value), snapshot, d.retries, kept), _names(effects)
