@@ -182,17 +182,21 @@ class _Memo(Generic[R]):
     """Answers by `(id of a canonical state, id of the canonical input, *context)`: the
     input is interned first, so a remembered answer is found by identities alone (an
     input object met before is known by its `id`, without hashing or comparing it again:
-    `MemoSystem` hands out the same request or input object for the same message)."""
+    `MemoSystem` hands out the same request or input object for the same message). With
+    `remember=False` every answer is computed."""
 
-    __slots__ = ("_answers", "_intern")
+    __slots__ = ("_answers", "_intern", "_remember")
 
-    def __init__(self, intern: Interner) -> None:
+    def __init__(self, intern: Interner, remember: bool) -> None:
         self._intern = intern
+        self._remember = remember
         self._answers: dict[tuple[Any, ...], R] = {}
 
     def answer(
         self, state: int, input: Any, context: tuple[Any, ...], compute: Callable[[], R]
     ) -> R:
+        if not self._remember:
+            return compute()
         key = (state, id(self._intern(input)), *context)
         found = self._answers.get(key)
         if found is None:
@@ -213,7 +217,9 @@ class MemoCoordinator(Coordinator):
         self.__dict__.update(inner.__dict__)
         self._intern = intern
         self._remember = remember
-        self._steps: _Memo[tuple[ControllerState, tuple[ControllerEffect, ...]]] = _Memo(intern)
+        self._steps: _Memo[tuple[ControllerState, tuple[ControllerEffect, ...]]] = _Memo(
+            intern, remember
+        )
         self._initial: dict[int, ControllerState] = {}
 
     def initial(self, epoch: int) -> ControllerState:
@@ -233,8 +239,6 @@ class MemoCoordinator(Coordinator):
             after, effects = Coordinator.step(self, state, now, input)
             return self._intern(after), effects
 
-        if not self._remember:
-            return compute()
         return self._steps.answer(id(state), input, (now,), compute)
 
 
@@ -255,9 +259,8 @@ class MemoSystem(System):
         super().__init__(coordinator, **options)
         self._intern = intern
         self._systems = systems
-        self._remember = remember
-        self._answers: _Memo[Answer] = _Memo(intern)
-        self._restarts: dict[tuple[int, str], ParticipantState] = {}
+        self._answers: _Memo[Answer] = _Memo(intern, remember)
+        self._restarts: _Memo[ParticipantState] = _Memo(intern, remember)
         # What `_made` made, by its parts' identities; the entry keeps the parts alive, so
         # no other object can take an `id` its key names.
         self._made_of: dict[tuple[int, ...], tuple[tuple[object, ...], Any]] = {}
@@ -271,21 +274,16 @@ class MemoSystem(System):
             after, reply, effects = System.handle(self, participant, op, request, now)
             return self._intern(after), reply, effects
 
-        if not self._remember:
-            return compute()
         return self._answers.answer(id(participant), request, (op, now), compute)
 
     def restart(self, participant: ParticipantState, incarnation: str) -> ParticipantState:
         participant = self._intern(participant)
-        if not self._remember:
-            return self._intern(System.restart(self, participant, incarnation))
-        key = (id(participant), incarnation)
-        found = self._restarts.get(key)
-        if found is None:
-            found = self._restarts[key] = self._intern(
-                System.restart(self, participant, incarnation)
-            )
-        return found
+        return self._restarts.answer(
+            id(participant),
+            incarnation,
+            (),
+            lambda: self._intern(System.restart(self, participant, incarnation)),
+        )
 
     def _freeze(self, draft: _Draft) -> SystemState:
         # The canonical system, found from the draft's parts: no frozen copy of a state
@@ -462,17 +460,10 @@ class CanonicalSystems:
         return found
 
 
-def _parts(sys: SystemState) -> tuple[Any, ...]:
-    """The fields of `sys`, in order."""
-    return (
-        sys.controller,
-        sys.participants,
-        sys.messages,
-        sys.timers,
-        sys.store,
-        sys.now,
-        sys.anchor,
-    )
+_parts: Callable[[SystemState], tuple[Any, ...]] = operator.attrgetter(
+    *(f.name for f in fields(SystemState))
+)
+"""The fields of a system, in order."""
 
 
 def _message_order(message: InFlight) -> tuple[Any, ...]:

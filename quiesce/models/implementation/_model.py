@@ -1,45 +1,30 @@
 """The `protocol` model: the composed checkpoint protocol, explored exhaustively.
 
-What lives here: `ProtocolModel`, a `Model` over the pure composed system of
-`System` (the real coordinator and the real participants, built from the
-same tables the runtime executes) plus an *environment* that plays everything else of
-PROTOCOL.md §8: the rollouts' turns and finishes, deadline expiry, the periodic and
-trainer-boundary triggers, the optimizer step, the train switch and the weight sync, the
-trainer, and the faults (request lost, reply lost, 5xx, timeout, a stale delayed request
-redelivered, controller crash, participant crash) under a budget; and `Hooks`, what a
-mutant swaps to run through this very model. What it does not know: how any of those
-machines decide; it only offers the moves and watches.
-
-The model is four modules around one set of values (`_protocol_state`: the sizes, the
-state, the cast). The environment keeps its own ledger (`Env`): what completed, what it
-trained, what a controller crash rolled back, which ids a participant committed, which
-calls were sent in which order, what the controller reported. The properties of §5
-(I1-I6, I8 as `always`, I7 as the explorer's must-style `no_stall`) are judged against
-that ledger and the participants' own states, never against the coordinator's bookkeeping
-alone, so a coordinator that lies to itself is still caught (`_protocol_properties`).
-Counterexamples are described and projected onto the engine's tables by
-`_protocol_traces`, and siblings are identified under `--symmetry` by
-`_protocol_symmetry`.
+What lives here: `ProtocolModel`, a `Model` over the pure composed `System` (the real
+coordinator and participants, built from the tables the runtime executes) plus an
+*environment* that plays everything else of PROTOCOL.md §8: the rollouts' turns and
+finishes, deadline expiry, the periodic and trainer-boundary triggers, the optimizer step,
+the train switch and the weight sync, the trainer, and the faults (request lost, reply
+lost, 5xx, timeout, a stale delayed request redelivered, controller crash, participant
+crash) under a budget; and `Hooks`, what a mutant swaps to run through this very model.
+What it does not know: how any of those machines decide; it only offers the moves and
+watches. The properties are judged against the environment's own ledger (`Env`), never the
+coordinator's bookkeeping alone, so a coordinator that lies to itself is still caught.
 
 How the state stays small (the explorer's notes):
 - time is abstract. `now` stays 0: every timer may fire at any moment (that *is* the
-  timing nondeterminism), so absolute timestamps carry no information and the per-phase
-  seconds of an attempt are dropped from the state (they feed metrics only);
+  timing nondeterminism), so the per-phase seconds of an attempt are dropped (metrics only);
 - in-flight messages are a multiset (sorted), since any one may be delivered next;
 - every loop is bounded by the environment: triggers, prepare retries, attempts, faults,
   the optimizer step, the train switch and the weight sync are counted, so the fault-free
   graph is acyclic except through goal states;
-- ids are already by order of creation (`ck-{epoch}-{seq}`), incarnations are
-  `{name}-{n}`; a state hashes once (`PState` caches its hash), and a system is one
-  object per distinct value (`_protocol_memo.CanonicalSystems`), so its moves are
-  remembered by its identity.
+- a state hashes once (`PState`), and a system is one object per distinct value
+  (`CanonicalSystems`), so its moves are remembered by its identity.
 
 A controller crash restarts the real coordinator: it finishes its intent (§6) and runs the
-M9 restore from the published snapshots, whose restore calls are ordered by I5 and can be
-corrupted by the wrong-digest fault; the environment counts everything dispatched and not
-trained as rolled back then (the restore's own planning is tested in
-`tests/protocol/test_restore.py`). Not expressed here: the policy calls that freeze an
-execution (§8's environment has none) and the S13/S14 setup refusals. The mutant catalog
+M9 restore from the published snapshots; the environment counts everything dispatched and
+not trained as rolled back then. Not expressed here: the policy calls that freeze an
+execution (§8's environment has none) and the S13/S14 setup refusals; the mutant catalog
 names the check that covers each.
 
 >>> model = ProtocolModel()  # doctest: +SKIP
@@ -50,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -83,6 +68,7 @@ from quiesce.models.implementation._traces import (
 )
 from quiesce.protocol import Cause, QuiesceConfig
 from quiesce.protocol.controller import (
+    ControllerInput,
     Coordinator,
     GroupOpened,
     GroupTrained,
@@ -227,9 +213,6 @@ class ProtocolModel(Model[PState]):
         return out
 
     def init_states(self) -> Iterable[PState]:
-        return list(self._init_states())
-
-    def _init_states(self) -> Iterable[PState]:
         state, _ = self.system.start(self._participants())
         env = Env(
             triggers=self.p.triggers, faults=self.p.faults, digest_faults=self.p.digest_faults
@@ -240,11 +223,9 @@ class ProtocolModel(Model[PState]):
                 after, effects = self.system.input(state, opened)
         except Exception as error:  # a mutant's core raised or looped opening the group
             raised = replace(env, raised=f"{type(error).__name__}: {error}")
-            yield self._make(self._systems(state), raised)
-            return
+            return [self._make(self._systems(state), raised)]
         after = self._systems(after)
-        env = self.judge.observe(after, after, effects, env)
-        yield self._make(after, env)
+        return [self._make(after, self.judge.observe(after, after, effects, env))]
 
     # ------------------------------------------------------------------ actions
 
@@ -268,15 +249,8 @@ class ProtocolModel(Model[PState]):
     def successors(self, state: PState) -> list[tuple[Action, PState]]:
         if state.env.raised:
             return []  # the core raised: the run is over (a bug, reported as a stall)
-        return self._successors(state)
-
-    def _successors(self, state: PState) -> list[tuple[Action, PState]]:
-        out: list[tuple[Action, PState]] = []
-        for action in self._enabled(state):
-            following = self._apply(state, action)
-            if following is not None:
-                out.append((action, following))
-        return out
+        moves = [(action, self._apply(state, action)) for action in self._enabled(state)]
+        return [(action, following) for action, following in moves if following is not None]
 
     def _enabled(self, state: PState) -> list[Action]:
         sys, env, p = state.system, state.env, self.p
@@ -305,14 +279,9 @@ class ProtocolModel(Model[PState]):
         for name, _at in sys.timers:
             group = group_of_timer(name)
             if group is not None:
-                if not self._may_expire(sys, group):
-                    continue
-                enabled.append(act(f"deadline of {group} expires", ("timer", name)))
-            elif name.kind is TimerKind.PREPARE_RETRY:
-                if self._retries_left(sys, env) <= 0:
-                    continue
-                enabled.append(act(f"timer {name}", ("timer", name)))
-            else:
+                if self._may_expire(sys, group):
+                    enabled.append(act(f"deadline of {group} expires", ("timer", name)))
+            elif name.kind is not TimerKind.PREPARE_RETRY or self._retries_left(sys, env) > 0:
                 enabled.append(act(f"timer {name}", ("timer", name)))
         # Trainer, schedule, switches.
         if env.triggers > 0:
@@ -476,25 +445,15 @@ class ProtocolModel(Model[PState]):
             timers = tuple(t for t in sys.timers if t[0] != name)
             sys, effects = system.input(replace(sys, timers=timers), TimerDue(name))
         elif kind == "trigger":
-            event = (
-                PeriodElapsed()
-                if action.payload[1] == "period"
-                else TrainerBoundary(action.payload[2])
-            )
+            period = action.payload[1] == "period"
+            event = PeriodElapsed() if period else TrainerBoundary(action.payload[2])
             sys, effects = system.input(sys, event)
-        elif kind == "optimizer":
-            if action.payload[1] == 1:
-                sys, effects = system.input(sys, OptimizerStepBegin())
-            else:
-                sys, effects = system.input(sys, OptimizerStepEnd(env.trainer_step + 1))
-        elif kind == "weight_sync":
-            sync = WeightSyncBegin() if action.payload[1] == 1 else WeightSyncEnd()
-            sys, effects = system.input(sys, sync)
-        elif kind == "train_switch":
-            switch = TrainSwitchBegin() if action.payload[1] == 1 else TrainSwitchEnd()
-            sys, effects = system.input(sys, switch)
+        elif kind == "optimizer" and action.payload[1] == 2:
+            sys, effects = system.input(sys, OptimizerStepEnd(env.trainer_step + 1))
         elif kind == "train":
             sys, effects = system.input(sys, GroupTrained(action.payload[1]))
+        elif action.payload[:2] in _SWITCHES:
+            sys, effects = system.input(sys, _SWITCHES[action.payload[:2]]())
         elif kind == "redeliver":
             assert env.delayed is not None
             who, op, delayed = env.delayed
@@ -507,7 +466,8 @@ class ProtocolModel(Model[PState]):
             call = sys.messages[action.payload[1]].call
             sys, request = system.delay(sys, action.payload[1])
             # The call itself times out at its deadline (I6): the controller hears that.
-            sys, effects = system.input(sys, _call_failed(call, Cause.TIMEOUT))
+            timeout = CallFailed(call.participant, call.op, call.op_id, Cause.TIMEOUT, call.payload)
+            sys, effects = system.input(sys, timeout)
         elif kind == "wrong_digest":
             sys = system.wrong_digest_at_restore(sys, action.payload[1])
         elif kind == "crash_controller":
@@ -691,6 +651,15 @@ def _crashes(env: Env, name: str) -> int:
     return dict(env.crashed).get(name, 1) + 1
 
 
+_SWITCHES: Mapping[tuple[Any, ...], Callable[[], ControllerInput]] = {
+    ("optimizer", 1): OptimizerStepBegin,
+    ("weight_sync", 1): WeightSyncBegin,
+    ("weight_sync", 2): WeightSyncEnd,
+    ("train_switch", 1): TrainSwitchBegin,
+    ("train_switch", 2): TrainSwitchEnd,
+}
+"""The trainer's inputs that take nothing from the action, by `payload[:2]`."""
+
 _UNWATCHED = contextlib.nullcontext()
 
 
@@ -702,10 +671,6 @@ def _alarm(seconds: float) -> Iterator[None]:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-
-
-def _call_failed(call: Any, cause: Cause) -> CallFailed:
-    return CallFailed(call.participant, call.op, call.op_id, cause, call.payload)
 
 
 UNREACHED_INPUTS: Mapping[tuple[str, str], str] = {

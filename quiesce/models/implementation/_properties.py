@@ -86,7 +86,6 @@ one its agent still keeps (`_oracles.may_resume_from`)."""
 _PHASE_ORDER: Mapping[Op, tuple[Role, ...]] = {
     Op(op): tuple(Role(role) for role in roles) for op, roles in SPEC_PHASE_ORDER.items()
 }
-_COMMITTED_STATES = frozenset({FenceState.COMMITTED_PAUSED})
 _WAITING_PHASES = frozenset(
     {
         CheckpointState.PREPARING,
@@ -95,7 +94,6 @@ _WAITING_PHASES = frozenset(
         CheckpointState.ABORTING,
     }
 )
-_COMMIT_OP = FenceOp.COMMIT
 # A tuple, not the frozenset: `in` a tuple compares identities, `in` a set calls the
 # enum's Python-level `__hash__` (measurable at one test per message per step).
 _CONTROL_OPS = tuple(CONTROL_OPS)
@@ -106,6 +104,58 @@ _NOTED_EFFECTS: frozenset[type] = frozenset(
     {Call, Dispatch, Outcome, Stopped, CaptureCut, Publish, LoadSnapshot}
 )
 _CONFLICT = "checkpoint_conflict"
+# The fields of `Env`'s ledger a step may add to (`_Notes`).
+_LEDGER = (
+    "completed",
+    "dispatched",
+    "committed",
+    "commit_steps",
+    "reported",
+    "failures",
+    "stops",
+    "conflicts",
+)
+# The properties in the order `Judge.properties` states them: name, doc, what each reads.
+_PROPERTIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "I1",
+        "nothing completed is lost",
+        ("executions", "ledger", "env.completed", "env.trained", "env.violations"),
+    ),
+    ("I2", "nothing runs twice", ("executions", "env.violations")),
+    (
+        "I3",
+        "publish-or-abort",
+        ("checkpoint", "restore", "fences", "messages", "store", "env.violations"),
+    ),
+    (
+        "I4",
+        "gates: held iff some owner holds",
+        ("checkpoint", "admission_gate", "deadline_registry"),
+    ),
+    ("I5", "phase order (§3)", ("checkpoint", "fences", "env.violations")),
+    (
+        "I6",
+        "bounded calls: the controller waits only on live calls",
+        ("checkpoint", "attempt", "messages", "timers"),
+    ),
+    ("I8", "consistent snapshot", ("store", "env.violations")),
+    (
+        NEWEST_SNAPSHOT,
+        "restore selects the newest matching snapshot (M9)",
+        ("restore", "store", "env.violations"),
+    ),
+    (
+        CONFLICT_FIRST,
+        "a conflict naming X is followed by the abort of X (§4, S5)",
+        ("messages", "fences", "env.violations"),
+    ),
+    (
+        RESUME_KEPT,
+        "nothing resumes from a discarded continuation (M9, S12)",
+        ("executions", "env.violations"),
+    ),
+)
 
 
 class Judge:
@@ -202,16 +252,15 @@ class Judge:
                 continue
             reruns = after.controller.ledger.counters.group_reruns
             notes.completed |= {(key[0], key[1], _kept(after, key), reruns)}
-        for receipt in move.released:
-            if not released_by_ack(receipt, _delivered_acks(delivered)):
-                notes.flag("I1", f"{receipt[0]}#{receipt[1]} released by its agent without an ACK")
-        for receipt in move.acked:
-            # Left with its acked refusal key: only an ACK quoting its exact receipt, in
-            # the batch this step delivered, may have released it (M3).
-            if not released_by_ack(receipt, _delivered_acks(delivered)):
-                notes.flag(
-                    "I1", f"{receipt[0]}#{receipt[1]} acked by its agent on a receipt no ACK quoted"
-                )
+        # Left with its acked refusal key or without: only an ACK quoting its exact
+        # receipt, in the batch this step delivered, may have released it (M3).
+        for receipts, how in (
+            (move.released, "released by its agent without an ACK"),
+            (move.acked, "acked by its agent on a receipt no ACK quoted"),
+        ):
+            for receipt in receipts:
+                if not released_by_ack(receipt, _delivered_acks(delivered)):
+                    notes.flag("I1", f"{receipt[0]}#{receipt[1]} {how}")
         op_id = move.committed_to
         if op_id is not None and op_id not in notes.committed:
             notes.committed |= {op_id}
@@ -229,16 +278,9 @@ class Judge:
         # I1 (M3, S17): only an ACK releases a result. A completed execution that leaves
         # its agent must leave an acked refusal key behind (a crash keeps it in the
         # journal), unless the ACK batch the step delivered acks it (`_note_move`).
-        released = tuple(
-            receipt
-            for receipt in then.completed
-            if receipt[:2] not in held.states and receipt not in held.refusal_keys
-        )
-        acked = tuple(
-            receipt
-            for receipt in then.completed
-            if receipt[:2] not in held.states and receipt in held.refusal_keys
-        )
+        gone = [receipt for receipt in then.completed if receipt[:2] not in held.states]
+        released = tuple(receipt for receipt in gone if receipt not in held.refusal_keys)
+        acked = tuple(receipt for receipt in gone if receipt in held.refusal_keys)
         if not completed and not released and not acked and held.committed_to is None:
             return None
         return _Move(completed, released, held.committed_to, acked)
@@ -273,7 +315,7 @@ class Judge:
             if fence.data.active != op_id or fence.state is not FenceState.COMMITTED_PAUSED:
                 notes.flag("I8", f"{op_id} published while {name} is not committed to it")
                 continue
-            reply = fence.data.result(op_id, _COMMIT_OP)
+            reply = fence.data.result(op_id, FenceOp.COMMIT)
             if not isinstance(reply, CommitReply):
                 notes.flag("I8", f"{op_id} published without {name}'s commit")
         attempt = after.controller.attempt
@@ -281,7 +323,7 @@ class Judge:
             recorded = {
                 p.config.name: r.digest
                 for p in after.participants
-                if isinstance(r := p.fence.data.result(op_id, _COMMIT_OP), CommitReply)
+                if isinstance(r := p.fence.data.result(op_id, FenceOp.COMMIT), CommitReply)
             }
             if dict(attempt.digests) != recorded:
                 notes.flag("I8", f"{op_id} staged digests differ from the participants'")
@@ -336,68 +378,12 @@ class Judge:
 
     def properties(self) -> Sequence[Always]:
         """I1-I6 and I8, and the named promises of M9 and §4 `_oracles` states, each an
-        `always` over a model state."""
-        return (
-            always(
-                "I1",
-                self._i1,
-                "nothing completed is lost",
-                reads=("executions", "ledger", "env.completed", "env.trained", "env.violations"),
-            ),
-            always(
-                "I2",
-                lambda s: not _flags(s, "I2"),
-                "nothing runs twice",
-                reads=("executions", "env.violations"),
-            ),
-            always(
-                "I3",
-                self._i3,
-                "publish-or-abort",
-                reads=("checkpoint", "restore", "fences", "messages", "store", "env.violations"),
-            ),
-            always(
-                "I4",
-                self._i4,
-                "gates: held iff some owner holds",
-                reads=("checkpoint", "admission_gate", "deadline_registry"),
-            ),
-            always(
-                "I5",
-                lambda s: not _flags(s, "I5"),
-                "phase order (§3)",
-                reads=("checkpoint", "fences", "env.violations"),
-            ),
-            always(
-                "I6",
-                self._i6,
-                "bounded calls: the controller waits only on live calls",
-                reads=("checkpoint", "attempt", "messages", "timers"),
-            ),
-            always(
-                "I8",
-                lambda s: not _flags(s, "I8"),
-                "consistent snapshot",
-                reads=("store", "env.violations"),
-            ),
-            always(
-                NEWEST_SNAPSHOT,
-                lambda s: not _flags(s, NEWEST_SNAPSHOT),
-                "restore selects the newest matching snapshot (M9)",
-                reads=("restore", "store", "env.violations"),
-            ),
-            always(
-                CONFLICT_FIRST,
-                lambda s: not _flags(s, CONFLICT_FIRST),
-                "a conflict naming X is followed by the abort of X (§4, S5)",
-                reads=("messages", "fences", "env.violations"),
-            ),
-            always(
-                RESUME_KEPT,
-                lambda s: not _flags(s, RESUME_KEPT),
-                "nothing resumes from a discarded continuation (M9, S12)",
-                reads=("executions", "env.violations"),
-            ),
+        `always` over a model state: the ones with a check of their own here, the others
+        (only a transition can show them) holding while no step flagged them."""
+        checks = {"I1": self._i1, "I3": self._i3, "I4": self._i4, "I6": self._i6}
+        return tuple(
+            always(name, checks.get(name) or _unflagged(name), doc, reads=reads)
+            for name, doc, reads in _PROPERTIES
         )
 
     def _i1(self, state: PState) -> bool:
@@ -585,6 +571,11 @@ def _flags(state: PState, prop: str) -> bool:
     return bool(bad) and any(name == prop for name, _ in bad)
 
 
+def _unflagged(prop: str) -> Callable[[PState], bool]:
+    """The property `prop` that holds while no transition flagged it."""
+    return lambda state: not _flags(state, prop)
+
+
 def _delivered_acks(delivered: InFlight | None) -> frozenset[tuple[str, int, str]]:
     """The receipts of the ACK batch a delivery step took out of flight (none for any
     other step)."""
@@ -732,7 +723,7 @@ class _Holding:
             states={e.data.key: e.state for e in held},
             completed=completed,
             refusal_keys=frozenset(getattr(participant.role, "refusal_keys", ())),
-            committed_to=fence.data.active if fence.state in _COMMITTED_STATES else None,
+            committed_to=fence.data.active if fence.state is FenceState.COMMITTED_PAUSED else None,
         )
 
 
@@ -777,29 +768,20 @@ class _Notes:
     adds to it, so a set the step left alone stays the very object `env` holds (its hash
     cached). `bad` collects the violations the step shows."""
 
-    __slots__ = (
-        "bad",
-        "commit_steps",
-        "committed",
-        "completed",
-        "conflicts",
-        "dispatched",
-        "env",
-        "failures",
-        "reported",
-        "stops",
-    )
+    __slots__ = ("bad", "env", *_LEDGER)
+    completed: frozenset[tuple[str, int, bool, int]]
+    dispatched: frozenset[tuple[str, int]]
+    committed: frozenset[OpId]
+    commit_steps: frozenset[tuple[OpId, int]]  # grows with `committed`
+    reported: frozenset[OpId]
+    failures: int
+    stops: tuple[str, ...]
+    conflicts: frozenset[tuple[str, OpId]]
 
     def __init__(self, env: Env) -> None:
         self.env = env
-        self.completed = env.completed
-        self.dispatched = env.dispatched
-        self.committed = env.committed
-        self.commit_steps = env.commit_steps
-        self.reported = env.reported
-        self.failures = env.failures
-        self.stops = env.stops
-        self.conflicts = env.conflicts
+        for name in _LEDGER:
+            setattr(self, name, getattr(env, name))
         self.bad: list[tuple[str, str]] = []
 
     def flag(self, prop: str, why: str) -> None:
@@ -809,22 +791,11 @@ class _Notes:
     def env_after(self) -> Env:
         """`env` with what the step added: `env` itself if it added nothing."""
         env = self.env
-        changes: dict[str, Any] = {}
-        if self.completed is not env.completed:
-            changes["completed"] = self.completed
-        if self.dispatched is not env.dispatched:
-            changes["dispatched"] = self.dispatched
-        if self.committed is not env.committed:
-            changes["committed"] = self.committed
-            changes["commit_steps"] = self.commit_steps  # grows with `committed`
-        if self.reported is not env.reported:
-            changes["reported"] = self.reported
-        if self.failures != env.failures:
-            changes["failures"] = self.failures
-        if self.stops is not env.stops:
-            changes["stops"] = self.stops
-        if self.conflicts != env.conflicts:
-            changes["conflicts"] = self.conflicts
+        changes: dict[str, Any] = {
+            name: now
+            for name in _LEDGER
+            if (now := getattr(self, name)) is not (was := getattr(env, name)) and now != was
+        }
         if self.bad:
             bad = tuple(sorted({*env.bad, *self.bad}))
             if len(bad) > len(env.bad):
