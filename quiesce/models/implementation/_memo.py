@@ -40,7 +40,14 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from quiesce.check import replace
-from quiesce.models.implementation._system import InFlight, Store, System, SystemState, _Draft
+from quiesce.models.implementation._system import (
+    InFlight,
+    Store,
+    System,
+    SystemState,
+    _Draft,
+    parts_of,
+)
 from quiesce.protocol.controller import (
     ControllerEffect,
     ControllerInput,
@@ -343,7 +350,7 @@ class CanonicalSystems:
         and are not looked at again."""
         if id(sys) in self._digests:
             return sys  # canonical already
-        return self.of(sys, *_parts(sys), before=before)
+        return self.of(sys, *parts_of(sys), before=before)
 
     def knows(self, sys: SystemState) -> bool:
         """Whether `sys` is a canonical system."""
@@ -390,7 +397,7 @@ class CanonicalSystems:
         if found is None:
             parts = (controller, participants, messages, timers, store, now, anchor)
             # Canonical parts already: no copy.
-            reuse = built is not None and all(map(operator.is_, parts, _parts(built)))
+            reuse = built is not None and all(map(operator.is_, parts, parts_of(built)))
             found = built if reuse and built is not None else SystemState(*parts)
             # The entry keeps every part its identity names alive: no other object can
             # take one of those ids while it is filed.
@@ -458,12 +465,6 @@ class CanonicalSystems:
             found = self._in_flight[pair] = self._intern(InFlight(call, reply))
             self._order[id(found)] = _message_order(found)
         return found
-
-
-_parts: Callable[[SystemState], tuple[Any, ...]] = operator.attrgetter(
-    *(f.name for f in fields(SystemState))
-)
-"""The fields of a system, in order."""
 
 
 def _message_order(message: InFlight) -> tuple[Any, ...]:

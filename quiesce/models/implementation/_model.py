@@ -405,7 +405,10 @@ class ProtocolModel(Model[PState]):
             remembered = self._moves.get(key)
             if remembered is None:
                 if len(self._moves) >= _MOVES_KEPT:
-                    self._forget_systems()
+                    # Drop the moves and the canonical systems with them (a hash goes with
+                    # the system that keeps its `id` from being reused).
+                    self._moves.clear()
+                    self._systems.forget()
                 move = self._system_step(before, env, action)
                 remembered = self._moves[key] = (before, action, move)
             move = remembered[2]
@@ -415,12 +418,6 @@ class ProtocolModel(Model[PState]):
         env = self._environment_step(before, env, action, request)
         env = self.judge.observe(before, after, effects, env, delivered=delivered)
         return self._make(after, env)
-
-    def _forget_systems(self) -> None:
-        """Drop the remembered moves, the canonical systems and their hashes (by `id`: a
-        hash is dropped with the system that keeps its `id` from being reused)."""
-        self._moves.clear()
-        self._systems.forget()
 
     def _system_step(self, sys: SystemState, env: Env, action: Action) -> _Move:
         """The composed system's move on `action` (canonical after), reading from `env`

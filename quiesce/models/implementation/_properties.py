@@ -104,17 +104,6 @@ _NOTED_EFFECTS: frozenset[type] = frozenset(
     {Call, Dispatch, Outcome, Stopped, CaptureCut, Publish, LoadSnapshot}
 )
 _CONFLICT = "checkpoint_conflict"
-# The fields of `Env`'s ledger a step may add to (`_Notes`).
-_LEDGER = (
-    "completed",
-    "dispatched",
-    "committed",
-    "commit_steps",
-    "reported",
-    "failures",
-    "stops",
-    "conflicts",
-)
 # The properties in the order `Judge.properties` states them: name, doc, what each reads.
 _PROPERTIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
@@ -408,15 +397,11 @@ class Judge:
         return discarded <= accounts.counted
 
     def _i3(self, state: PState) -> bool:
-        """I3 is due once the controller is idle: its checkpoint lifecycle (M1) idle and no
-        restore (M9) under way or ended in `restore_failed` (a stop). A restarted
-        controller whose checkpoint table is idle is still restoring until M9 reaches
-        `idle`; a restore call whose reply was lost holds its participant fenced to the
-        restore id until the retry timer sends it again, and that is not the settled
-        moment I3 speaks of (the design model judges it the same way, and the system run
-        also waits for M9 to end).
-        Then: no participant is fenced, and every committed id is published and released
-        or unpublished and aborted."""
+        """I3 is due once the controller is idle (`_idle`: a restarted controller is still
+        restoring until M9 reaches `idle`, its participants possibly fenced to the restore
+        id, as the design model and the system run also judge it) with no control call in
+        flight. Then no participant is fenced, and every committed id is published and
+        released or unpublished and aborted."""
         sys, env = state.system, state.env
         if not _idle(sys.controller):
             return True
@@ -603,16 +588,13 @@ def _gates_held(
     """I4 over what it reads: admission is held iff some owner holds it (the checkpoint,
     a weight sync, a train switch, a restore), and the deadline clocks run iff no owner
     holds them, with no group timer armed while they are suspended."""
-    phase = controller.phase
-    checkpoint = phase is not CheckpointState.IDLE
-    gate = {"checkpoint"} if checkpoint else set()
-    if weight_sync == 1:
-        gate.add("weight_sync")
-    if train_switch == 1:
-        gate.add("train_switch")
-    deadlines = {"checkpoint"} if checkpoint else set()
-    if train_switch == 1:
-        deadlines.add("train_switch")
+    owners = {
+        "checkpoint": controller.phase is not CheckpointState.IDLE,
+        "weight_sync": weight_sync == 1,
+        "train_switch": train_switch == 1,
+    }
+    gate = {owner for owner, holds in owners.items() if holds}
+    deadlines = gate - {"weight_sync"}  # a weight sync holds admission, not the clocks
     # A restarted controller's restore (M9) holds both while it runs, and only then.
     restore = controller.restore
     if restore is not None and label(restore.state) not in ("idle", "restore_failed"):
@@ -766,9 +748,9 @@ class _Notes:
     """What one step adds to the ledger of `env`, copy-on-write: a field is rebound to a
     grown copy (`notes.dispatched |= {key}` builds a new frozenset) only when the step
     adds to it, so a set the step left alone stays the very object `env` holds (its hash
-    cached). `bad` collects the violations the step shows."""
+    cached). `bad` collects the violations the step shows. Its annotated fields are those
+    of `Env`'s ledger a step may add to (`_LEDGER`)."""
 
-    __slots__ = ("bad", "env", *_LEDGER)
     completed: frozenset[tuple[str, int, bool, int]]
     dispatched: frozenset[tuple[str, int]]
     committed: frozenset[OpId]
@@ -801,3 +783,6 @@ class _Notes:
             if len(bad) > len(env.bad):
                 changes["bad"] = bad
         return replace(env, **changes) if changes else env
+
+
+_LEDGER = tuple(_Notes.__annotations__)

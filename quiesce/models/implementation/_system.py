@@ -33,7 +33,7 @@ import functools
 import operator
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import EllipsisType
 from typing import Any, TypeVar
 
@@ -217,6 +217,12 @@ class SystemState:
         return replace(self, participants=_put(self.participants, participant))
 
 
+parts_of: Callable[[Any], tuple[Any, ...]] = operator.attrgetter(
+    *(f.name for f in fields(SystemState))
+)
+"""The fields of a system (or of a `_Draft` of one), in order."""
+
+
 def _member(participants: tuple[ParticipantState, ...], name: str) -> ParticipantState:
     """The participant called `name` among `participants`."""
     for state in participants:
@@ -235,32 +241,26 @@ def _put(
     return participants if all(map(operator.is_, members, participants)) else members
 
 
+@dataclass(slots=True)
 class _Draft:
     """A `SystemState` one action is changing: the action's changes (the controller's
     steps, the effects it carries out) are made here in place, and `freeze` builds the
     frozen state once at the end. A frozen copy per change was most of what an action
     cost (a step carries out several effects)."""
 
-    __slots__ = (
-        "anchor",
-        "controller",
-        "messages",
-        "now",
-        "origin",
-        "participants",
-        "store",
-        "timers",
-    )
+    origin: SystemState
+    controller: ControllerState
+    participants: tuple[ParticipantState, ...]
+    messages: tuple[InFlight, ...]
+    timers: tuple[tuple[TimerKey, float], ...]
+    store: Store
+    now: float
+    anchor: TrainerAnchor | SourceUnreadable | None
 
-    def __init__(self, origin: SystemState) -> None:
-        self.origin = origin
-        self.controller = origin.controller
-        self.participants = origin.participants
-        self.messages = origin.messages
-        self.timers = origin.timers
-        self.store = origin.store
-        self.now = origin.now
-        self.anchor = origin.anchor
+    @classmethod
+    def of(cls, origin: SystemState) -> _Draft:
+        """A draft of `origin`, nothing changed yet."""
+        return cls(origin, *parts_of(origin))
 
     def participant(self, name: str) -> ParticipantState:
         """The participant called `name`."""
@@ -278,26 +278,10 @@ class _Draft:
 
     def freeze(self) -> SystemState:
         """The state drafted (the state it started from if nothing changed)."""
-        origin = self.origin
-        if (
-            self.controller is origin.controller
-            and self.participants is origin.participants
-            and self.messages is origin.messages
-            and self.timers is origin.timers
-            and self.store is origin.store
-            and self.now == origin.now
-            and self.anchor is origin.anchor
-        ):
-            return origin
-        return SystemState(
-            self.controller,
-            self.participants,
-            self.messages,
-            self.timers,
-            self.store,
-            self.now,
-            self.anchor,
-        )
+        parts = parts_of(self)  # the draft's fields named as the system's
+        if all(map(operator.is_, parts, parts_of(self.origin))):
+            return self.origin
+        return SystemState(*parts)
 
 
 Effects = tuple[ControllerEffect, ...]
@@ -368,7 +352,7 @@ class System:
         self, state: SystemState, event: ControllerInput, now: float | None = None
     ) -> tuple[SystemState, Effects]:
         """The controller's environment (trainer, schedule, dataloader) sends `event`."""
-        draft = _Draft(state)
+        draft = _Draft.of(state)
         if now is not None:
             draft.now = max(state.now, now)
         if isinstance(event, TrainerBoundary) and event.step % self.save_period == 0:
@@ -382,7 +366,7 @@ class System:
         """An agent execution reports progress (`boundary`, `finish`); a finish that
         completes is reported to the controller as `RolloutCompleted`."""
         after, reply, _ = self.handle(state.participant(agent), op, request, state.now)
-        draft = _Draft(state)
+        draft = _Draft.of(state)
         draft.put(after)
         effects: Effects = ()
         if isinstance(reply, ExecutionReply) and reply.receipt is not None and op == "finish":
@@ -421,7 +405,7 @@ class System:
     def deliver(self, state: SystemState, index: int) -> tuple[SystemState, Effects]:
         """Deliver message `index`: a request to its participant (whose reply then flies
         back), or a reply to the controller."""
-        draft = _Draft(state)
+        draft = _Draft.of(state)
         message = draft.take(index)
         call = message.call
         if message.reply is not None:
@@ -489,7 +473,7 @@ class System:
 
     def fire_timer(self, state: SystemState, name: TimerKey) -> tuple[SystemState, Effects]:
         """Fire the armed timer `name` (time advances to it)."""
-        draft = _Draft(state)
+        draft = _Draft.of(state)
         draft.now = max(state.now, dict(state.timers)[name])
         draft.timers = tuple(t for t in state.timers if t[0] != name)
         effects = self._run(draft, [TimerDue(name)])
@@ -524,7 +508,7 @@ class System:
     ) -> tuple[SystemState, Effects]:
         """Participant `name` dies and restarts as `incarnation`, keeping its journal (§6);
         requests and replies in flight to or from it are lost."""
-        draft = _Draft(state)
+        draft = _Draft.of(state)
         draft.put(self.restart(state.participant(name), incarnation))
         effects: list[ControllerEffect] = []
         # Losing one message may make the controller send another to `name`: lost too.
@@ -573,7 +557,7 @@ class System:
         self, state: SystemState, change: Callable[[_Draft], Effects]
     ) -> tuple[SystemState, Effects]:
         """`state` after `change` (an action's work on a draft of it), and its effects."""
-        draft = _Draft(state)
+        draft = _Draft.of(state)
         effects = change(draft)
         return self._freeze(draft), effects
 
