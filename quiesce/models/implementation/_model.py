@@ -573,27 +573,26 @@ class ProtocolModel(Model[PState]):
     def table_of(self, instance: str) -> Table[Any, Any] | None:
         # `agent_execution[g0-0#0]` steps the protocol's `agent_execution` table; a
         # mutant's hooks may replace the controller's own three.
-        hooks = self.hooks
-        own = {
-            "checkpoint": hooks.checkpoint,
-            "admission_gate": hooks.gate,
-            "deadline_registry": hooks.deadlines,
-        }
         base = instance.partition("[")[0]
-        return own.get(base) or TABLES.get(base)
+        return self._controller_tables().get(base) or TABLES.get(base)
 
     def project(self, trace: Trace[PState], table: str) -> list[dict[str, str]]:
         if table not in self.tables():
             return super().project(trace, table)
-        hooks = self.hooks
         machines = {
+            **self._controller_tables(),
+            "control_fence": self.hooks.participant.fence,
+            "agent_execution": self.hooks.participant.agent,
+        }
+        return project(self.cast, trace, table, machines)
+
+    def _controller_tables(self) -> dict[str, Table[Any, Any]]:
+        hooks = self.hooks
+        return {
             "checkpoint": hooks.checkpoint,
             "admission_gate": hooks.gate,
             "deadline_registry": hooks.deadlines,
-            "control_fence": hooks.participant.fence,
-            "agent_execution": hooks.participant.agent,
         }
-        return project(self.cast, trace, table, machines)
 
     def participants(self) -> Sequence[str]:
         return ("environment", "controller", *self.cast.names)
