@@ -1,32 +1,27 @@
 """Hash-consing and memoised steps for the `protocol` model, one set per model instance.
 
-What lives here: `Interner` (one canonical object per distinct value: hash-consing, with
-each canonical object's hash computed once), `CanonicalSystems` (one object per distinct
-composed system, found by its parts' identities), `MemoCoordinator` (the model's
-coordinator, its `step` memoised on the canonical state) and `MemoSystem` (the composed
-system, every participant's `handle` memoised the same way, every request and input it
-makes from a message made once), and `same`, the strict equality they rely on. What it
-does not know: what the steps mean; it only remembers what they returned.
+What lives here: `Interner` (one canonical object per distinct value, its hash computed
+once), `CanonicalSystems` (one object per distinct composed system, found by its parts'
+identities), `MemoCoordinator` and `MemoSystem` (the coordinator's `step` and every
+participant's `handle` memoised on canonical states, every request and input made from a
+message made once), and `same`, the strict equality they rely on. What it does not know:
+what the steps mean; it only remembers what they returned.
 
-Why it pays. The explorer reaches the same controller state, with the same input, from
-thousands of global states that differ only elsewhere (a participant, a message in flight,
-the environment's ledger); the same holds for a participant and a request. Each pure step
-runs once per distinct `(state, input)`; later calls return the stored answer, whose
-states are canonical, so an unchanged part of a state is recognised by identity.
+Why it pays: the explorer reaches the same controller state, with the same input, from
+thousands of global states that differ only elsewhere (and likewise a participant and a
+request), so each pure step runs once per distinct `(state, input)`, and its answer's
+states are canonical: an unchanged part of a state is recognised by identity.
 
-Why strictly. `==` is coarser than behaviour for some values: an `OpId` compares by epoch
-and sequence only, not by its kind or trainer step. Answering a step with the answer to a
-merely equal input, or swapping a part for a merely equal one, would change what the
-system does next (it did: a restore id taken for a checkpoint id of the same sequence).
-So interning and the memos match values with `same`, which also compares what `==` skips.
+Why strictly: `==` is coarser than behaviour for some values (an `OpId` compares by epoch
+and sequence only, not its kind or trainer step). Answering a step with the answer to a
+merely equal input would change what the system does next (it did: a restore id taken for
+a checkpoint id of the same sequence), so interning and the memos match values with `same`.
 
-Why identity is sound. A canonical object is kept alive by its `Interner` for the model's
-lifetime, so no other object can get its `id`; memo keys built from `id`s of canonical
-objects are therefore value keys.
-
-Why per instance, never module-global: a mutant injects its variant by parameter (tables,
-policy, participant rules) into its own model; a memo shared between models would answer a
-mutant's step with the protocol's (a global memo once made a mutant survive).
+Why identity is sound: a canonical object is kept alive by its `Interner` for the model's
+lifetime, so no other object can get its `id`; keys of canonical objects' `id`s are value
+keys. Why per instance, never module-global: a mutant injects its variant by parameter
+into its own model; a shared memo would answer a mutant's step with the protocol's (a
+global memo once made a mutant survive).
 """
 
 from __future__ import annotations

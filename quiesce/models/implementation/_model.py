@@ -491,10 +491,8 @@ class ProtocolModel(Model[PState]):
             if action.payload[1] == 1:
                 return replace(env, optimizer=1)
             return replace(env, optimizer=2, trainer_step=env.trainer_step + 1)
-        elif kind == "weight_sync":
-            return replace(env, weight_sync=action.payload[1])
-        elif kind == "train_switch":
-            return replace(env, train_switch=action.payload[1])
+        elif kind in ("weight_sync", "train_switch"):
+            return replace(env, **{kind: action.payload[1]})
         elif kind == "train":
             group_id = action.payload[1]
             ledger = sys.controller.ledger

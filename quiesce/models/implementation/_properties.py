@@ -189,7 +189,8 @@ class Judge:
             return env
         notes = _Notes(env)
         if conflict is not None or env.conflicts:
-            notes.conflicts = _unsettled(after, env.conflicts | _some(conflict))
+            reported = env.conflicts if conflict is None else env.conflicts | {conflict}
+            notes.conflicts = _unsettled(after, reported)
         for move in moves:
             self._note_move(move, after, delivered, notes)
         sent_control = False
@@ -347,21 +348,17 @@ class Judge:
                         f" conflict with {active}, before {active} was aborted there",
                     )
             order = _PHASE_ORDER.get(call.op)
-            if order is None:
-                continue
             role = self.cast.roles.get(call.participant)
-            if role is None:
+            if order is None or role is None:
                 continue
-            for earlier in order[: order.index(role)]:
-                for participant in after.participants:
-                    if self.cast.roles.get(participant.config.name) != earlier:
-                        continue
-                    if not _done(participant, call.op, call.op_id):
-                        notes.flag(
-                            "I5",
-                            f"{call.op.value}({call.op_id}) to {call.participant}"
-                            f" before {participant.config.name}",
-                        )
+            earlier = order[: order.index(role)]
+            for participant in after.participants:
+                name = participant.config.name
+                if self.cast.roles.get(name) not in earlier:
+                    continue
+                if not _done(participant, call.op, call.op_id):
+                    why = f"{call.op.value}({call.op_id}) to {call.participant} before {name}"
+                    notes.flag("I5", why)
 
     # ------------------------------------------------------------------ properties
 
@@ -533,10 +530,6 @@ def _conflict_of(delivered: InFlight | None) -> tuple[str, OpId] | None:
     if not isinstance(reply, ErrorReply) or reply.code != _CONFLICT or reply.active_id is None:
         return None
     return (delivered.call.participant, reply.active_id)
-
-
-def _some(conflict: tuple[str, OpId] | None) -> frozenset[tuple[str, OpId]]:
-    return frozenset() if conflict is None else frozenset({conflict})
 
 
 def _unsettled(
