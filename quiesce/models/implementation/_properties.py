@@ -741,22 +741,31 @@ class _Notes:
     """What one step adds to the ledger of `env`, copy-on-write: a field is rebound to a
     grown copy (`notes.dispatched |= {key}` builds a new frozenset) only when the step
     adds to it, so a set the step left alone stays the very object `env` holds (its hash
-    cached). `bad` collects the violations the step shows. Its annotated fields are those
-    of `Env`'s ledger a step may add to (`_LEDGER`)."""
+    cached). `bad` collects the violations the step shows."""
 
-    completed: frozenset[tuple[str, int, bool, int]]
-    dispatched: frozenset[tuple[str, int]]
-    committed: frozenset[OpId]
-    commit_steps: frozenset[tuple[OpId, int]]  # grows with `committed`
-    reported: frozenset[OpId]
-    failures: int
-    stops: tuple[str, ...]
-    conflicts: frozenset[tuple[str, OpId]]
+    __slots__ = (
+        "bad",
+        "commit_steps",
+        "committed",
+        "completed",
+        "conflicts",
+        "dispatched",
+        "env",
+        "failures",
+        "reported",
+        "stops",
+    )
 
     def __init__(self, env: Env) -> None:
         self.env = env
-        for name in _LEDGER:
-            setattr(self, name, getattr(env, name))
+        self.completed = env.completed
+        self.dispatched = env.dispatched
+        self.committed = env.committed
+        self.commit_steps = env.commit_steps
+        self.reported = env.reported
+        self.failures = env.failures
+        self.stops = env.stops
+        self.conflicts = env.conflicts
         self.bad: list[tuple[str, str]] = []
 
     def flag(self, prop: str, why: str) -> None:
@@ -766,16 +775,24 @@ class _Notes:
     def env_after(self) -> Env:
         """`env` with what the step added: `env` itself if it added nothing."""
         env = self.env
-        changes: dict[str, Any] = {
-            name: now
-            for name in _LEDGER
-            if (now := getattr(self, name)) is not (was := getattr(env, name)) and now != was
-        }
+        changes: dict[str, Any] = {}
+        if self.completed is not env.completed:
+            changes["completed"] = self.completed
+        if self.dispatched is not env.dispatched:
+            changes["dispatched"] = self.dispatched
+        if self.committed is not env.committed:
+            changes["committed"] = self.committed
+            changes["commit_steps"] = self.commit_steps  # grows with `committed`
+        if self.reported is not env.reported:
+            changes["reported"] = self.reported
+        if self.failures != env.failures:
+            changes["failures"] = self.failures
+        if self.stops is not env.stops:
+            changes["stops"] = self.stops
+        if self.conflicts != env.conflicts:
+            changes["conflicts"] = self.conflicts
         if self.bad:
             bad = tuple(sorted({*env.bad, *self.bad}))
             if len(bad) > len(env.bad):
                 changes["bad"] = bad
         return replace(env, **changes) if changes else env
-
-
-_LEDGER = tuple(_Notes.__annotations__)

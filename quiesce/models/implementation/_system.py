@@ -241,7 +241,7 @@ def _put(
     return participants if all(map(operator.is_, members, participants)) else members
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _Draft:
     """A `SystemState` one action is changing: the action's changes (the controller's
     steps, the effects it carries out) are made here in place, and `freeze` builds the
@@ -257,10 +257,15 @@ class _Draft:
     now: float
     anchor: TrainerAnchor | SourceUnreadable | None
 
-    @classmethod
-    def of(cls, origin: SystemState) -> _Draft:
-        """A draft of `origin`, nothing changed yet."""
-        return cls(origin, *parts_of(origin))
+    def __init__(self, origin: SystemState) -> None:
+        self.origin = origin
+        self.controller = origin.controller
+        self.participants = origin.participants
+        self.messages = origin.messages
+        self.timers = origin.timers
+        self.store = origin.store
+        self.now = origin.now
+        self.anchor = origin.anchor
 
     def participant(self, name: str) -> ParticipantState:
         """The participant called `name`."""
@@ -352,7 +357,7 @@ class System:
         self, state: SystemState, event: ControllerInput, now: float | None = None
     ) -> tuple[SystemState, Effects]:
         """The controller's environment (trainer, schedule, dataloader) sends `event`."""
-        draft = _Draft.of(state)
+        draft = _Draft(state)
         if now is not None:
             draft.now = max(state.now, now)
         if isinstance(event, TrainerBoundary) and event.step % self.save_period == 0:
@@ -366,7 +371,7 @@ class System:
         """An agent execution reports progress (`boundary`, `finish`); a finish that
         completes is reported to the controller as `RolloutCompleted`."""
         after, reply, _ = self.handle(state.participant(agent), op, request, state.now)
-        draft = _Draft.of(state)
+        draft = _Draft(state)
         draft.put(after)
         effects: Effects = ()
         if isinstance(reply, ExecutionReply) and reply.receipt is not None and op == "finish":
@@ -405,7 +410,7 @@ class System:
     def deliver(self, state: SystemState, index: int) -> tuple[SystemState, Effects]:
         """Deliver message `index`: a request to its participant (whose reply then flies
         back), or a reply to the controller."""
-        draft = _Draft.of(state)
+        draft = _Draft(state)
         message = draft.take(index)
         call = message.call
         if message.reply is not None:
@@ -473,7 +478,7 @@ class System:
 
     def fire_timer(self, state: SystemState, name: TimerKey) -> tuple[SystemState, Effects]:
         """Fire the armed timer `name` (time advances to it)."""
-        draft = _Draft.of(state)
+        draft = _Draft(state)
         draft.now = max(state.now, dict(state.timers)[name])
         draft.timers = tuple(t for t in state.timers if t[0] != name)
         effects = self._run(draft, [TimerDue(name)])
@@ -508,7 +513,7 @@ class System:
     ) -> tuple[SystemState, Effects]:
         """Participant `name` dies and restarts as `incarnation`, keeping its journal (§6);
         requests and replies in flight to or from it are lost."""
-        draft = _Draft.of(state)
+        draft = _Draft(state)
         draft.put(self.restart(state.participant(name), incarnation))
         effects: list[ControllerEffect] = []
         # Losing one message may make the controller send another to `name`: lost too.
@@ -557,7 +562,7 @@ class System:
         self, state: SystemState, change: Callable[[_Draft], Effects]
     ) -> tuple[SystemState, Effects]:
         """`state` after `change` (an action's work on a draft of it), and its effects."""
-        draft = _Draft.of(state)
+        draft = _Draft(state)
         effects = change(draft)
         return self._freeze(draft), effects
 
