@@ -1,32 +1,27 @@
 """Hash-consing and memoised steps for the `protocol` model, one set per model instance.
 
-What lives here: `Interner` (one canonical object per distinct value: hash-consing, with
-each canonical object's hash computed once), `CanonicalSystems` (one object per distinct
-composed system, found by its parts' identities), `MemoCoordinator` (the model's
-coordinator, its `step` memoised on the canonical state) and `MemoSystem` (the composed
-system, every participant's `handle` memoised the same way, every request and input it
-makes from a message made once), and `same`, the strict equality they rely on. What it
-does not know: what the steps mean; it only remembers what they returned.
+What lives here: `Interner` (one canonical object per distinct value, its hash computed
+once), `CanonicalSystems` (one object per distinct composed system, found by its parts'
+identities), `MemoCoordinator` and `MemoSystem` (the coordinator's `step` and every
+participant's `handle` memoised on canonical states, every request and input made from a
+message made once), and `same`, the strict equality they rely on. What it does not know:
+what the steps mean; it only remembers what they returned.
 
-Why it pays. The explorer reaches the same controller state, with the same input, from
-thousands of global states that differ only elsewhere (a participant, a message in flight,
-the environment's ledger); the same holds for a participant and a request. Each pure step
-runs once per distinct `(state, input)`; later calls return the stored answer, whose
-states are canonical, so an unchanged part of a state is recognised by identity.
+Why it pays: the explorer reaches the same controller state, with the same input, from
+thousands of global states that differ only elsewhere (and likewise a participant and a
+request), so each pure step runs once per distinct `(state, input)`, and its answer's
+states are canonical: an unchanged part of a state is recognised by identity.
 
-Why strictly. `==` is coarser than behaviour for some values: an `OpId` compares by epoch
-and sequence only, not by its kind or trainer step. Answering a step with the answer to a
-merely equal input, or swapping a part for a merely equal one, would change what the
-system does next (it did: a restore id taken for a checkpoint id of the same sequence).
-So interning and the memos match values with `same`, which also compares what `==` skips.
+Why strictly: `==` is coarser than behaviour for some values (an `OpId` compares by epoch
+and sequence only, not its kind or trainer step). Answering a step with the answer to a
+merely equal input would change what the system does next (it did: a restore id taken for
+a checkpoint id of the same sequence), so interning and the memos match values with `same`.
 
-Why identity is sound. A canonical object is kept alive by its `Interner` for the model's
-lifetime, so no other object can get its `id`; memo keys built from `id`s of canonical
-objects are therefore value keys.
-
-Why per instance, never module-global: a mutant injects its variant by parameter (tables,
-policy, participant rules) into its own model; a memo shared between models would answer a
-mutant's step with the protocol's (a global memo once made a mutant survive).
+Why identity is sound: a canonical object is kept alive by its `Interner` for the model's
+lifetime, so no other object can get its `id`; keys of canonical objects' `id`s are value
+keys. Why per instance, never module-global: a mutant injects its variant by parameter
+into its own model; a shared memo would answer a mutant's step with the protocol's (a
+global memo once made a mutant survive).
 """
 
 from __future__ import annotations
@@ -40,7 +35,14 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from quiesce.check import replace
-from quiesce.models.implementation._system import InFlight, Store, System, SystemState, _Draft
+from quiesce.models.implementation._system import (
+    InFlight,
+    Store,
+    System,
+    SystemState,
+    _Draft,
+    parts_of,
+)
 from quiesce.protocol.controller import (
     ControllerEffect,
     ControllerInput,
@@ -182,17 +184,21 @@ class _Memo(Generic[R]):
     """Answers by `(id of a canonical state, id of the canonical input, *context)`: the
     input is interned first, so a remembered answer is found by identities alone (an
     input object met before is known by its `id`, without hashing or comparing it again:
-    `MemoSystem` hands out the same request or input object for the same message)."""
+    `MemoSystem` hands out the same request or input object for the same message). With
+    `remember=False` every answer is computed."""
 
-    __slots__ = ("_answers", "_intern")
+    __slots__ = ("_answers", "_intern", "_remember")
 
-    def __init__(self, intern: Interner) -> None:
+    def __init__(self, intern: Interner, remember: bool) -> None:
         self._intern = intern
+        self._remember = remember
         self._answers: dict[tuple[Any, ...], R] = {}
 
     def answer(
         self, state: int, input: Any, context: tuple[Any, ...], compute: Callable[[], R]
     ) -> R:
+        if not self._remember:
+            return compute()
         key = (state, id(self._intern(input)), *context)
         found = self._answers.get(key)
         if found is None:
@@ -213,7 +219,9 @@ class MemoCoordinator(Coordinator):
         self.__dict__.update(inner.__dict__)
         self._intern = intern
         self._remember = remember
-        self._steps: _Memo[tuple[ControllerState, tuple[ControllerEffect, ...]]] = _Memo(intern)
+        self._steps: _Memo[tuple[ControllerState, tuple[ControllerEffect, ...]]] = _Memo(
+            intern, remember
+        )
         self._initial: dict[int, ControllerState] = {}
 
     def initial(self, epoch: int) -> ControllerState:
@@ -233,8 +241,6 @@ class MemoCoordinator(Coordinator):
             after, effects = Coordinator.step(self, state, now, input)
             return self._intern(after), effects
 
-        if not self._remember:
-            return compute()
         return self._steps.answer(id(state), input, (now,), compute)
 
 
@@ -255,9 +261,8 @@ class MemoSystem(System):
         super().__init__(coordinator, **options)
         self._intern = intern
         self._systems = systems
-        self._remember = remember
-        self._answers: _Memo[Answer] = _Memo(intern)
-        self._restarts: dict[tuple[int, str], ParticipantState] = {}
+        self._answers: _Memo[Answer] = _Memo(intern, remember)
+        self._restarts: _Memo[ParticipantState] = _Memo(intern, remember)
         # What `_made` made, by its parts' identities; the entry keeps the parts alive, so
         # no other object can take an `id` its key names.
         self._made_of: dict[tuple[int, ...], tuple[tuple[object, ...], Any]] = {}
@@ -271,21 +276,16 @@ class MemoSystem(System):
             after, reply, effects = System.handle(self, participant, op, request, now)
             return self._intern(after), reply, effects
 
-        if not self._remember:
-            return compute()
         return self._answers.answer(id(participant), request, (op, now), compute)
 
     def restart(self, participant: ParticipantState, incarnation: str) -> ParticipantState:
         participant = self._intern(participant)
-        if not self._remember:
-            return self._intern(System.restart(self, participant, incarnation))
-        key = (id(participant), incarnation)
-        found = self._restarts.get(key)
-        if found is None:
-            found = self._restarts[key] = self._intern(
-                System.restart(self, participant, incarnation)
-            )
-        return found
+        return self._restarts.answer(
+            id(participant),
+            incarnation,
+            (),
+            lambda: self._intern(System.restart(self, participant, incarnation)),
+        )
 
     def _freeze(self, draft: _Draft) -> SystemState:
         # The canonical system, found from the draft's parts: no frozen copy of a state
@@ -345,7 +345,7 @@ class CanonicalSystems:
         and are not looked at again."""
         if id(sys) in self._digests:
             return sys  # canonical already
-        return self.of(sys, *_parts(sys), before=before)
+        return self.of(sys, *parts_of(sys), before=before)
 
     def knows(self, sys: SystemState) -> bool:
         """Whether `sys` is a canonical system."""
@@ -392,7 +392,7 @@ class CanonicalSystems:
         if found is None:
             parts = (controller, participants, messages, timers, store, now, anchor)
             # Canonical parts already: no copy.
-            reuse = built is not None and all(map(operator.is_, parts, _parts(built)))
+            reuse = built is not None and all(map(operator.is_, parts, parts_of(built)))
             found = built if reuse and built is not None else SystemState(*parts)
             # The entry keeps every part its identity names alive: no other object can
             # take one of those ids while it is filed.
@@ -460,19 +460,6 @@ class CanonicalSystems:
             found = self._in_flight[pair] = self._intern(InFlight(call, reply))
             self._order[id(found)] = _message_order(found)
         return found
-
-
-def _parts(sys: SystemState) -> tuple[Any, ...]:
-    """The fields of `sys`, in order."""
-    return (
-        sys.controller,
-        sys.participants,
-        sys.messages,
-        sys.timers,
-        sys.store,
-        sys.now,
-        sys.anchor,
-    )
 
 
 def _message_order(message: InFlight) -> tuple[Any, ...]:

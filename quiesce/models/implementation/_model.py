@@ -1,45 +1,30 @@
 """The `protocol` model: the composed checkpoint protocol, explored exhaustively.
 
-What lives here: `ProtocolModel`, a `Model` over the pure composed system of
-`System` (the real coordinator and the real participants, built from the
-same tables the runtime executes) plus an *environment* that plays everything else of
-PROTOCOL.md §8: the rollouts' turns and finishes, deadline expiry, the periodic and
-trainer-boundary triggers, the optimizer step, the train switch and the weight sync, the
-trainer, and the faults (request lost, reply lost, 5xx, timeout, a stale delayed request
-redelivered, controller crash, participant crash) under a budget; and `Hooks`, what a
-mutant swaps to run through this very model. What it does not know: how any of those
-machines decide; it only offers the moves and watches.
-
-The model is four modules around one set of values (`_protocol_state`: the sizes, the
-state, the cast). The environment keeps its own ledger (`Env`): what completed, what it
-trained, what a controller crash rolled back, which ids a participant committed, which
-calls were sent in which order, what the controller reported. The properties of §5
-(I1-I6, I8 as `always`, I7 as the explorer's must-style `no_stall`) are judged against
-that ledger and the participants' own states, never against the coordinator's bookkeeping
-alone, so a coordinator that lies to itself is still caught (`_protocol_properties`).
-Counterexamples are described and projected onto the engine's tables by
-`_protocol_traces`, and siblings are identified under `--symmetry` by
-`_protocol_symmetry`.
+What lives here: `ProtocolModel`, a `Model` over the pure composed `System` (the real
+coordinator and participants, built from the tables the runtime executes) plus an
+*environment* that plays everything else of PROTOCOL.md §8: the rollouts' turns and
+finishes, deadline expiry, the periodic and trainer-boundary triggers, the optimizer step,
+the train switch and the weight sync, the trainer, and the faults (request lost, reply
+lost, 5xx, timeout, a stale delayed request redelivered, controller crash, participant
+crash) under a budget; and `Hooks`, what a mutant swaps to run through this very model.
+What it does not know: how any of those machines decide; it only offers the moves and
+watches. The properties are judged against the environment's own ledger (`Env`), never the
+coordinator's bookkeeping alone, so a coordinator that lies to itself is still caught.
 
 How the state stays small (the explorer's notes):
 - time is abstract. `now` stays 0: every timer may fire at any moment (that *is* the
-  timing nondeterminism), so absolute timestamps carry no information and the per-phase
-  seconds of an attempt are dropped from the state (they feed metrics only);
+  timing nondeterminism), so the per-phase seconds of an attempt are dropped (metrics only);
 - in-flight messages are a multiset (sorted), since any one may be delivered next;
 - every loop is bounded by the environment: triggers, prepare retries, attempts, faults,
   the optimizer step, the train switch and the weight sync are counted, so the fault-free
   graph is acyclic except through goal states;
-- ids are already by order of creation (`ck-{epoch}-{seq}`), incarnations are
-  `{name}-{n}`; a state hashes once (`PState` caches its hash), and a system is one
-  object per distinct value (`_protocol_memo.CanonicalSystems`), so its moves are
-  remembered by its identity.
+- a state hashes once (`PState`), and a system is one object per distinct value
+  (`CanonicalSystems`), so its moves are remembered by its identity.
 
 A controller crash restarts the real coordinator: it finishes its intent (§6) and runs the
-M9 restore from the published snapshots, whose restore calls are ordered by I5 and can be
-corrupted by the wrong-digest fault; the environment counts everything dispatched and not
-trained as rolled back then (the restore's own planning is tested in
-`tests/protocol/test_restore.py`). Not expressed here: the policy calls that freeze an
-execution (§8's environment has none) and the S13/S14 setup refusals. The mutant catalog
+M9 restore from the published snapshots; the environment counts everything dispatched and
+not trained as rolled back then. Not expressed here: the policy calls that freeze an
+execution (§8's environment has none) and the S13/S14 setup refusals; the mutant catalog
 names the check that covers each.
 
 >>> model = ProtocolModel()  # doctest: +SKIP
@@ -50,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -83,6 +68,7 @@ from quiesce.models.implementation._traces import (
 )
 from quiesce.protocol import Cause, QuiesceConfig
 from quiesce.protocol.controller import (
+    ControllerInput,
     Coordinator,
     GroupOpened,
     GroupTrained,
@@ -227,9 +213,6 @@ class ProtocolModel(Model[PState]):
         return out
 
     def init_states(self) -> Iterable[PState]:
-        return list(self._init_states())
-
-    def _init_states(self) -> Iterable[PState]:
         state, _ = self.system.start(self._participants())
         env = Env(
             triggers=self.p.triggers, faults=self.p.faults, digest_faults=self.p.digest_faults
@@ -240,11 +223,9 @@ class ProtocolModel(Model[PState]):
                 after, effects = self.system.input(state, opened)
         except Exception as error:  # a mutant's core raised or looped opening the group
             raised = replace(env, raised=f"{type(error).__name__}: {error}")
-            yield self._make(self._systems(state), raised)
-            return
+            return [self._make(self._systems(state), raised)]
         after = self._systems(after)
-        env = self.judge.observe(after, after, effects, env)
-        yield self._make(after, env)
+        return [self._make(after, self.judge.observe(after, after, effects, env))]
 
     # ------------------------------------------------------------------ actions
 
@@ -268,15 +249,8 @@ class ProtocolModel(Model[PState]):
     def successors(self, state: PState) -> list[tuple[Action, PState]]:
         if state.env.raised:
             return []  # the core raised: the run is over (a bug, reported as a stall)
-        return self._successors(state)
-
-    def _successors(self, state: PState) -> list[tuple[Action, PState]]:
-        out: list[tuple[Action, PState]] = []
-        for action in self._enabled(state):
-            following = self._apply(state, action)
-            if following is not None:
-                out.append((action, following))
-        return out
+        moves = [(action, self._apply(state, action)) for action in self._enabled(state)]
+        return [(action, following) for action, following in moves if following is not None]
 
     def _enabled(self, state: PState) -> list[Action]:
         sys, env, p = state.system, state.env, self.p
@@ -305,14 +279,9 @@ class ProtocolModel(Model[PState]):
         for name, _at in sys.timers:
             group = group_of_timer(name)
             if group is not None:
-                if not self._may_expire(sys, group):
-                    continue
-                enabled.append(act(f"deadline of {group} expires", ("timer", name)))
-            elif name.kind is TimerKind.PREPARE_RETRY:
-                if self._retries_left(sys, env) <= 0:
-                    continue
-                enabled.append(act(f"timer {name}", ("timer", name)))
-            else:
+                if self._may_expire(sys, group):
+                    enabled.append(act(f"deadline of {group} expires", ("timer", name)))
+            elif name.kind is not TimerKind.PREPARE_RETRY or self._retries_left(sys, env) > 0:
                 enabled.append(act(f"timer {name}", ("timer", name)))
         # Trainer, schedule, switches.
         if env.triggers > 0:
@@ -436,7 +405,10 @@ class ProtocolModel(Model[PState]):
             remembered = self._moves.get(key)
             if remembered is None:
                 if len(self._moves) >= _MOVES_KEPT:
-                    self._forget_systems()
+                    # Drop the moves and the canonical systems with them (a hash goes with
+                    # the system that keeps its `id` from being reused).
+                    self._moves.clear()
+                    self._systems.forget()
                 move = self._system_step(before, env, action)
                 remembered = self._moves[key] = (before, action, move)
             move = remembered[2]
@@ -446,12 +418,6 @@ class ProtocolModel(Model[PState]):
         env = self._environment_step(before, env, action, request)
         env = self.judge.observe(before, after, effects, env, delivered=delivered)
         return self._make(after, env)
-
-    def _forget_systems(self) -> None:
-        """Drop the remembered moves, the canonical systems and their hashes (by `id`: a
-        hash is dropped with the system that keeps its `id` from being reused)."""
-        self._moves.clear()
-        self._systems.forget()
 
     def _system_step(self, sys: SystemState, env: Env, action: Action) -> _Move:
         """The composed system's move on `action` (canonical after), reading from `env`
@@ -476,25 +442,15 @@ class ProtocolModel(Model[PState]):
             timers = tuple(t for t in sys.timers if t[0] != name)
             sys, effects = system.input(replace(sys, timers=timers), TimerDue(name))
         elif kind == "trigger":
-            event = (
-                PeriodElapsed()
-                if action.payload[1] == "period"
-                else TrainerBoundary(action.payload[2])
-            )
+            period = action.payload[1] == "period"
+            event = PeriodElapsed() if period else TrainerBoundary(action.payload[2])
             sys, effects = system.input(sys, event)
-        elif kind == "optimizer":
-            if action.payload[1] == 1:
-                sys, effects = system.input(sys, OptimizerStepBegin())
-            else:
-                sys, effects = system.input(sys, OptimizerStepEnd(env.trainer_step + 1))
-        elif kind == "weight_sync":
-            sync = WeightSyncBegin() if action.payload[1] == 1 else WeightSyncEnd()
-            sys, effects = system.input(sys, sync)
-        elif kind == "train_switch":
-            switch = TrainSwitchBegin() if action.payload[1] == 1 else TrainSwitchEnd()
-            sys, effects = system.input(sys, switch)
+        elif kind == "optimizer" and action.payload[1] == 2:
+            sys, effects = system.input(sys, OptimizerStepEnd(env.trainer_step + 1))
         elif kind == "train":
             sys, effects = system.input(sys, GroupTrained(action.payload[1]))
+        elif action.payload[:2] in _SWITCHES:
+            sys, effects = system.input(sys, _SWITCHES[action.payload[:2]]())
         elif kind == "redeliver":
             assert env.delayed is not None
             who, op, delayed = env.delayed
@@ -507,7 +463,8 @@ class ProtocolModel(Model[PState]):
             call = sys.messages[action.payload[1]].call
             sys, request = system.delay(sys, action.payload[1])
             # The call itself times out at its deadline (I6): the controller hears that.
-            sys, effects = system.input(sys, _call_failed(call, Cause.TIMEOUT))
+            timeout = CallFailed(call.participant, call.op, call.op_id, Cause.TIMEOUT, call.payload)
+            sys, effects = system.input(sys, timeout)
         elif kind == "wrong_digest":
             sys = system.wrong_digest_at_restore(sys, action.payload[1])
         elif kind == "crash_controller":
@@ -534,10 +491,8 @@ class ProtocolModel(Model[PState]):
             if action.payload[1] == 1:
                 return replace(env, optimizer=1)
             return replace(env, optimizer=2, trainer_step=env.trainer_step + 1)
-        elif kind == "weight_sync":
-            return replace(env, weight_sync=action.payload[1])
-        elif kind == "train_switch":
-            return replace(env, train_switch=action.payload[1])
+        elif kind in ("weight_sync", "train_switch"):
+            return replace(env, **{kind: action.payload[1]})
         elif kind == "train":
             group_id = action.payload[1]
             ledger = sys.controller.ledger
@@ -616,27 +571,26 @@ class ProtocolModel(Model[PState]):
     def table_of(self, instance: str) -> Table[Any, Any] | None:
         # `agent_execution[g0-0#0]` steps the protocol's `agent_execution` table; a
         # mutant's hooks may replace the controller's own three.
-        hooks = self.hooks
-        own = {
-            "checkpoint": hooks.checkpoint,
-            "admission_gate": hooks.gate,
-            "deadline_registry": hooks.deadlines,
-        }
         base = instance.partition("[")[0]
-        return own.get(base) or TABLES.get(base)
+        return self._controller_tables().get(base) or TABLES.get(base)
 
     def project(self, trace: Trace[PState], table: str) -> list[dict[str, str]]:
         if table not in self.tables():
             return super().project(trace, table)
-        hooks = self.hooks
         machines = {
+            **self._controller_tables(),
+            "control_fence": self.hooks.participant.fence,
+            "agent_execution": self.hooks.participant.agent,
+        }
+        return project(self.cast, trace, table, machines)
+
+    def _controller_tables(self) -> dict[str, Table[Any, Any]]:
+        hooks = self.hooks
+        return {
             "checkpoint": hooks.checkpoint,
             "admission_gate": hooks.gate,
             "deadline_registry": hooks.deadlines,
-            "control_fence": hooks.participant.fence,
-            "agent_execution": hooks.participant.agent,
         }
-        return project(self.cast, trace, table, machines)
 
     def participants(self) -> Sequence[str]:
         return ("environment", "controller", *self.cast.names)
@@ -691,6 +645,15 @@ def _crashes(env: Env, name: str) -> int:
     return dict(env.crashed).get(name, 1) + 1
 
 
+_SWITCHES: Mapping[tuple[Any, ...], Callable[[], ControllerInput]] = {
+    ("optimizer", 1): OptimizerStepBegin,
+    ("weight_sync", 1): WeightSyncBegin,
+    ("weight_sync", 2): WeightSyncEnd,
+    ("train_switch", 1): TrainSwitchBegin,
+    ("train_switch", 2): TrainSwitchEnd,
+}
+"""The trainer's inputs that take nothing from the action, by `payload[:2]`."""
+
 _UNWATCHED = contextlib.nullcontext()
 
 
@@ -702,10 +665,6 @@ def _alarm(seconds: float) -> Iterator[None]:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-
-
-def _call_failed(call: Any, cause: Cause) -> CallFailed:
-    return CallFailed(call.participant, call.op, call.op_id, cause, call.payload)
 
 
 UNREACHED_INPUTS: Mapping[tuple[str, str], str] = {

@@ -86,7 +86,6 @@ one its agent still keeps (`_oracles.may_resume_from`)."""
 _PHASE_ORDER: Mapping[Op, tuple[Role, ...]] = {
     Op(op): tuple(Role(role) for role in roles) for op, roles in SPEC_PHASE_ORDER.items()
 }
-_COMMITTED_STATES = frozenset({FenceState.COMMITTED_PAUSED})
 _WAITING_PHASES = frozenset(
     {
         CheckpointState.PREPARING,
@@ -95,7 +94,6 @@ _WAITING_PHASES = frozenset(
         CheckpointState.ABORTING,
     }
 )
-_COMMIT_OP = FenceOp.COMMIT
 # A tuple, not the frozenset: `in` a tuple compares identities, `in` a set calls the
 # enum's Python-level `__hash__` (measurable at one test per message per step).
 _CONTROL_OPS = tuple(CONTROL_OPS)
@@ -106,6 +104,47 @@ _NOTED_EFFECTS: frozenset[type] = frozenset(
     {Call, Dispatch, Outcome, Stopped, CaptureCut, Publish, LoadSnapshot}
 )
 _CONFLICT = "checkpoint_conflict"
+# The properties in the order `Judge.properties` states them: name, doc, what each reads.
+_PROPERTIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (
+        "I1",
+        "nothing completed is lost",
+        ("executions", "ledger", "env.completed", "env.trained", "env.violations"),
+    ),
+    ("I2", "nothing runs twice", ("executions", "env.violations")),
+    (
+        "I3",
+        "publish-or-abort",
+        ("checkpoint", "restore", "fences", "messages", "store", "env.violations"),
+    ),
+    (
+        "I4",
+        "gates: held iff some owner holds",
+        ("checkpoint", "admission_gate", "deadline_registry"),
+    ),
+    ("I5", "phase order (§3)", ("checkpoint", "fences", "env.violations")),
+    (
+        "I6",
+        "bounded calls: the controller waits only on live calls",
+        ("checkpoint", "attempt", "messages", "timers"),
+    ),
+    ("I8", "consistent snapshot", ("store", "env.violations")),
+    (
+        NEWEST_SNAPSHOT,
+        "restore selects the newest matching snapshot (M9)",
+        ("restore", "store", "env.violations"),
+    ),
+    (
+        CONFLICT_FIRST,
+        "a conflict naming X is followed by the abort of X (§4, S5)",
+        ("messages", "fences", "env.violations"),
+    ),
+    (
+        RESUME_KEPT,
+        "nothing resumes from a discarded continuation (M9, S12)",
+        ("executions", "env.violations"),
+    ),
+)
 
 
 class Judge:
@@ -150,7 +189,8 @@ class Judge:
             return env
         notes = _Notes(env)
         if conflict is not None or env.conflicts:
-            notes.conflicts = _unsettled(after, env.conflicts | _some(conflict))
+            reported = env.conflicts if conflict is None else env.conflicts | {conflict}
+            notes.conflicts = _unsettled(after, reported)
         for move in moves:
             self._note_move(move, after, delivered, notes)
         sent_control = False
@@ -202,16 +242,15 @@ class Judge:
                 continue
             reruns = after.controller.ledger.counters.group_reruns
             notes.completed |= {(key[0], key[1], _kept(after, key), reruns)}
-        for receipt in move.released:
-            if not released_by_ack(receipt, _delivered_acks(delivered)):
-                notes.flag("I1", f"{receipt[0]}#{receipt[1]} released by its agent without an ACK")
-        for receipt in move.acked:
-            # Left with its acked refusal key: only an ACK quoting its exact receipt, in
-            # the batch this step delivered, may have released it (M3).
-            if not released_by_ack(receipt, _delivered_acks(delivered)):
-                notes.flag(
-                    "I1", f"{receipt[0]}#{receipt[1]} acked by its agent on a receipt no ACK quoted"
-                )
+        # Left with its acked refusal key or without: only an ACK quoting its exact
+        # receipt, in the batch this step delivered, may have released it (M3).
+        for receipts, how in (
+            (move.released, "released by its agent without an ACK"),
+            (move.acked, "acked by its agent on a receipt no ACK quoted"),
+        ):
+            for receipt in receipts:
+                if not released_by_ack(receipt, _delivered_acks(delivered)):
+                    notes.flag("I1", f"{receipt[0]}#{receipt[1]} {how}")
         op_id = move.committed_to
         if op_id is not None and op_id not in notes.committed:
             notes.committed |= {op_id}
@@ -229,16 +268,9 @@ class Judge:
         # I1 (M3, S17): only an ACK releases a result. A completed execution that leaves
         # its agent must leave an acked refusal key behind (a crash keeps it in the
         # journal), unless the ACK batch the step delivered acks it (`_note_move`).
-        released = tuple(
-            receipt
-            for receipt in then.completed
-            if receipt[:2] not in held.states and receipt not in held.refusal_keys
-        )
-        acked = tuple(
-            receipt
-            for receipt in then.completed
-            if receipt[:2] not in held.states and receipt in held.refusal_keys
-        )
+        gone = [receipt for receipt in then.completed if receipt[:2] not in held.states]
+        released = tuple(receipt for receipt in gone if receipt not in held.refusal_keys)
+        acked = tuple(receipt for receipt in gone if receipt in held.refusal_keys)
         if not completed and not released and not acked and held.committed_to is None:
             return None
         return _Move(completed, released, held.committed_to, acked)
@@ -273,7 +305,7 @@ class Judge:
             if fence.data.active != op_id or fence.state is not FenceState.COMMITTED_PAUSED:
                 notes.flag("I8", f"{op_id} published while {name} is not committed to it")
                 continue
-            reply = fence.data.result(op_id, _COMMIT_OP)
+            reply = fence.data.result(op_id, FenceOp.COMMIT)
             if not isinstance(reply, CommitReply):
                 notes.flag("I8", f"{op_id} published without {name}'s commit")
         attempt = after.controller.attempt
@@ -281,7 +313,7 @@ class Judge:
             recorded = {
                 p.config.name: r.digest
                 for p in after.participants
-                if isinstance(r := p.fence.data.result(op_id, _COMMIT_OP), CommitReply)
+                if isinstance(r := p.fence.data.result(op_id, FenceOp.COMMIT), CommitReply)
             }
             if dict(attempt.digests) != recorded:
                 notes.flag("I8", f"{op_id} staged digests differ from the participants'")
@@ -316,88 +348,28 @@ class Judge:
                         f" conflict with {active}, before {active} was aborted there",
                     )
             order = _PHASE_ORDER.get(call.op)
-            if order is None:
-                continue
             role = self.cast.roles.get(call.participant)
-            if role is None:
+            if order is None or role is None:
                 continue
-            for earlier in order[: order.index(role)]:
-                for participant in after.participants:
-                    if self.cast.roles.get(participant.config.name) != earlier:
-                        continue
-                    if not _done(participant, call.op, call.op_id):
-                        notes.flag(
-                            "I5",
-                            f"{call.op.value}({call.op_id}) to {call.participant}"
-                            f" before {participant.config.name}",
-                        )
+            earlier = order[: order.index(role)]
+            for participant in after.participants:
+                name = participant.config.name
+                if self.cast.roles.get(name) not in earlier:
+                    continue
+                if not _done(participant, call.op, call.op_id):
+                    why = f"{call.op.value}({call.op_id}) to {call.participant} before {name}"
+                    notes.flag("I5", why)
 
     # ------------------------------------------------------------------ properties
 
     def properties(self) -> Sequence[Always]:
         """I1-I6 and I8, and the named promises of M9 and §4 `_oracles` states, each an
-        `always` over a model state."""
-        return (
-            always(
-                "I1",
-                self._i1,
-                "nothing completed is lost",
-                reads=("executions", "ledger", "env.completed", "env.trained", "env.violations"),
-            ),
-            always(
-                "I2",
-                lambda s: not _flags(s, "I2"),
-                "nothing runs twice",
-                reads=("executions", "env.violations"),
-            ),
-            always(
-                "I3",
-                self._i3,
-                "publish-or-abort",
-                reads=("checkpoint", "restore", "fences", "messages", "store", "env.violations"),
-            ),
-            always(
-                "I4",
-                self._i4,
-                "gates: held iff some owner holds",
-                reads=("checkpoint", "admission_gate", "deadline_registry"),
-            ),
-            always(
-                "I5",
-                lambda s: not _flags(s, "I5"),
-                "phase order (§3)",
-                reads=("checkpoint", "fences", "env.violations"),
-            ),
-            always(
-                "I6",
-                self._i6,
-                "bounded calls: the controller waits only on live calls",
-                reads=("checkpoint", "attempt", "messages", "timers"),
-            ),
-            always(
-                "I8",
-                lambda s: not _flags(s, "I8"),
-                "consistent snapshot",
-                reads=("store", "env.violations"),
-            ),
-            always(
-                NEWEST_SNAPSHOT,
-                lambda s: not _flags(s, NEWEST_SNAPSHOT),
-                "restore selects the newest matching snapshot (M9)",
-                reads=("restore", "store", "env.violations"),
-            ),
-            always(
-                CONFLICT_FIRST,
-                lambda s: not _flags(s, CONFLICT_FIRST),
-                "a conflict naming X is followed by the abort of X (§4, S5)",
-                reads=("messages", "fences", "env.violations"),
-            ),
-            always(
-                RESUME_KEPT,
-                lambda s: not _flags(s, RESUME_KEPT),
-                "nothing resumes from a discarded continuation (M9, S12)",
-                reads=("executions", "env.violations"),
-            ),
+        `always` over a model state: the ones with a check of their own here, the others
+        (only a transition can show them) holding while no step flagged them."""
+        checks = {"I1": self._i1, "I3": self._i3, "I4": self._i4, "I6": self._i6}
+        return tuple(
+            always(name, checks.get(name) or _unflagged(name), doc, reads=reads)
+            for name, doc, reads in _PROPERTIES
         )
 
     def _i1(self, state: PState) -> bool:
@@ -422,15 +394,11 @@ class Judge:
         return discarded <= accounts.counted
 
     def _i3(self, state: PState) -> bool:
-        """I3 is due once the controller is idle: its checkpoint lifecycle (M1) idle and no
-        restore (M9) under way or ended in `restore_failed` (a stop). A restarted
-        controller whose checkpoint table is idle is still restoring until M9 reaches
-        `idle`; a restore call whose reply was lost holds its participant fenced to the
-        restore id until the retry timer sends it again, and that is not the settled
-        moment I3 speaks of (the design model judges it the same way, and the system run
-        also waits for M9 to end).
-        Then: no participant is fenced, and every committed id is published and released
-        or unpublished and aborted."""
+        """I3 is due once the controller is idle (`_idle`: a restarted controller is still
+        restoring until M9 reaches `idle`, its participants possibly fenced to the restore
+        id, as the design model and the system run also judge it) with no control call in
+        flight. Then no participant is fenced, and every committed id is published and
+        released or unpublished and aborted."""
         sys, env = state.system, state.env
         if not _idle(sys.controller):
             return True
@@ -564,10 +532,6 @@ def _conflict_of(delivered: InFlight | None) -> tuple[str, OpId] | None:
     return (delivered.call.participant, reply.active_id)
 
 
-def _some(conflict: tuple[str, OpId] | None) -> frozenset[tuple[str, OpId]]:
-    return frozenset() if conflict is None else frozenset({conflict})
-
-
 def _unsettled(
     after: SystemState, conflicts: frozenset[tuple[str, OpId]]
 ) -> frozenset[tuple[str, OpId]]:
@@ -583,6 +547,11 @@ def _unsettled(
 def _flags(state: PState, prop: str) -> bool:
     bad = state.env.bad
     return bool(bad) and any(name == prop for name, _ in bad)
+
+
+def _unflagged(prop: str) -> Callable[[PState], bool]:
+    """The property `prop` that holds while no transition flagged it."""
+    return lambda state: not _flags(state, prop)
 
 
 def _delivered_acks(delivered: InFlight | None) -> frozenset[tuple[str, int, str]]:
@@ -612,16 +581,13 @@ def _gates_held(
     """I4 over what it reads: admission is held iff some owner holds it (the checkpoint,
     a weight sync, a train switch, a restore), and the deadline clocks run iff no owner
     holds them, with no group timer armed while they are suspended."""
-    phase = controller.phase
-    checkpoint = phase is not CheckpointState.IDLE
-    gate = {"checkpoint"} if checkpoint else set()
-    if weight_sync == 1:
-        gate.add("weight_sync")
-    if train_switch == 1:
-        gate.add("train_switch")
-    deadlines = {"checkpoint"} if checkpoint else set()
-    if train_switch == 1:
-        deadlines.add("train_switch")
+    owners = {
+        "checkpoint": controller.phase is not CheckpointState.IDLE,
+        "weight_sync": weight_sync == 1,
+        "train_switch": train_switch == 1,
+    }
+    gate = {owner for owner, holds in owners.items() if holds}
+    deadlines = gate - {"weight_sync"}  # a weight sync holds admission, not the clocks
     # A restarted controller's restore (M9) holds both while it runs, and only then.
     restore = controller.restore
     if restore is not None and label(restore.state) not in ("idle", "restore_failed"):
@@ -732,7 +698,7 @@ class _Holding:
             states={e.data.key: e.state for e in held},
             completed=completed,
             refusal_keys=frozenset(getattr(participant.role, "refusal_keys", ())),
-            committed_to=fence.data.active if fence.state in _COMMITTED_STATES else None,
+            committed_to=fence.data.active if fence.state is FenceState.COMMITTED_PAUSED else None,
         )
 
 

@@ -3,15 +3,14 @@
 What lives here: `ProtocolParams` (the sizes, PROTOCOL.md §8's reference size by default),
 `Env` (the environment's budgets and its independent ledger), `PState` (one model state:
 the composed system plus `Env`, hashed once), `Cast` (the participants at given sizes) and
-`GROUP`, the model's one prompt group. The model (`_protocol_model`), its properties
-(`_protocol_properties`), its traces (`_protocol_traces`) and its symmetry
-(`_protocol_symmetry`) all build on these and on nothing of each other's.
+`GROUP`, the model's one prompt group. The model, its properties, traces and symmetry all
+build on these and on nothing of each other's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from quiesce.fsm import label
@@ -68,27 +67,12 @@ class ProtocolParams:
     digest stays small, where two faults of every kind would not."""
 
     def describe(self) -> dict[str, Any]:
-        """The parameters as a JSON-ready mapping."""
-        return {
-            "siblings": self.siblings,
-            "turns": self.turns,
-            "attempts": self.attempts,
-            "triggers": self.triggers,
-            "optimizer_steps": self.optimizer_steps,
-            "weight_sync": self.weight_sync,
-            "train_switch": self.train_switch,
-            "prepare_retries": self.prepare_retries,
-            "faults": self.faults,
-            "agents": self.agents,
-            "max_consecutive_failures": self.max_consecutive_failures,
-            "call_retries": self.call_retries,
-            "group_scored": self.group_scored,
-            "recovery_mode": self.recovery_mode,
-            "crashes": self.crashes,
-            # Only when set: the configurations that never use it describe themselves
-            # as they always did.
-            **({"digest_faults": self.digest_faults} if self.digest_faults else {}),
-        }
+        """The parameters as a JSON-ready mapping (`digest_faults` only when set: the
+        configurations that never use it describe themselves as they always did)."""
+        described = asdict(self)
+        if not self.digest_faults:
+            del described["digest_faults"]
+        return described
 
 
 # Without slots: a step copies its Env with a change or two, and the copier copies a

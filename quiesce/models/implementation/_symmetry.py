@@ -10,6 +10,7 @@ properties are symmetric by construction (none of them names a sibling).
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import fields, is_dataclass
 from enum import Enum
@@ -109,18 +110,13 @@ class _Renamer:
         return repr(value)
 
 
-_RENAMERS: dict[tuple[str, int, int], list[_Renamer]] = {}
+@functools.cache
+def _renamers(siblings: int, attempts: int) -> list[_Renamer]:
+    return [_Renamer(GROUP, perm, attempts) for perm in itertools.permutations(range(siblings))]
 
 
 def canonical_key(params: ProtocolParams, state: PState) -> Any:
     """The least fingerprint of `state` (a state of the model at `params`) over every
     permutation of the siblings."""
-    siblings, attempts = params.siblings, params.attempts
-    renamers = _RENAMERS.get((GROUP, siblings, attempts))
-    if renamers is None:
-        renamers = [
-            _Renamer(GROUP, perm, attempts) for perm in itertools.permutations(range(siblings))
-        ]
-        _RENAMERS[(GROUP, siblings, attempts)] = renamers
-    keys = [r.key((state.system, state.env)) for r in renamers]
+    keys = [r.key((state.system, state.env)) for r in _renamers(params.siblings, params.attempts)]
     return min(keys, key=repr)

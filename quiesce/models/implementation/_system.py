@@ -4,38 +4,27 @@ What lives here: `SystemState`, a frozen, hashable value (controller state + par
 states + in-flight messages + armed timers + the controller's durable store + the trainer's
 anchor), and `System`, whose methods are the system's *actions*: deliver a message, lose
 it, fail it, fire a timer, feed the controller an input from its environment, crash a
-process, corrupt a restore's reported digest (`wrong_digest_at_restore`). Each action is a
-pure function `(SystemState, ...) -> (SystemState, effects)`; the scenario tests drive them
-by hand and the model checker (`quiesce.models`) enumerates them. What it does not know:
-which action comes next (the caller decides), sockets, clocks or disks.
+process, corrupt a restore's reported digest. Each action is a pure function
+`(SystemState, ...) -> (SystemState, effects)`; the scenario tests drive them by hand and
+the model checker enumerates them. What it does not know: which action comes next (the
+caller decides), sockets, clocks or disks.
 
 How effects are carried:
 - a controller `Call` becomes an in-flight request; `deliver` hands it to the participant
-  (`_participant.handle`) and the reply flies back; `deliver` again feeds it to the
-  controller. `drop` loses a request or a reply (the controller sees `request_lost` /
-  `reply_lost`); `fail` fails a request without delivering it (a 5xx, a timeout);
-- store effects (`WriteIntent`, `Publish`, ...) are applied to `Store` at once and
-  answered at once: the controller's disk is local and the model's faults are elsewhere.
-  The store keeps each snapshot's contents (`Snapshot`: artifacts with digests, the cut's
-  ledger and trainer step, the fingerprint, whether it was taken at the trainer anchor),
-  so the restore at start (M9) reads them back: `ListSnapshots` is answered with the
-  trainer anchor and every published or quarantined snapshot, `LoadSnapshot` with the
-  digests and the ledger, and a RESTORE call carries the participant's stored artifact.
-  Published snapshots are pruned to `keep_latest_k`. `Store.unreadable` or an anchor
-  given as `SourceUnreadable` make the restore fail (`restore_failed`);
-- `Dispatch` begins the execution on its agent at once; a refused begin is reported back as
-  `RolloutFailed`;
-- `ArmTimer`/`CancelTimer` maintain `timers`; `fire_timer` advances `now` to the timer.
+  and the reply flies back; `deliver` again feeds it to the controller. `drop` loses a
+  request or a reply (`request_lost` / `reply_lost`); `fail` fails a request undelivered;
+- store effects are applied to `Store` and answered at once: the controller's disk is
+  local and the model's faults are elsewhere. The store keeps each snapshot's contents
+  (`Snapshot`), so the restore at start (M9) reads them back; published snapshots are
+  pruned to `keep_latest_k`; `Store.unreadable` or an unreadable anchor fail the restore;
+- `Dispatch` begins the execution on its agent at once (a refused begin is reported back
+  as `RolloutFailed`); `ArmTimer`/`CancelTimer` maintain `timers`.
 
-A controller crash keeps the store, the trainer anchor and the participants (and requests
-already in flight, which may still arrive: S15); the restarted controller finishes the
-in-flight id, restores (M9) and is idle again once its calls are delivered. A participant
-crash keeps exactly its journal (§6).
-
-What runs where: the coordinator is the caller's (its tables are its parameters); every
-participant steps by the `ParticipantRules` given as `rules` and comes back from a crash
-through `recover` (`from_journal` by default), so a mutant of either side runs through
-these very actions.
+A controller crash keeps the store, the trainer anchor, the participants and the requests
+already in flight (which may still arrive: S15). A participant crash keeps exactly its
+journal (§6). The coordinator is the caller's; every participant steps by the `rules`
+given and comes back from a crash through `recover`, so a mutant of either side runs
+through these very actions.
 """
 
 from __future__ import annotations
@@ -44,7 +33,7 @@ import functools
 import operator
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import EllipsisType
 from typing import Any, TypeVar
 
@@ -167,17 +156,19 @@ class Store:
     def with_contents(self, snapshot: Snapshot) -> Store:
         """The store with `snapshot`'s contents replaced (or added)."""
         kept = tuple(s for s in self.snapshots if s.snapshot_id != snapshot.snapshot_id)
-        return replace(self, snapshots=tuple(sorted((*kept, snapshot), key=_by_id)))
+        ordered = sorted((*kept, snapshot), key=operator.attrgetter("snapshot_id"))
+        return replace(self, snapshots=tuple(ordered))
+
+    def staged(self, snapshot_id: OpId, **changes: Any) -> Store:
+        """The store with `changes` made to `snapshot_id`'s contents (new ones if none)."""
+        staged = self.contents(snapshot_id) or Snapshot(snapshot_id)
+        return self.with_contents(replace(staged, **changes))
 
     def without(self, snapshot_ids: Iterable[OpId]) -> Store:
         """The store without the contents of `snapshot_ids`."""
         gone = frozenset(snapshot_ids)
         kept = tuple(s for s in self.snapshots if s.snapshot_id not in gone)
         return replace(self, snapshots=kept)
-
-
-def _by_id(snapshot: Snapshot) -> OpId:
-    return snapshot.snapshot_id
 
 
 def trainer_anchor(step: int) -> TrainerAnchor:
@@ -226,6 +217,12 @@ class SystemState:
         return replace(self, participants=_put(self.participants, participant))
 
 
+parts_of: Callable[[Any], tuple[Any, ...]] = operator.attrgetter(
+    *(f.name for f in fields(SystemState))
+)
+"""The fields of a system (or of a `_Draft` of one), in order."""
+
+
 def _member(participants: tuple[ParticipantState, ...], name: str) -> ParticipantState:
     """The participant called `name` among `participants`."""
     for state in participants:
@@ -244,22 +241,21 @@ def _put(
     return participants if all(map(operator.is_, members, participants)) else members
 
 
+@dataclass(slots=True, init=False)
 class _Draft:
     """A `SystemState` one action is changing: the action's changes (the controller's
     steps, the effects it carries out) are made here in place, and `freeze` builds the
     frozen state once at the end. A frozen copy per change was most of what an action
     cost (a step carries out several effects)."""
 
-    __slots__ = (
-        "anchor",
-        "controller",
-        "messages",
-        "now",
-        "origin",
-        "participants",
-        "store",
-        "timers",
-    )
+    origin: SystemState
+    controller: ControllerState
+    participants: tuple[ParticipantState, ...]
+    messages: tuple[InFlight, ...]
+    timers: tuple[tuple[TimerKey, float], ...]
+    store: Store
+    now: float
+    anchor: TrainerAnchor | SourceUnreadable | None
 
     def __init__(self, origin: SystemState) -> None:
         self.origin = origin
@@ -287,26 +283,10 @@ class _Draft:
 
     def freeze(self) -> SystemState:
         """The state drafted (the state it started from if nothing changed)."""
-        origin = self.origin
-        if (
-            self.controller is origin.controller
-            and self.participants is origin.participants
-            and self.messages is origin.messages
-            and self.timers is origin.timers
-            and self.store is origin.store
-            and self.now == origin.now
-            and self.anchor is origin.anchor
-        ):
-            return origin
-        return SystemState(
-            self.controller,
-            self.participants,
-            self.messages,
-            self.timers,
-            self.store,
-            self.now,
-            self.anchor,
-        )
+        parts = parts_of(self)  # the draft's fields named as the system's
+        if all(map(operator.is_, parts, parts_of(self.origin))):
+            return self.origin
+        return SystemState(*parts)
 
 
 Effects = tuple[ControllerEffect, ...]
@@ -367,7 +347,9 @@ class System:
         caps = tuple(map(self._capabilities, members))
         discovered = self._made(caps, lambda: Discovered(caps))
         intent = None if state.store.intent is None else state.store.intent[0]
-        return self._feed(state, [discovered, Recovered(intent, step)])
+        return self._act(
+            state, lambda draft: self._run(draft, [discovered, Recovered(intent, step)])
+        )
 
     # ------------------------------------------------------------------ environment
 
@@ -448,15 +430,11 @@ class System:
 
     def drop(self, state: SystemState, index: int) -> tuple[SystemState, Effects]:
         """Lose message `index`: the controller's call ends `request_lost` or `reply_lost`."""
-        draft = _Draft(state)
-        effects = self._lose(draft, index)
-        return self._freeze(draft), effects
+        return self._act(state, lambda draft: self._lose(draft, index))
 
     def fail(self, state: SystemState, index: int, cause: Cause) -> tuple[SystemState, Effects]:
         """End message `index`'s call with `cause` (timeout, 5xx, ...), undelivered."""
-        draft = _Draft(state)
-        effects = self._fail(draft, index, cause)
-        return self._freeze(draft), effects
+        return self._act(state, lambda draft: self._fail(draft, index, cause))
 
     def delay(self, state: SystemState, index: int) -> tuple[SystemState, Message]:
         """Take request `index` out of flight without any answer and return its request, so
@@ -580,12 +558,12 @@ class System:
         parts = (call, store) if call.op is Op.RESTORE else (call,)
         return self._made(parts, lambda: call.request(functools.partial(_artifact, store)))
 
-    def _feed(
-        self, state: SystemState, events: Iterable[ControllerInput]
+    def _act(
+        self, state: SystemState, change: Callable[[_Draft], Effects]
     ) -> tuple[SystemState, Effects]:
-        """`state` after the controller takes `events` (and what they lead to)."""
+        """`state` after `change` (an action's work on a draft of it), and its effects."""
         draft = _Draft(state)
-        effects = self._run(draft, events)
+        effects = change(draft)
         return self._freeze(draft), effects
 
     def _lose(self, draft: _Draft, index: int) -> Effects:
@@ -636,29 +614,26 @@ class System:
         elif isinstance(effect, ClearIntent):
             draft.store = replace(store, intent=None)
         elif isinstance(effect, WriteStaging):
-            staged = self._staged(store, effect.checkpoint_id)
-            artifacts = tuple(a for a in staged.artifacts if a[0] != effect.participant)
+            held = store.contents(effect.checkpoint_id)
+            others = tuple(a for a in held.artifacts if a[0] != effect.participant) if held else ()
             artifact = (effect.participant, effect.digest, effect.artifact)
-            staged = replace(staged, artifacts=tuple(sorted((*artifacts, artifact))))
             store = replace(store, staging=store.staging | {effect.checkpoint_id})
-            draft.store = store.with_contents(staged)
+            draft.store = store.staged(
+                effect.checkpoint_id, artifacts=tuple(sorted((*others, artifact)))
+            )
         elif isinstance(effect, CaptureCut):
             queue.append(LocalDone(LocalOp.CUT, effect.checkpoint_id))
             ledger = effect.ledger if isinstance(effect.ledger, Ledger) else None
-            staged = replace(
-                self._staged(store, effect.checkpoint_id),
-                trainer_step=effect.trainer_step,
-                ledger=ledger,
+            draft.store = store.staged(
+                effect.checkpoint_id, trainer_step=effect.trainer_step, ledger=ledger
             )
-            draft.store = store.with_contents(staged)
         elif isinstance(effect, Validate):
             queue.append(LocalDone(LocalOp.VALIDATE, effect.checkpoint_id))
-            staged = replace(
-                self._staged(store, effect.checkpoint_id),
+            draft.store = store.staged(
+                effect.checkpoint_id,
                 fingerprint=effect.fingerprint,
                 at_trainer_anchor=effect.at_trainer_anchor,
             )
-            draft.store = store.with_contents(staged)
         elif isinstance(effect, Publish):
             queue.append(LocalDone(LocalOp.PUBLISH, effect.checkpoint_id))
             published = sorted(store.published | {effect.checkpoint_id})
@@ -705,10 +680,6 @@ class System:
             if isinstance(reply, ErrorReply):
                 queue.append(RolloutFailed(effect.rollout_id, effect.attempt))
             draft.put(after)
-
-    @staticmethod
-    def _staged(store: Store, snapshot_id: OpId) -> Snapshot:
-        return store.contents(snapshot_id) or Snapshot(snapshot_id)
 
 
 def _listing(store: Store, anchor: TrainerAnchor | SourceUnreadable | None) -> SnapshotsListed:
