@@ -64,8 +64,8 @@ from quiesce.models.design._state import (
     World,
 )
 from quiesce.models.design._tables import GROUP, Steppers
-from quiesce.models.oracles import SPEC_PHASE_ORDER
-from quiesce.protocol import Cause, Disposition, classify
+from quiesce.models.oracles import SPEC_PHASE_ORDER, disposition, reason_of
+from quiesce.protocol import Cause, classify
 from quiesce.protocol.machines import (
     CHECKPOINT,
     RESTORE,
@@ -326,11 +326,12 @@ class Step(ParticipantSide):
         """I7's own count (§4): the attempt in progress failed with `cause`. Only its first
         cause counts, and only for an attempt never published (the failed release of a
         published one is retried by its timer: that attempt has not failed); a skip or a
-        fatal cause is no retryable failure. M1's counter is never read here."""
+        fatal cause is no retryable failure, as the oracles state §4 (`reason_of`,
+        `disposition`): M1's counter and the code's cause table are never read here."""
         w, attempt = self.w, self.m1.attempt
         if w.failing or not attempt or any(s.op_id == attempt for s in self.published):
             return
-        retryable = classify(cause).disposition is Disposition.RETRYABLE
+        retryable = disposition(reason_of(cause.value)) == "retryable"
         self.w = w._replace(failing=True, failed_attempts=w.failed_attempts + retryable)
 
     def judge_end(self, attempt: int) -> None:
@@ -975,7 +976,7 @@ def _validate(step: Step, arg: Any) -> None:
 
 
 def _stop(step: Step, arg: Any) -> None:
-    fatal = isinstance(arg, Cause) and classify(arg).disposition is Disposition.FATAL
+    fatal = isinstance(arg, Cause) and disposition(reason_of(arg.value)) == "fatal"
     step.stopped = "fatal" if fatal else "budget"
 
 

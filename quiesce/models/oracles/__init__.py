@@ -9,6 +9,7 @@ invariants with these, so a bug in a table the code walks cannot change its own 
 from __future__ import annotations
 
 from quiesce.models.oracles._rules import (
+    CAUSE_REASONS,
     FAILURE_REASONS,
     FATAL_REASON,
     SKIP_REASONS,
@@ -19,11 +20,13 @@ from quiesce.models.oracles._rules import (
     failure_run,
     may_resume_from,
     newest_match,
+    reason_of,
     released_by_ack,
     stop_earned,
 )
 
 __all__ = [
+    "CAUSE_REASONS",
     "FAILURE_REASONS",
     "FATAL_REASON",
     "SKIP_REASONS",
@@ -34,6 +37,7 @@ __all__ = [
     "failure_run",
     "may_resume_from",
     "newest_match",
+    "reason_of",
     "released_by_ack",
     "stop_earned",
 ]

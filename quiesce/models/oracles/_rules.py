@@ -10,9 +10,9 @@ not. What it does not know: any model's state. The judges (`_protocol_properties
 design model, the system run) read their states and ask these.
 
 - `SPEC_PHASE_ORDER` (§3): the roles each fenced op calls, in order.
-- `disposition`, `failure_run`, `stop_earned` (§4, §5 I7): what an attempt's outcome does
-  to the run of consecutive failures, recomputed from the log of outcomes, and when that
-  run allows `stopped`.
+- `reason_of`, `disposition`, `failure_run`, `stop_earned` (§4, §5 I7): the reason a cause
+  reports, what an attempt's outcome does to the run of consecutive failures, recomputed
+  from the log of outcomes, and when that run allows `stopped`.
 - `newest_match` (M9): the snapshot a `latest` restore must select.
 - `conflict_settled` (§4, S5): what a controller may send a participant that reported a
   conflict naming another id.
@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 __all__ = [
+    "CAUSE_REASONS",
     "FAILURE_REASONS",
     "FATAL_REASON",
     "SKIP_REASONS",
@@ -44,6 +45,7 @@ __all__ = [
     "failure_run",
     "may_resume_from",
     "newest_match",
+    "reason_of",
     "released_by_ack",
     "stop_earned",
 ]
@@ -89,7 +91,54 @@ SKIP_REASONS = frozenset(
 FATAL_REASON = "invariant_error"
 """§4: the one reason that stops the run at once (`stopped`)."""
 
+CAUSE_REASONS: Mapping[str, str] = MappingProxyType(
+    {
+        # | call timed out / request or reply lost | `timeout` |
+        "timeout": "timeout",
+        "request_lost": "timeout",
+        "reply_lost": "timeout",
+        # | `not_ready` until the prepare deadline | `timeout` |
+        "not_ready_until_deadline": "timeout",
+        # | transport error, connection refused | `io_error` |
+        "io_error": "io_error",
+        # | participant answered 5xx | `participant_error` |
+        "participant_error": "participant_error",
+        # | `checkpoint_conflict` (the controller aborts the reported active id first) | ... |
+        "checkpoint_conflict": "participant_error",
+        # Not in §4's table: a participant that answers `failed` to commit (M2: it is back
+        # in `prepared`) reports its own error, as a 5xx does.
+        "commit_failed": "participant_error",
+        # | staged artifact digest differs from the participant's manifest | ... |
+        "artifact_mismatch": "artifact_mismatch",
+        # | participant incarnation changed mid-checkpoint | `participant_restarted` |
+        "participant_restarted": "participant_restarted",
+        # | reply names the wrong id, topology mismatch, invariant broken in the controller |
+        # A refusal naming the controller's fresh id stale, or refusing a call its phase
+        # allowed, says the controller's view and the participant's diverged: the same.
+        "wrong_id": FATAL_REASON,
+        "stale_id": FATAL_REASON,
+        "invalid_phase": FATAL_REASON,
+        "topology_mismatch": FATAL_REASON,
+        "invariant_broken": FATAL_REASON,
+    }
+)
+"""PROTOCOL.md §4's table, by the name of the cause an attempt failed with: the reason its
+outcome reports (a skip precondition is its own reason, `SKIP_REASONS`)."""
+
 Disposition = Literal["retryable", "skipped", "fatal"]
+
+
+def reason_of(cause: str) -> str:
+    """§4's reason for an attempt that ended with the cause named `cause`.
+
+    >>> reason_of("reply_lost"), reason_of("acks_pending"), reason_of("stale_id")
+    ('timeout', 'acks_pending', 'invariant_error')
+    """
+    if cause in SKIP_REASONS:
+        return cause
+    if cause not in CAUSE_REASONS:
+        raise KeyError(f"PROTOCOL.md §4 gives no reason for {cause!r}: state it in CAUSE_REASONS")
+    return CAUSE_REASONS[cause]
 
 
 def disposition(reason: str) -> Disposition:
