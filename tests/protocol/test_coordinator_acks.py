@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from quiesce.models import ProtocolModel, ProtocolParams
 from quiesce.protocol import Cause
 from quiesce.protocol._ids import OpId
 from quiesce.protocol._messages import AckReply, Receipt
@@ -28,6 +29,7 @@ from quiesce.protocol.controller.lowlevel import (
     TimerKind,
 )
 from quiesce.protocol.machines import CallState, CheckpointState, deadline_timer
+from quiesce.protocol.participant import AgentRole, new_participant
 from tests.protocol.test_coordinator import Harness, of
 
 S = CheckpointState
@@ -321,3 +323,38 @@ def test_a_retire_answer_that_names_no_attempt_is_stale_news() -> None:
     effects = h.step(Reply("ag", Op.RETIRE, None, ack_reply("ag")))
     assert "stale_reply" in [e.event for e in of(effects, Log)]
     assert h.s.background == before.background == ()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug (session 17): a background ACK batch whose retries are spent is kept "
+    "`failed` and sent again only when its agent next answers a call; §4 (amended) says it "
+    "is retried on its own backoff. Remove this mark with the fix.",
+)
+def test_a_background_batch_whose_retries_are_spent_is_still_retried_on_its_own() -> None:
+    # One sibling completes; its background ACK batch fails (no retry inside the call:
+    # call_retries=0). Nothing else happens: no trigger, no other completion. Every timer
+    # the controller arms is let fire and every message delivered; §4 (amended) still
+    # promises the batch goes again, so the agent ends holding nothing un-ACKed (I9).
+    system = ProtocolModel(ProtocolParams(call_retries=0)).system
+    participants = [
+        new_participant({"name": "policy", "role": "policy"}, "p1"),
+        new_participant({"name": "agent", "role": "agent"}, "a1"),
+        new_participant(
+            {"name": "resources", "role": "resources", "recovery_mode": "stateless"}, "r1"
+        ),
+    ]
+    state, _ = system.start(participants)
+    state, _ = system.input(state, GroupOpened("g0", 1, "agent"))
+    state, _, _ = system.finish(state, "agent", "g0/0", 0)
+    [batch] = state.requests(Op.ACK)
+    state, _ = system.fail(state, batch, Cause.IO_ERROR)
+    for _ in range(50):
+        while state.messages:
+            state, _ = system.deliver(state, 0)
+        if not state.timers:
+            break
+        state, _ = system.fire_timer(state, min(state.timers, key=lambda t: t[1])[0])
+    role = state.participant("agent").role
+    assert isinstance(role, AgentRole)
+    assert role.completed() == (), "the completed result was never ACKed"
