@@ -38,34 +38,10 @@ HASHES = 3
 _MASK64 = (1 << 64) - 1
 
 
-class _Bits:
-    """What a bit array of `2**log2_bits` bits and its union have in common."""
-
-    __slots__ = ("log2_bits",)
-    log2_bits: int
-
-    @property
-    def size(self) -> int:
-        """The number of bits."""
-        return 1 << self.log2_bits
-
-    def set_bits(self) -> int:
-        """How many bits are set."""
-        raise NotImplementedError
-
-    def estimate(self) -> float:
-        """The estimated number of distinct fingerprints added: -(m/k) ln(1 - X/m) for X
-        bits set of m (infinite once every bit is set: use a larger array)."""
-        unset = self.size - self.set_bits()
-        if unset == 0:
-            return math.inf
-        return -(self.size / HASHES) * math.log(unset / self.size)
-
-
-class Bitstate(_Bits):
+class Bitstate:
     """A bit array of `2**log2_bits` bits holding state fingerprints (see the module doc)."""
 
-    __slots__ = ("_bits", "_mask")
+    __slots__ = ("_bits", "_mask", "log2_bits")
 
     def __init__(self, log2_bits: int) -> None:
         if not 10 <= log2_bits <= 36:
@@ -73,6 +49,11 @@ class Bitstate(_Bits):
         self.log2_bits = log2_bits
         self._mask = (1 << log2_bits) - 1
         self._bits = bytearray(1 << (log2_bits - 3))
+
+    @property
+    def size(self) -> int:
+        """The number of bits."""
+        return self._mask + 1
 
     def add(self, fingerprint: int) -> bool:
         """Set the bits of `fingerprint`; True when one was clear (the state is new)."""
@@ -100,21 +81,30 @@ class Bitstate(_Bits):
         """How many bits are set."""
         return int.from_bytes(self._bits, "little").bit_count()
 
+    def estimate(self) -> float:
+        """The estimated number of distinct fingerprints added (see `Merged.estimate`)."""
+        return _estimate(self.set_bits(), self.size)
+
     def packed(self) -> bytes:
         """The array compressed (a walker's array is sparse: it ships in little space)."""
         return zlib.compress(self._bits, 1)
 
 
-class Merged(_Bits):
+class Merged:
     """The union of packed `Bitstate`s of `2**log2_bits` bits, kept as one big integer:
     a merge is one OR, with no copy of the array it grows (the swarm merges every
     walker's array as it arrives, so this is the driver's main cost)."""
 
-    __slots__ = ("_bits",)
+    __slots__ = ("_bits", "log2_bits")
 
     def __init__(self, log2_bits: int) -> None:
         self.log2_bits = log2_bits
         self._bits = 0
+
+    @property
+    def size(self) -> int:
+        """The number of bits."""
+        return 1 << self.log2_bits
 
     def add(self, packed: bytes) -> None:
         """Merge in the array `Bitstate.packed` returned (of the same size)."""
@@ -133,3 +123,15 @@ class Merged(_Bits):
     def fill(self) -> float:
         """The fraction of bits set."""
         return self.set_bits() / self.size
+
+    def estimate(self) -> float:
+        """The estimated number of distinct fingerprints merged: -(m/k) ln(1 - X/m) for X
+        bits set of m (infinite once every bit is set: use a larger array)."""
+        return _estimate(self.set_bits(), self.size)
+
+
+def _estimate(set_bits: int, size: int) -> float:
+    unset = size - set_bits
+    if unset == 0:
+        return math.inf
+    return -(size / HASHES) * math.log(unset / size)
